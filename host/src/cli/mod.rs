@@ -1,0 +1,39 @@
+//! Argument parsing and dispatch. Each subcommand family lives in its own file.
+
+mod scenario;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "mfsched",
+    version,
+    about = "Run-time configuration scheduler for AI inference models sharing one GPU"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Bundled and user scenarios: models, knobs, grid sizes, feasible counts.
+    #[command(subcommand)]
+    Scenario(scenario::ScenarioCommand),
+}
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Scenario(cmd) => scenario::run(cmd),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            // One line: the error and its causes, outermost first.
+            eprintln!("error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,647 @@
+//! The domain: models and their knobs, configuration grids, joint configurations,
+//! GPU state and the scheduling problem. No I/O lives here.
+//!
+//! Every other module (simulator, profiles, surrogate, plugin host, WIT) speaks in
+//! these types; the WIT package mirrors them one to one.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// What a model is, which decides the knobs it has and how it reacts to contention.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ModelKind {
+    /// A decoder LLM served with continuous batching: memory-bandwidth bound while decoding.
+    Llm,
+    /// A vision detector (YOLO11 family): compute bound.
+    Vision,
+}
+
+impl ModelKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ModelKind::Llm => "llm",
+            ModelKind::Vision => "vision",
+        }
+    }
+}
+
+impl fmt::Display for ModelKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The offered-load regime, as in the published profiling protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WorkloadLevel {
+    Low,
+    Medium,
+    High,
+    /// Oversubscribed, with high variance.
+    Burst,
+}
+
+impl WorkloadLevel {
+    pub const ALL: [WorkloadLevel; 4] = [
+        WorkloadLevel::Low,
+        WorkloadLevel::Medium,
+        WorkloadLevel::High,
+        WorkloadLevel::Burst,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkloadLevel::Low => "low",
+            WorkloadLevel::Medium => "medium",
+            WorkloadLevel::High => "high",
+            WorkloadLevel::Burst => "burst",
+        }
+    }
+
+    /// 0 for low … 3 for burst.
+    pub fn ordinal(self) -> usize {
+        self as usize
+    }
+
+    pub fn from_ordinal(i: usize) -> Option<Self> {
+        Self::ALL.get(i).copied()
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|w| w.as_str() == s)
+    }
+}
+
+impl fmt::Display for WorkloadLevel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The aggregate GPU state a decision is made for (the MeanField "field").
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct GpuState {
+    pub workload: WorkloadLevel,
+    /// Device memory in use, MiB.
+    pub vram_used_mib: f64,
+    /// Aggregate SM utilisation in [0, 1].
+    pub utilization: f64,
+}
+
+/// One model variant (weights): its memory, its quality.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Variant {
+    pub name: String,
+    /// Weights resident in device memory, MiB.
+    pub weights_mib: u32,
+    /// Task quality of this variant at its best settings (e.g. MMLU for LLMs,
+    /// COCO mAP50-95 for detectors), on the variant's own scale.
+    pub quality: f64,
+}
+
+/// A discrete runtime knob value with its effect on quality and memory.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KnobValue<T> {
+    pub value: T,
+    /// Multiplies the variant quality (1.0 = no loss).
+    pub quality_factor: f64,
+}
+
+/// A model instance in a problem with its knob grid.
+///
+/// The local configuration grid is the cartesian product variant × concurrency ×
+/// skip rate × image size (knobs a kind does not have hold a single implicit value),
+/// in that order, variant slowest. `configs` materialises it: it is small (≤ a few
+/// dozen), unlike the joint space.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Model {
+    /// Instance name, unique in a problem.
+    pub name: String,
+    /// Zoo entry it was made from (e.g. `llama-3.2-3b`).
+    pub family: String,
+    pub kind: ModelKind,
+    pub variants: Vec<Variant>,
+    /// Concurrent sequences (LLM) — empty if the kind has no such knob.
+    pub concurrency: Vec<u32>,
+    /// Fraction of work skipped: decoder layers for LLMs (early exit), frames for
+    /// vision. Empty if the model has no such knob.
+    pub skip_rate: Vec<KnobValue<f64>>,
+    /// Input resolution (vision) — empty if the kind has no such knob.
+    pub image_size: Vec<KnobValue<u32>>,
+    /// CUDA context, allocator pools and runtime, MiB.
+    pub runtime_overhead_mib: u32,
+    /// KV cache reserved per concurrent sequence (LLM), MiB.
+    pub kv_cache_mib_per_slot: u32,
+    /// Activation memory per image size, parallel to `image_size` (vision), MiB.
+    pub activation_mib: Vec<u32>,
+    pub configs: Vec<LocalConfig>,
+}
+
+/// One point of a model's local grid.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LocalConfig {
+    /// Index into `Model::variants`.
+    pub variant: usize,
+    pub concurrency: Option<u32>,
+    pub skip_rate: Option<f64>,
+    pub image_size: Option<u32>,
+    pub vram_mib: u32,
+    pub quality: f64,
+}
+
+/// The knob values of one local configuration, as written in profiles and decisions.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KnobSetting {
+    pub variant: String,
+    pub concurrency: Option<u32>,
+    pub skip_rate: Option<f64>,
+    pub image_size: Option<u32>,
+}
+
+impl fmt::Display for KnobSetting {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.variant)?;
+        if let Some(c) = self.concurrency {
+            write!(f, " c={c}")?;
+        }
+        if let Some(s) = self.skip_rate {
+            write!(f, " skip={s}")?;
+        }
+        if let Some(i) = self.image_size {
+            write!(f, " img={i}")?;
+        }
+        Ok(())
+    }
+}
+
+impl Model {
+    /// Builds the local grid from the knob lists. Called once by whoever constructs a model.
+    pub fn build_grid(&mut self) {
+        fn or_single<T: Clone>(v: &[T]) -> Vec<Option<T>> {
+            if v.is_empty() {
+                vec![None]
+            } else {
+                v.iter().cloned().map(Some).collect()
+            }
+        }
+        let concurrency = or_single(&self.concurrency);
+        let skip = or_single(&self.skip_rate);
+        let image: Vec<Option<(usize, KnobValue<u32>)>> = if self.image_size.is_empty() {
+            vec![None]
+        } else {
+            self.image_size
+                .iter()
+                .cloned()
+                .enumerate()
+                .map(Some)
+                .collect()
+        };
+        let mut configs = Vec::new();
+        for (vi, variant) in self.variants.iter().enumerate() {
+            for &c in &concurrency {
+                for s in &skip {
+                    for img in &image {
+                        let activation = img
+                            .as_ref()
+                            .map(|(i, _)| self.activation_mib.get(*i).copied().unwrap_or(0))
+                            .unwrap_or(0);
+                        let vram_mib = self.runtime_overhead_mib
+                            + variant.weights_mib
+                            + self.kv_cache_mib_per_slot * c.unwrap_or(0)
+                            + activation;
+                        let quality = variant.quality
+                            * s.as_ref().map_or(1.0, |k| k.quality_factor)
+                            * img.as_ref().map_or(1.0, |(_, k)| k.quality_factor);
+                        configs.push(LocalConfig {
+                            variant: vi,
+                            concurrency: c,
+                            skip_rate: s.as_ref().map(|k| k.value),
+                            image_size: img.as_ref().map(|(_, k)| k.value),
+                            vram_mib,
+                            quality,
+                        });
+                    }
+                }
+            }
+        }
+        self.configs = configs;
+    }
+
+    pub fn grid_size(&self) -> usize {
+        self.configs.len()
+    }
+
+    pub fn knobs(&self, config: usize) -> KnobSetting {
+        let c = &self.configs[config];
+        KnobSetting {
+            variant: self.variants[c.variant].name.clone(),
+            concurrency: c.concurrency,
+            skip_rate: c.skip_rate,
+            image_size: c.image_size,
+        }
+    }
+
+    /// Finds the local configuration with these knob values.
+    pub fn find_config(&self, knobs: &KnobSetting) -> Option<usize> {
+        self.configs.iter().position(|c| {
+            self.variants[c.variant].name == knobs.variant
+                && c.concurrency == knobs.concurrency
+                && c.image_size == knobs.image_size
+                && match (c.skip_rate, knobs.skip_rate) {
+                    (Some(a), Some(b)) => (a - b).abs() < 1e-9,
+                    (None, None) => true,
+                    _ => false,
+                }
+        })
+    }
+
+    pub fn min_vram_mib(&self) -> u32 {
+        self.configs.iter().map(|c| c.vram_mib).min().unwrap_or(0)
+    }
+
+    /// Names of the knobs this model actually has, in grid order.
+    pub fn knob_names(&self) -> Vec<&'static str> {
+        let mut names = vec!["variant"];
+        if !self.concurrency.is_empty() {
+            names.push("concurrency");
+        }
+        if !self.skip_rate.is_empty() {
+            names.push("skip_rate");
+        }
+        if !self.image_size.is_empty() {
+            names.push("image_size");
+        }
+        names
+    }
+}
+
+/// The GPU a problem runs on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Card {
+    pub name: String,
+    pub vram_mib: u32,
+}
+
+/// Costs charged in the utility when a model's configuration changes between ticks.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ReconfigCosts {
+    /// Switching variant (reloading weights).
+    pub variant_switch: f64,
+    /// Changing a runtime knob only.
+    pub knob_change: f64,
+}
+
+impl Default for ReconfigCosts {
+    fn default() -> Self {
+        Self {
+            variant_switch: 0.05,
+            knob_change: 0.01,
+        }
+    }
+}
+
+/// The throughput a model variant showed in profiling, for the utility's per-variant
+/// min–max normalisation (so a fast small variant does not dominate a slow large one).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ThroughputRange {
+    pub min: f64,
+    pub max: f64,
+}
+
+/// A joint configuration: one local configuration index per model.
+pub type JointConfig = Vec<u32>;
+
+/// Mixed-radix numbering of the joint space: index = Σ cᵢ · strideᵢ, the last
+/// model varying fastest (so ascending indices are lexicographic tuples).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JointSpace {
+    radices: Vec<u32>,
+    strides: Vec<u64>,
+    size: u64,
+}
+
+impl JointSpace {
+    pub fn new(radices: Vec<u32>) -> Self {
+        let mut strides = vec![0u64; radices.len()];
+        let mut acc = 1u64;
+        for i in (0..radices.len()).rev() {
+            strides[i] = acc;
+            acc = acc.saturating_mul(u64::from(radices[i]));
+        }
+        Self {
+            radices,
+            strides,
+            size: acc,
+        }
+    }
+
+    pub fn for_models(models: &[Model]) -> Self {
+        Self::new(models.iter().map(|m| m.grid_size() as u32).collect())
+    }
+
+    pub fn radices(&self) -> &[u32] {
+        &self.radices
+    }
+
+    /// Total number of joint configurations, feasible or not.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// `None` if a component is out of range or the arity is wrong.
+    pub fn index(&self, tuple: &[u32]) -> Option<u64> {
+        if tuple.len() != self.radices.len() {
+            return None;
+        }
+        let mut idx = 0u64;
+        for ((&c, &r), &s) in tuple.iter().zip(&self.radices).zip(&self.strides) {
+            if c >= r {
+                return None;
+            }
+            idx += u64::from(c) * s;
+        }
+        Some(idx)
+    }
+
+    pub fn tuple(&self, index: u64) -> Option<JointConfig> {
+        if index >= self.size {
+            return None;
+        }
+        Some(
+            self.strides
+                .iter()
+                .zip(&self.radices)
+                .map(|(&s, &r)| ((index / s) % u64::from(r)) as u32)
+                .collect(),
+        )
+    }
+}
+
+/// Why a joint configuration cannot be used.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Infeasible {
+    #[error("expected {expected} models in the joint configuration, got {got}")]
+    Arity { expected: usize, got: usize },
+    #[error("model {model} configuration {config} is out of range (grid has {grid})")]
+    OutOfRange {
+        model: String,
+        config: u32,
+        grid: usize,
+    },
+    #[error("needs {needed_mib} MiB of VRAM, over the {cap_mib} MiB cap")]
+    Vram { needed_mib: u64, cap_mib: u32 },
+}
+
+/// A scheduling problem: models on a card, their floors, and where they are now.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Problem {
+    pub card: Card,
+    pub models: Vec<Model>,
+    /// Per-model throughput floor (SLA), in the model's own unit (tokens/s, FPS).
+    pub sla_floors: Vec<f64>,
+    pub reconfig: ReconfigCosts,
+    /// Per model, per variant (parallel to `Model::variants`); empty until a
+    /// surrogate bundle or profile supplies them.
+    pub throughput_ranges: Vec<Vec<ThroughputRange>>,
+    /// The joint configuration currently running.
+    pub current: JointConfig,
+}
+
+impl Problem {
+    pub fn space(&self) -> JointSpace {
+        JointSpace::for_models(&self.models)
+    }
+
+    pub fn vram_mib(&self, joint: &[u32]) -> u64 {
+        joint
+            .iter()
+            .zip(&self.models)
+            .map(|(&c, m)| u64::from(m.configs[c as usize].vram_mib))
+            .sum()
+    }
+
+    /// Checks arity, ranges and the VRAM cap.
+    pub fn check_feasible(&self, joint: &[u32]) -> Result<(), Infeasible> {
+        if joint.len() != self.models.len() {
+            return Err(Infeasible::Arity {
+                expected: self.models.len(),
+                got: joint.len(),
+            });
+        }
+        for (&c, m) in joint.iter().zip(&self.models) {
+            if c as usize >= m.grid_size() {
+                return Err(Infeasible::OutOfRange {
+                    model: m.name.clone(),
+                    config: c,
+                    grid: m.grid_size(),
+                });
+            }
+        }
+        let needed_mib = self.vram_mib(joint);
+        if needed_mib > u64::from(self.card.vram_mib) {
+            return Err(Infeasible::Vram {
+                needed_mib,
+                cap_mib: self.card.vram_mib,
+            });
+        }
+        Ok(())
+    }
+
+    /// Visits every VRAM-feasible joint configuration in ascending joint-index order.
+    ///
+    /// Depth-first over models with a suffix bound (the least VRAM the remaining
+    /// models can take), so infeasible subtrees are never entered: the cost is
+    /// proportional to the feasible count, not to the full space.
+    pub fn for_each_feasible(&self, mut visit: impl FnMut(&[u32])) {
+        let n = self.models.len();
+        if n == 0 {
+            return;
+        }
+        let cap = u64::from(self.card.vram_mib);
+        let mut suffix_min = vec![0u64; n + 1];
+        for i in (0..n).rev() {
+            suffix_min[i] = suffix_min[i + 1] + u64::from(self.models[i].min_vram_mib());
+        }
+        if suffix_min[0] > cap {
+            return;
+        }
+        let mut tuple = vec![0u32; n];
+        let mut used = vec![0u64; n + 1];
+        // Iterative DFS: `depth` is the model being chosen; tuple[depth] the next
+        // candidate to try at that depth.
+        let mut depth = 0usize;
+        loop {
+            let model = &self.models[depth];
+            let mut advanced = false;
+            while (tuple[depth] as usize) < model.grid_size() {
+                let c = tuple[depth];
+                let total = used[depth] + u64::from(model.configs[c as usize].vram_mib);
+                if total + suffix_min[depth + 1] <= cap {
+                    used[depth + 1] = total;
+                    if depth + 1 == n {
+                        visit(&tuple);
+                        tuple[depth] += 1;
+                        continue;
+                    }
+                    depth += 1;
+                    tuple[depth] = 0;
+                    advanced = true;
+                    break;
+                }
+                tuple[depth] += 1;
+            }
+            if advanced {
+                continue;
+            }
+            // Exhausted this depth: backtrack.
+            if depth == 0 {
+                return;
+            }
+            depth -= 1;
+            tuple[depth] += 1;
+        }
+    }
+
+    pub fn count_feasible(&self) -> u64 {
+        let mut count = 0u64;
+        self.for_each_feasible(|_| count += 1);
+        count
+    }
+
+    /// The feasible joint indices, ascending. Materialises only feasible ones.
+    pub fn feasible_indices(&self) -> Vec<u64> {
+        let space = self.space();
+        let mut out = Vec::new();
+        self.for_each_feasible(|t| out.extend(space.index(t)));
+        out
+    }
+
+    pub fn model_index(&self, name: &str) -> Option<usize> {
+        self.models.iter().position(|m| m.name == name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn toy_model(name: &str, vrams: &[u32]) -> Model {
+        Model {
+            name: name.into(),
+            family: name.into(),
+            kind: ModelKind::Vision,
+            variants: vec![Variant {
+                name: "v".into(),
+                weights_mib: 0,
+                quality: 1.0,
+            }],
+            concurrency: vec![],
+            skip_rate: vec![],
+            image_size: vrams
+                .iter()
+                .enumerate()
+                .map(|(i, _)| KnobValue {
+                    value: 320 + 160 * i as u32,
+                    quality_factor: 1.0,
+                })
+                .collect(),
+            runtime_overhead_mib: 0,
+            kv_cache_mib_per_slot: 0,
+            activation_mib: vrams.to_vec(),
+            configs: vec![],
+        }
+    }
+
+    fn toy_problem(cap: u32, models: Vec<Vec<u32>>) -> Problem {
+        let models: Vec<Model> = models
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                let mut m = toy_model(&format!("m{i}"), v);
+                m.build_grid();
+                m
+            })
+            .collect();
+        let n = models.len();
+        Problem {
+            card: Card {
+                name: "toy".into(),
+                vram_mib: cap,
+            },
+            models,
+            sla_floors: vec![0.0; n],
+            reconfig: ReconfigCosts::default(),
+            throughput_ranges: vec![],
+            current: vec![0; n],
+        }
+    }
+
+    #[test]
+    fn index_round_trips_over_the_whole_space() {
+        let space = JointSpace::new(vec![3, 1, 4, 2]);
+        assert_eq!(space.size(), 24);
+        for i in 0..space.size() {
+            let t = space.tuple(i).expect("in range");
+            assert_eq!(space.index(&t), Some(i));
+        }
+        assert_eq!(space.tuple(24), None);
+        assert_eq!(space.index(&[3, 0, 0, 0]), None, "component out of range");
+        assert_eq!(space.index(&[0, 0, 0]), None, "wrong arity");
+        // Last model varies fastest.
+        assert_eq!(space.tuple(1), Some(vec![0, 0, 0, 1]));
+        assert_eq!(space.tuple(2), Some(vec![0, 0, 1, 0]));
+    }
+
+    #[test]
+    fn feasible_enumeration_matches_brute_force() {
+        // Irregular VRAMs and a cap that cuts through the middle of the space.
+        let p = toy_problem(
+            100,
+            vec![
+                vec![10, 50, 30],
+                vec![5, 40],
+                vec![25, 0, 60, 35],
+                vec![20, 15, 45],
+            ],
+        );
+        let space = p.space();
+        let brute: Vec<u64> = (0..space.size())
+            .filter(|&i| p.check_feasible(&space.tuple(i).expect("in range")).is_ok())
+            .collect();
+        assert!(!brute.is_empty() && brute.len() < space.size() as usize);
+        assert_eq!(p.feasible_indices(), brute);
+        assert_eq!(p.count_feasible(), brute.len() as u64);
+    }
+
+    #[test]
+    fn nothing_fits_and_everything_fits() {
+        assert_eq!(toy_problem(10, vec![vec![20], vec![5]]).count_feasible(), 0);
+        assert_eq!(
+            toy_problem(1000, vec![vec![1, 2], vec![3, 4, 5]]).count_feasible(),
+            6
+        );
+    }
+
+    #[test]
+    fn infeasibility_reasons() {
+        let p = toy_problem(50, vec![vec![10, 45], vec![5, 40]]);
+        assert!(matches!(
+            p.check_feasible(&[0]),
+            Err(Infeasible::Arity { .. })
+        ));
+        assert!(matches!(
+            p.check_feasible(&[2, 0]),
+            Err(Infeasible::OutOfRange { .. })
+        ));
+        assert_eq!(
+            p.check_feasible(&[1, 1]),
+            Err(Infeasible::Vram {
+                needed_mib: 85,
+                cap_mib: 50
+            })
+        );
+        assert_eq!(p.check_feasible(&[0, 1]), Ok(()));
+    }
+}

@@ -1,0 +1,10 @@
+//! The MeanField surrogate: one small MLP per model, fed with the model's own
+//! configuration and the aggregate GPU state.
+//!
+//! - [`features`]: the input layout (one home for it: training, CPU and GPU
+//!   inference all use it).
+//! - [`net`]: the inference form of a trained predictor (BatchNorm and input
+//!   standardisation folded into dense layers) and the CPU reference inference.
+
+pub mod features;
+pub mod net;
