@@ -19,6 +19,7 @@ pub mod failure;
 pub mod registry;
 pub mod reload;
 pub mod runner;
+pub mod setup;
 pub mod validate;
 
 pub use context::{CallInputs, CallStats};
