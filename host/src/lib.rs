@@ -6,3 +6,4 @@ pub mod domain;
 pub mod predict;
 pub mod scenario;
 pub mod surrogate;
+pub mod svg;
