@@ -4,7 +4,9 @@
 
 pub mod analytic;
 pub mod domain;
+pub mod eval;
 pub mod plugin;
 pub mod predict;
 pub mod scenario;
 pub mod surrogate;
+pub mod svg;

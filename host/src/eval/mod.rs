@@ -1,0 +1,4 @@
+//! Evaluation: dynamic workload scenarios, closed-loop policy runs, side-by-side
+//! comparison and the reproduction report.
+
+pub mod traces;
