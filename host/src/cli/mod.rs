@@ -1,5 +1,8 @@
 //! Argument parsing and dispatch. Each subcommand family lives in its own file.
 
+mod bench;
+mod decide;
+mod plugins;
 mod scenario;
 
 use clap::{Parser, Subcommand};
@@ -21,12 +24,24 @@ enum Command {
     /// Bundled and user scenarios: models, knobs, grid sizes, feasible counts.
     #[command(subcommand)]
     Scenario(scenario::ScenarioCommand),
+    /// One decision tick through a policy component: the decision, its predicted
+    /// utility, its feasibility and the decision latency.
+    Decide(decide::DecideArgs),
+    /// The policy and utility components: embedded and on disk.
+    #[command(subcommand)]
+    Plugins(plugins::PluginsCommand),
+    /// Performance, measured side by side in one process.
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
 }
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Scenario(cmd) => scenario::run(cmd),
+        Command::Decide(args) => decide::run(args),
+        Command::Plugins(cmd) => plugins::run(cmd),
+        Command::Bench(cmd) => bench::run(cmd),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -12,6 +12,7 @@
 //! - [`runner`]: one decision tick, keeping the last valid decision on failure.
 //! - [`reload`]: hot reload of a plugin directory.
 
+pub mod bench;
 pub mod bindings;
 pub mod context;
 pub mod engine;
