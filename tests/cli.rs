@@ -53,7 +53,13 @@ fn json(o: &Output) -> serde_json::Value {
 fn decide_works_for_each_bundled_policy_on_paper_n5() {
     for policy in ["ga", "exhaustive", "static-budget"] {
         let out = mfsched(&[
-            "decide", "--scenario", "paper-n5", "--policy", policy, "--no-cache", "--json",
+            "decide",
+            "--scenario",
+            "paper-n5",
+            "--policy",
+            policy,
+            "--no-cache",
+            "--json",
         ]);
         assert!(out.status.success(), "{policy}: {}", stderr(&out));
         let v = json(&out);
@@ -61,7 +67,10 @@ fn decide_works_for_each_bundled_policy_on_paper_n5() {
         assert_eq!(v["feasible"], true, "{v}");
         assert_eq!(v["floors_met"], true, "{v}");
         assert_eq!(v["models"].as_array().map(Vec::len), Some(5));
-        assert!(v["predicted_utility"].as_f64().is_some_and(|u| u > 0.0), "{v}");
+        assert!(
+            v["predicted_utility"].as_f64().is_some_and(|u| u > 0.0),
+            "{v}"
+        );
         assert!(v["latency_ms"].as_f64().is_some_and(|l| l > 0.0), "{v}");
         assert!(v["vram_mib"].as_u64() <= v["cap_mib"].as_u64());
     }
@@ -120,7 +129,14 @@ fn decide_rejects_bad_input_with_one_clear_line() {
         (&["--utility", "ga"], "is a policy, not a utility"),
     ];
     for (extra, want) in cases {
-        let mut args = vec!["decide", "--scenario", "paper-n2", "--policy", "ga", "--no-cache"];
+        let mut args = vec![
+            "decide",
+            "--scenario",
+            "paper-n2",
+            "--policy",
+            "ga",
+            "--no-cache",
+        ];
         args.extend_from_slice(extra);
         let out = mfsched(&args);
         assert!(!out.status.success(), "{extra:?}");
@@ -128,8 +144,19 @@ fn decide_rejects_bad_input_with_one_clear_line() {
         assert_eq!(err.trim().lines().count(), 1, "{extra:?}: {err}");
         assert!(err.contains(want), "{extra:?}: {err}");
     }
-    let out = mfsched(&["decide", "--scenario", "paper-n2", "--policy", "nope", "--no-cache"]);
-    assert!(stderr(&out).contains("unknown plugin 'nope'"), "{}", stderr(&out));
+    let out = mfsched(&[
+        "decide",
+        "--scenario",
+        "paper-n2",
+        "--policy",
+        "nope",
+        "--no-cache",
+    ]);
+    assert!(
+        stderr(&out).contains("unknown plugin 'nope'"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]

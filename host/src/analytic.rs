@@ -23,7 +23,8 @@ impl AnalyticPredictor {
         let weights = f64::from(model.variants[c.variant].weights_mib);
         let skip = c.skip_rate.unwrap_or(0.0);
         let workload = state.workload.ordinal() as f64;
-        let pressure = (state.vram_used_mib / f64::from(problem.card.vram_mib.max(1))).clamp(0.0, 1.0);
+        let pressure =
+            (state.vram_used_mib / f64::from(problem.card.vram_mib.max(1))).clamp(0.0, 1.0);
         let util = state.utilization.clamp(0.0, 1.0);
         let (alone, sensitivity) = match model.kind {
             ModelKind::Llm => {

@@ -91,7 +91,11 @@ pub fn predicted_quantile_floors(
             };
             let table = predictor.predict_table(problem, &state);
             for (i, s) in samples.iter_mut().enumerate() {
-                s.extend(table[offsets[i]..offsets[i + 1]].iter().map(|&t| f64::from(t)));
+                s.extend(
+                    table[offsets[i]..offsets[i + 1]]
+                        .iter()
+                        .map(|&t| f64::from(t)),
+                );
             }
         }
     }

@@ -67,7 +67,11 @@ fn policies(args: PoliciesArgs) -> Result<()> {
     };
     // Exhaustive (table) first: the reference for the gaps.
     let contenders = vec![
-        contender("exhaustive (table)", "exhaustive", &[("predictions", "table")])?,
+        contender(
+            "exhaustive (table)",
+            "exhaustive",
+            &[("predictions", "table")],
+        )?,
         contender(
             "exhaustive (candidates)",
             "exhaustive",
@@ -101,10 +105,7 @@ fn policies(args: PoliciesArgs) -> Result<()> {
     bar.finish_and_clear();
 
     let reference = results[0].utilities.clone();
-    let rows: Vec<serde_json::Value> = results
-        .iter()
-        .map(|r| summary(r, &reference))
-        .collect();
+    let rows: Vec<serde_json::Value> = results.iter().map(|r| summary(r, &reference)).collect();
     let table_ms = bench::quantile_ms(&results[0].latencies, 0.5);
     let candidates_ms = bench::quantile_ms(&results[1].latencies, 0.5);
     if args.json {
@@ -161,7 +162,9 @@ fn policies(args: PoliciesArgs) -> Result<()> {
             "exhaustive: table-based {table_ms:.2} ms vs candidate-based {candidates_ms:.2} ms median ({:.1}x)",
             candidates_ms / table_ms
         );
-        println!("gaps are to exhaustive (table) on the same tick: (J_exhaustive - J) / |J_exhaustive|");
+        println!(
+            "gaps are to exhaustive (table) on the same tick: (J_exhaustive - J) / |J_exhaustive|"
+        );
     }
     if let Some(path) = &args.svg {
         write_svg(path, &results)?;
@@ -217,7 +220,8 @@ fn write_svg(path: &std::path::Path, results: &[ContenderResult]) -> Result<()> 
         ..Default::default()
     };
     let tmp = path.with_extension("svg.tmp");
-    std::fs::write(&tmp, chart.render()).with_context(|| format!("cannot write {}", tmp.display()))?;
+    std::fs::write(&tmp, chart.render())
+        .with_context(|| format!("cannot write {}", tmp.display()))?;
     std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))?;
     Ok(())
 }

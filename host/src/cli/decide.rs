@@ -178,7 +178,10 @@ fn parse_state(json: &str) -> Result<GpuState> {
         )
     })?;
     if !(0.0..=1.0).contains(&state.utilization) {
-        bail!("--state: utilization must be in [0, 1], got {}", state.utilization);
+        bail!(
+            "--state: utilization must be in [0, 1], got {}",
+            state.utilization
+        );
     }
     if !(state.vram_used_mib.is_finite() && state.vram_used_mib >= 0.0) {
         bail!("--state: vram_used_mib must be a non-negative number");
@@ -194,7 +197,12 @@ fn print_text(o: &Output) {
         "state      {} load, {:.0} MiB in use, utilisation {:.2}",
         o.state.workload, o.state.vram_used_mib, o.state.utilization
     );
-    println!("policy     {} ({}), {}", o.policy, o.policy_title, params.join(" "));
+    println!(
+        "policy     {} ({}), {}",
+        o.policy,
+        o.policy_title,
+        params.join(" ")
+    );
     println!("utility    {}", o.utility);
     println!();
     println!(
@@ -218,7 +226,11 @@ fn print_text(o: &Output) {
     }
     println!(
         "feasible           {}: {} / {} MiB, SLA floors {}",
-        if o.feasible && o.floors_met { "yes" } else { "no" },
+        if o.feasible && o.floors_met {
+            "yes"
+        } else {
+            "no"
+        },
         o.vram_mib,
         o.cap_mib,
         if o.floors_met { "met" } else { "NOT met" }

@@ -2,9 +2,9 @@
 //! through the Wasm boundary per policy (median, p99), and each policy's
 //! utility gap to exhaustive search on the same ticks.
 
+use super::engine::PluginEngine;
 use super::registry::{LoadedPolicy, LoadedUtility, Registry, Slot};
 use super::runner::{Decider, DecisionOutcome, DecisionReport};
-use super::engine::PluginEngine;
 use crate::domain::{GpuState, Problem, WorkloadLevel};
 use crate::predict::Predictor;
 use mfsched_rng::Rng;
@@ -152,7 +152,10 @@ mod tests {
 
     #[test]
     fn gaps_are_relative_and_zero_when_equal() {
-        let g = gaps(&[2.0, 4.0, f64::NEG_INFINITY], &[1.0, 4.0, f64::NEG_INFINITY]);
+        let g = gaps(
+            &[2.0, 4.0, f64::NEG_INFINITY],
+            &[1.0, 4.0, f64::NEG_INFINITY],
+        );
         assert_eq!(g, vec![0.5, 0.0, 0.0]);
     }
 

@@ -18,8 +18,7 @@ pub fn fill_defaults(problem: &mut Problem, explicit: &[bool], predictor: &dyn P
     if problem.throughput_ranges.is_empty() {
         problem.throughput_ranges = predicted_ranges(predictor, problem, &SWEEP_UTILIZATION);
     }
-    let derived =
-        predicted_quantile_floors(predictor, problem, &SWEEP_UTILIZATION, FLOOR_QUANTILE);
+    let derived = predicted_quantile_floors(predictor, problem, &SWEEP_UTILIZATION, FLOOR_QUANTILE);
     let mut count = 0;
     for (i, floor) in problem.sla_floors.iter_mut().enumerate() {
         if !explicit.get(i).copied().unwrap_or(false) {

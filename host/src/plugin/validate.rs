@@ -40,9 +40,15 @@ pub fn validate(
             got: predicted.len(),
         });
     }
-    for ((model, &thr), &floor) in problem.models.iter().zip(&predicted).zip(&problem.sla_floors) {
+    for ((model, &thr), &floor) in problem
+        .models
+        .iter()
+        .zip(&predicted)
+        .zip(&problem.sla_floors)
+    {
         let thr = f64::from(thr);
-        if !(thr >= floor) {
+        // NaN counts as under the floor.
+        if thr.is_nan() || thr < floor {
             return Err(Rejection::Floor {
                 model: model.name.clone(),
                 predicted: thr,
