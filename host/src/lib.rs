@@ -4,5 +4,7 @@
 
 pub mod domain;
 pub mod predict;
+pub mod profile;
 pub mod scenario;
+pub mod sim;
 pub mod surrogate;
