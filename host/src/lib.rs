@@ -2,6 +2,7 @@
 //!
 //! See `ARCHITECTURE.md` at the repository root for the map of modules.
 
+pub mod atomic_write;
 pub mod domain;
 pub mod predict;
 pub mod profile;
