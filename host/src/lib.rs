@@ -6,6 +6,8 @@ pub mod domain;
 pub mod eval;
 pub mod plugin;
 pub mod predict;
+pub mod profile;
 pub mod scenario;
+pub mod sim;
 pub mod surrogate;
 pub mod svg;

@@ -1,6 +1,9 @@
 //! Argument parsing and dispatch. Each subcommand family lives in its own file.
 
+mod data;
+mod profile;
 mod scenario;
+mod sim;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -21,12 +24,23 @@ enum Command {
     /// Bundled and user scenarios: models, knobs, grid sizes, feasible counts.
     #[command(subcommand)]
     Scenario(scenario::ScenarioCommand),
+    /// Profiles a scenario on the simulator and writes the profile CSV.
+    Profile(profile::ProfileArgs),
+    /// Profile data files: validation and summaries.
+    #[command(subcommand)]
+    Data(data::DataCommand),
+    /// The shared-GPU simulator: calibration against the published figures, noise ceiling.
+    #[command(subcommand)]
+    Sim(sim::SimCommand),
 }
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Scenario(cmd) => scenario::run(cmd),
+        Command::Profile(args) => profile::run(args),
+        Command::Data(cmd) => data::run(cmd),
+        Command::Sim(cmd) => sim::run(cmd),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
