@@ -35,13 +35,21 @@ const PLUGINS: &[(&str, &str, &str)] = &[
 
 /// Hostile plugins for the host's tests: (file name, cargo package, artifact stem).
 const TEST_PLUGINS: &[(&str, &str, &str)] = &[
-    ("spin", "mfsched-test-plugin-spin", "mfsched_test_plugin_spin"),
+    (
+        "spin",
+        "mfsched-test-plugin-spin",
+        "mfsched_test_plugin_spin",
+    ),
     (
         "memory-bomb",
         "mfsched-test-plugin-memory-bomb",
         "mfsched_test_plugin_memory_bomb",
     ),
-    ("trap", "mfsched-test-plugin-trap", "mfsched_test_plugin_trap"),
+    (
+        "trap",
+        "mfsched-test-plugin-trap",
+        "mfsched_test_plugin_trap",
+    ),
     (
         "out-of-range",
         "mfsched-test-plugin-out-of-range",
@@ -63,7 +71,13 @@ fn main() {
         .expect("host/ sits in the workspace root")
         .to_path_buf();
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("set by cargo"));
-    for watched in ["plugins", "tests/plugins", "wit", "Cargo.toml", "Cargo.lock"] {
+    for watched in [
+        "plugins",
+        "tests/plugins",
+        "wit",
+        "Cargo.toml",
+        "Cargo.lock",
+    ] {
         println!("cargo:rerun-if-changed={}", root.join(watched).display());
     }
 
@@ -126,9 +140,8 @@ fn main() {
     fs::write(out_dir.join("embedded_plugins.rs"), table).expect("OUT_DIR is writable");
 
     let test_dir = target_dir.join("test-plugins");
-    fs::create_dir_all(&test_dir).unwrap_or_else(|e| {
-        fail(&format!("cannot create {}: {e}", test_dir.display()))
-    });
+    fs::create_dir_all(&test_dir)
+        .unwrap_or_else(|e| fail(&format!("cannot create {}: {e}", test_dir.display())));
     for (name, _, stem) in TEST_PLUGINS {
         let built = built_dir.join(format!("{stem}.wasm"));
         let dest = test_dir.join(format!("{name}.wasm"));
@@ -139,7 +152,10 @@ fn main() {
             ))
         });
     }
-    println!("cargo:rustc-env=MFSCHED_TEST_PLUGINS={}", test_dir.display());
+    println!(
+        "cargo:rustc-env=MFSCHED_TEST_PLUGINS={}",
+        test_dir.display()
+    );
 }
 
 /// `<target>/wasm-plugins`, beside the host's own profile directories, so debug

@@ -4,6 +4,7 @@
 
 pub mod domain;
 pub mod eval;
+pub mod fsutil;
 pub mod plugin;
 pub mod predict;
 pub mod profile;

@@ -249,7 +249,12 @@ impl objective::Host for PolicyCtx {
         let started = Instant::now();
         let scores = call
             .scorer
-            .score(&call.wit_problem, &candidates, &predictions, call.deadline_at)
+            .score(
+                &call.wit_problem,
+                &candidates,
+                &predictions,
+                call.deadline_at,
+            )
             .map_err(wasmtime::Error::new)?;
         self.stats.evaluate += started.elapsed();
         self.stats.evaluated += candidates.len() as u64;

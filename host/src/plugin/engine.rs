@@ -24,7 +24,9 @@ pub const EPOCH_TICK: Duration = Duration::from_millis(2);
 /// Epoch ticks that cover `d` (rounded up, plus the tick in progress).
 pub fn ticks_for(d: Duration) -> u64 {
     let ticks = d.as_nanos().div_ceil(EPOCH_TICK.as_nanos());
-    u64::try_from(ticks).unwrap_or(u64::MAX - 1).saturating_add(1)
+    u64::try_from(ticks)
+        .unwrap_or(u64::MAX - 1)
+        .saturating_add(1)
 }
 
 /// Epoch ticks from now until `at` (at least one).
@@ -113,19 +115,32 @@ impl PluginEngine {
                 }
             }
         };
-        let engine = Engine::new(&config).map_err(|e| anyhow!("cannot create the Wasm engine: {}", describe(&e)))?;
+        let engine = Engine::new(&config)
+            .map_err(|e| anyhow!("cannot create the Wasm engine: {}", describe(&e)))?;
 
         let mut policy_linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut policy_linker)
             .map_err(|e| anyhow!("cannot link WASI for policies: {}", describe(&e)))?;
-        Policy::add_to_linker::<_, HasSelf<PolicyCtx>>(&mut policy_linker, |ctx| ctx)
-            .map_err(|e| anyhow!("cannot link the host interfaces for policies: {}", describe(&e)))?;
+        Policy::add_to_linker::<_, HasSelf<PolicyCtx>>(&mut policy_linker, |ctx| ctx).map_err(
+            |e| {
+                anyhow!(
+                    "cannot link the host interfaces for policies: {}",
+                    describe(&e)
+                )
+            },
+        )?;
 
         let mut utility_linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut utility_linker)
             .map_err(|e| anyhow!("cannot link WASI for utilities: {}", describe(&e)))?;
-        Utility::add_to_linker::<_, HasSelf<UtilityCtx>>(&mut utility_linker, |ctx| ctx)
-            .map_err(|e| anyhow!("cannot link the host interfaces for utilities: {}", describe(&e)))?;
+        Utility::add_to_linker::<_, HasSelf<UtilityCtx>>(&mut utility_linker, |ctx| ctx).map_err(
+            |e| {
+                anyhow!(
+                    "cannot link the host interfaces for utilities: {}",
+                    describe(&e)
+                )
+            },
+        )?;
 
         let ticker = Ticker::start(engine.clone())?;
         Ok(Self {

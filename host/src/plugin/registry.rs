@@ -141,7 +141,11 @@ pub fn load(engine: &PluginEngine, name: &str, origin: Origin, bytes: &[u8]) -> 
     } else {
         bail!(
             "exports neither `decide` (policy world) nor `score` (utility world) of {PACKAGE}; it exports: {}",
-            if exports.is_empty() { "nothing".to_string() } else { exports.join(", ") }
+            if exports.is_empty() {
+                "nothing".to_string()
+            } else {
+                exports.join(", ")
+            }
         );
     };
     let wit_version = ty
@@ -294,7 +298,10 @@ pub fn embedded_names() -> impl Iterator<Item = &'static str> {
 
 /// Every embedded plugin, then every `.wasm` of `dir`: each loaded and
 /// described, or the reason it could not be.
-pub fn list(engine: &PluginEngine, dir: Option<&Path>) -> Result<Vec<(String, Result<PluginInfo>)>> {
+pub fn list(
+    engine: &PluginEngine,
+    dir: Option<&Path>,
+) -> Result<Vec<(String, Result<PluginInfo>)>> {
     let mut out = Vec::new();
     for (name, bytes) in EMBEDDED_PLUGINS {
         let loaded = load(engine, name, Origin::Embedded, bytes).map(|l| l.info().clone());

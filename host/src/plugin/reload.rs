@@ -249,8 +249,13 @@ fn self_check(ctx: &ReloadContext, loaded: &Loaded, check: &Checkpoint) -> Resul
             );
             let raw = run_policy(&inputs, p, &check.state, &check.params)
                 .map_err(|f| format!("the policy {f}"))?;
-            validate(&check.problem, &check.state, ctx.predictor.as_ref(), &raw.config)
-                .map_err(|r| format!("its decision was rejected: {r}"))?;
+            validate(
+                &check.problem,
+                &check.state,
+                ctx.predictor.as_ref(),
+                &raw.config,
+            )
+            .map_err(|r| format!("its decision was rejected: {r}"))?;
             Ok(())
         }
         Loaded::Utility(u) => {

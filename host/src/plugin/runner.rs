@@ -63,11 +63,10 @@ pub fn score_one(
     config: &[u32],
     predictions: &[f32],
 ) -> Result<f64, PluginFailure> {
-    let index = inputs
-        .problem
-        .space()
-        .index(config)
-        .ok_or_else(|| PluginFailure::Misuse(format!("{config:?} is not a joint configuration")))?;
+    let index =
+        inputs.problem.space().index(config).ok_or_else(|| {
+            PluginFailure::Misuse(format!("{config:?} is not a joint configuration"))
+        })?;
     let mut scorer = Scorer::new(Arc::clone(&inputs.engine), Arc::clone(&inputs.utility));
     let deadline_at = Instant::now() + inputs.engine.limits().deadline;
     let scores = scorer.score(&inputs.wit_problem, &[index], predictions, deadline_at)?;

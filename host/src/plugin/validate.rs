@@ -40,7 +40,12 @@ pub fn validate(
             got: predicted.len(),
         });
     }
-    for ((model, &thr), &floor) in problem.models.iter().zip(&predicted).zip(&problem.sla_floors) {
+    for ((model, &thr), &floor) in problem
+        .models
+        .iter()
+        .zip(&predicted)
+        .zip(&problem.sla_floors)
+    {
         let thr = f64::from(thr);
         if !(thr >= floor) {
             return Err(Rejection::Floor {

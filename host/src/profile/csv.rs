@@ -12,9 +12,9 @@
 
 use super::{Profile, ProfileRow};
 use crate::domain::{GpuState, KnobSetting, Model, Problem, WorkloadLevel};
+use crate::fsutil::write_atomically;
 use anyhow::{Context, Result};
 use std::fmt;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// The version this build reads and writes.
@@ -131,34 +131,6 @@ fn check_row_shape(row: &ProfileRow, problem: &Problem) -> Result<()> {
         );
     }
     Ok(())
-}
-
-fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    let file_name = path
-        .file_name()
-        .with_context(|| format!("{} is not a file path", path.display()))?;
-    let tmp = dir.join(format!(
-        ".{}.tmp-{}",
-        file_name.to_string_lossy(),
-        std::process::id()
-    ));
-    let result = (|| -> Result<()> {
-        let mut f = std::fs::File::create(&tmp)
-            .with_context(|| format!("cannot create {}", tmp.display()))?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-            .with_context(|| format!("cannot move {} to {}", tmp.display(), path.display()))
-    })();
-    if result.is_err() {
-        // Best effort: the write already failed, the temporary file is litter.
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result.with_context(|| format!("cannot write {}", path.display()))
 }
 
 /// The header and the scenario a file names, read without a scenario to check against.

@@ -61,11 +61,27 @@ impl mfsched_guest::Guest for Ga {
                 "12",
                 "stop after this many generations without improvement (0: never)",
             ),
-            spec("selection", "tournament", "parent selection: tournament or rank"),
+            spec(
+                "selection",
+                "tournament",
+                "parent selection: tournament or rank",
+            ),
             spec("tournament", "3", "contestants per tournament"),
-            spec("crossover", "0.9", "probability that two parents are crossed (uniform crossover)"),
-            spec("mutation", "auto", "per-gene mutation probability (auto: 1/N)"),
-            spec("elites", "2", "best genomes copied unchanged into the next generation"),
+            spec(
+                "crossover",
+                "0.9",
+                "probability that two parents are crossed (uniform crossover)",
+            ),
+            spec(
+                "mutation",
+                "auto",
+                "per-gene mutation probability (auto: 1/N)",
+            ),
+            spec(
+                "elites",
+                "2",
+                "best genomes copied unchanged into the next generation",
+            ),
         ]
     }
 
@@ -74,9 +90,7 @@ impl mfsched_guest::Guest for Ga {
         let space = Space::new(&problem);
         let settings = Settings::parse(&params, space.models())?;
         let mut rng = Rng::new(params.seed()?);
-        let min_tuple: Vec<u32> = (0..space.models())
-            .map(|i| cheapest(&space, i))
-            .collect();
+        let min_tuple: Vec<u32> = (0..space.models()).map(|i| cheapest(&space, i)).collect();
         if !space.fits(&min_tuple) {
             return Err("no joint configuration fits in the card's VRAM".into());
         }
@@ -110,7 +124,12 @@ impl Search<'_> {
         let mut population: Vec<Vec<u32>> = Vec::with_capacity(s.population);
         // Seed with the running configuration (if it is a valid genome): a
         // search that never does worse than staying put.
-        if current.len() == n && current.iter().enumerate().all(|(i, &c)| c < self.space.radix(i)) {
+        if current.len() == n
+            && current
+                .iter()
+                .enumerate()
+                .all(|(i, &c)| c < self.space.radix(i))
+        {
             let mut g = current.to_vec();
             self.repair(&mut g, rng);
             population.push(g);
@@ -184,7 +203,8 @@ impl Search<'_> {
         if !fresh.is_empty() {
             let scores = mfsched_guest::evaluate_from_table(self.space, self.table, &fresh);
             for (i, s) in fresh.into_iter().zip(scores) {
-                self.cache.insert(i, if s.is_nan() { f64::NEG_INFINITY } else { s });
+                self.cache
+                    .insert(i, if s.is_nan() { f64::NEG_INFINITY } else { s });
             }
         }
         indices.iter().map(|i| self.cache[i]).collect()

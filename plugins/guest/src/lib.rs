@@ -25,8 +25,8 @@ pub mod bindings {
     });
 }
 
-pub use bindings::{Guest, export_policy};
 pub use bindings::mfsched::scheduler::{objective, surrogate, types};
+pub use bindings::{Guest, export_policy};
 
 /// Gathers N predictions per candidate from a `predict-table` buffer.
 pub fn gather(space: &Space, table: &[f32], candidates: &[u64], out: &mut Vec<f32>) {

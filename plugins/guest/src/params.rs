@@ -48,10 +48,9 @@ impl Params {
     fn u64_or(&self, key: &str, default: u64) -> Result<u64, String> {
         match self.raw(key) {
             None => Ok(default),
-            Some(v) => v
-                .trim()
-                .parse()
-                .map_err(|_| format!("parameter '{key}' must be a non-negative integer, got '{v}'")),
+            Some(v) => v.trim().parse().map_err(|_| {
+                format!("parameter '{key}' must be a non-negative integer, got '{v}'")
+            }),
         }
     }
 
@@ -59,7 +58,9 @@ impl Params {
     pub fn u64_in(&self, key: &str, min: u64, max: u64) -> Result<u64, String> {
         let v = self.u64_or(key, min)?;
         if !(min..=max).contains(&v) {
-            return Err(format!("parameter '{key}' must be in {min}..={max}, got {v}"));
+            return Err(format!(
+                "parameter '{key}' must be in {min}..={max}, got {v}"
+            ));
         }
         Ok(v)
     }
@@ -72,7 +73,9 @@ impl Params {
             .parse()
             .map_err(|_| format!("parameter '{key}' must be a number, got '{text}'"))?;
         if !(min..=max).contains(&v) {
-            return Err(format!("parameter '{key}' must be in [{min}, {max}], got {v}"));
+            return Err(format!(
+                "parameter '{key}' must be in [{min}, {max}], got {v}"
+            ));
         }
         Ok(v)
     }
@@ -80,11 +83,12 @@ impl Params {
     /// A parameter that must be one of `choices`.
     pub fn choice<'a>(&self, key: &str, choices: &[&'a str]) -> Result<&'a str, String> {
         let v = self.raw(key).unwrap_or("");
-        choices
-            .iter()
-            .find(|c| **c == v)
-            .copied()
-            .ok_or_else(|| format!("parameter '{key}' must be one of {}, got '{v}'", choices.join(", ")))
+        choices.iter().find(|c| **c == v).copied().ok_or_else(|| {
+            format!(
+                "parameter '{key}' must be one of {}, got '{v}'",
+                choices.join(", ")
+            )
+        })
     }
 }
 

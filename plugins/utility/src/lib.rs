@@ -47,7 +47,11 @@ impl Guest for PublishedUtility {
             candidates.len()
         );
         let terms = ModelTerms::new(&problem);
-        let radices: Vec<u64> = problem.models.iter().map(|m| m.configs.len() as u64).collect();
+        let radices: Vec<u64> = problem
+            .models
+            .iter()
+            .map(|m| m.configs.len() as u64)
+            .collect();
         let mut strides = vec![1u64; n];
         for i in (0..n.saturating_sub(1)).rev() {
             strides[i] = strides[i + 1] * radices[i + 1];
