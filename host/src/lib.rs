@@ -2,6 +2,7 @@
 //!
 //! See `ARCHITECTURE.md` at the repository root for the map of modules.
 
+pub mod analytic;
 pub mod domain;
 pub mod eval;
 pub mod fsutil;

@@ -1,6 +1,9 @@
 //! Argument parsing and dispatch. Each subcommand family lives in its own file.
 
+mod bench;
 mod data;
+mod decide;
+mod plugins;
 mod profile;
 mod scenario;
 mod sim;
@@ -32,6 +35,15 @@ enum Command {
     /// The shared-GPU simulator: calibration against the published figures, noise ceiling.
     #[command(subcommand)]
     Sim(sim::SimCommand),
+    /// One decision tick through a policy component: the decision, its predicted
+    /// utility, its feasibility and the decision latency.
+    Decide(decide::DecideArgs),
+    /// The policy and utility components: embedded and on disk.
+    #[command(subcommand)]
+    Plugins(plugins::PluginsCommand),
+    /// Performance, measured side by side in one process.
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
 }
 
 pub fn main() -> ExitCode {
@@ -41,6 +53,9 @@ pub fn main() -> ExitCode {
         Command::Profile(args) => profile::run(args),
         Command::Data(cmd) => data::run(cmd),
         Command::Sim(cmd) => sim::run(cmd),
+        Command::Decide(args) => decide::run(args),
+        Command::Plugins(cmd) => plugins::run(cmd),
+        Command::Bench(cmd) => bench::run(cmd),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -64,7 +64,7 @@ impl ResourceLimiter for MemoryCap {
             // `trap_on_grow_failure`), instead of letting it limp on.
             wasmtime::bail!(
                 "memory limit: the plugin asked for {} MiB, the limit is {} MiB",
-                desired >> 20,
+                desired.div_ceil(1 << 20),
                 self.max_bytes >> 20
             );
         }

@@ -29,7 +29,7 @@ pub fn classify(e: &wasmtime::Error, memory_refused: Option<usize>) -> PluginFai
     }
     if let Some(bytes) = memory_refused {
         return PluginFailure::Memory {
-            requested_mib: bytes >> 20,
+            requested_mib: bytes.div_ceil(1 << 20),
         };
     }
     if e.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {

@@ -12,6 +12,7 @@
 //! - [`runner`]: one decision tick, keeping the last valid decision on failure.
 //! - [`reload`]: hot reload of a plugin directory.
 
+pub mod bench;
 pub mod bindings;
 pub mod context;
 pub mod engine;
@@ -19,6 +20,7 @@ pub mod failure;
 pub mod registry;
 pub mod reload;
 pub mod runner;
+pub mod setup;
 pub mod validate;
 
 pub use context::{CallInputs, CallStats};

@@ -96,6 +96,8 @@ pub struct DecisionReport {
     pub tick: u64,
     /// Registry name of the policy that ran.
     pub policy: String,
+    /// What that policy calls itself (tells two builds under one name apart).
+    pub policy_title: String,
     pub outcome: DecisionOutcome,
     /// The configuration to run: the policy's when accepted, else the last valid one.
     pub config: JointConfig,
@@ -243,6 +245,7 @@ impl Decider {
         DecisionReport {
             tick: self.tick,
             policy: policy.info.name.clone(),
+            policy_title: policy.info.title.clone(),
             outcome,
             config,
             predictions,
