@@ -3,6 +3,7 @@
 mod bench;
 mod data;
 mod decide;
+mod eval;
 mod plugins;
 mod profile;
 mod scenario;
@@ -41,6 +42,11 @@ enum Command {
     /// The policy and utility components: embedded and on disk.
     #[command(subcommand)]
     Plugins(plugins::PluginsCommand),
+    /// A/B: two policies over the dynamic workload scenarios, closed loop on the simulator.
+    Ab(eval::AbArgs),
+    /// The main job on the embedded default: GA with an exhaustive shadow on the
+    /// simulated 24 GB card, bundled models and plugins; writes a report with plots.
+    Demo(eval::DemoArgs),
     /// Performance, measured side by side in one process.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -56,6 +62,8 @@ pub fn main() -> ExitCode {
         Command::Decide(args) => decide::run(args),
         Command::Plugins(cmd) => plugins::run(cmd),
         Command::Bench(cmd) => bench::run(cmd),
+        Command::Ab(args) => eval::ab(args),
+        Command::Demo(args) => eval::demo(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
