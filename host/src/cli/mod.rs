@@ -47,6 +47,9 @@ enum Command {
     /// The main job on the embedded default: GA with an exhaustive shadow on the
     /// simulated 24 GB card, bundled models and plugins; writes a report with plots.
     Demo(eval::DemoArgs),
+    /// Regenerates the published tables on the simulator (Table II: GA, exhaustive,
+    /// StaticFull, StaticBudgetK at K = 500 and 5000 over the eight dynamic scenarios).
+    Repro(eval::ReproArgs),
     /// Performance, measured side by side in one process.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -64,6 +67,7 @@ pub fn main() -> ExitCode {
         Command::Bench(cmd) => bench::run(cmd),
         Command::Ab(args) => eval::ab(args),
         Command::Demo(args) => eval::demo(args),
+        Command::Repro(args) => eval::repro(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

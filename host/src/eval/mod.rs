@@ -2,5 +2,6 @@
 //! comparison and the reproduction report.
 
 pub mod closed_loop;
+pub mod published;
 pub mod report;
 pub mod traces;
