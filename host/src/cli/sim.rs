@@ -1,6 +1,6 @@
 use anyhow::{Result, bail};
 use clap::Subcommand;
-use mfsched::atomic_write::write_atomically;
+use mfsched::fsutil::write_atomically;
 use mfsched::profile::{self, DEFAULT_REPEATS, SamplingPlan};
 use mfsched::scenario;
 use mfsched::sim::{self, Simulator, calibration, calibration_plot, ceiling};

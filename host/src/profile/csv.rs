@@ -12,6 +12,7 @@
 
 use super::{Profile, ProfileRow};
 use crate::domain::{GpuState, KnobSetting, Model, Problem, WorkloadLevel};
+use crate::fsutil::write_atomically;
 use anyhow::{Context, Result};
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -109,7 +110,7 @@ pub fn write_csv(profile: &Profile, problem: &Problem, path: &Path) -> Result<()
         }
         w.flush()?;
     }
-    crate::atomic_write::write_atomically(path, &text)
+    write_atomically(path, &text)
 }
 
 /// A row must have one in-range configuration and one throughput per model.

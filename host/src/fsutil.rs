@@ -1,10 +1,11 @@
-//! Writing a file so that readers see either the old or the whole new content.
+//! File writes that never leave a half-written file behind.
 
 use anyhow::{Context, Result};
 use std::io::Write;
 use std::path::Path;
 
-/// Writes `bytes` to a temporary file beside `path`, then renames it over `path`.
+/// Writes `bytes` to a temporary file beside `path`, syncs it, then renames it
+/// over `path`: readers see the old file or the new one, never a torn one.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
@@ -40,18 +41,18 @@ mod tests {
     #[test]
     fn replaces_the_file_and_leaves_no_temporary() {
         let dir = tempfile::tempdir().expect("temp dir");
-        let path = dir.path().join("out.txt");
-        write_atomically(&path, b"first").expect("write");
-        write_atomically(&path, b"second").expect("overwrite");
-        assert_eq!(std::fs::read(&path).expect("read"), b"second");
-        assert_eq!(std::fs::read_dir(dir.path()).expect("dir").count(), 1);
+        let path = dir.path().join("out.json");
+        write_atomically(&path, b"one").expect("first write");
+        write_atomically(&path, b"two").expect("second write");
+        assert_eq!(std::fs::read(&path).expect("readable"), b"two");
+        let entries = std::fs::read_dir(dir.path()).expect("dir").count();
+        assert_eq!(entries, 1, "no temporary file left behind");
     }
 
     #[test]
-    fn a_missing_directory_is_an_error_naming_the_file() {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let path = dir.path().join("no-such-dir").join("out.txt");
-        let err = write_atomically(&path, b"x").expect_err("no directory");
-        assert!(format!("{err:#}").contains("cannot write"), "{err:#}");
+    fn a_missing_directory_is_an_error_not_a_panic() {
+        let err = write_atomically(Path::new("/nonexistent-dir/x/out.json"), b"x")
+            .expect_err("cannot create");
+        assert!(format!("{err:#}").contains("cannot write"));
     }
 }
