@@ -5,8 +5,11 @@
 pub mod analytic;
 pub mod domain;
 pub mod eval;
+pub mod fsutil;
 pub mod plugin;
 pub mod predict;
+pub mod profile;
 pub mod scenario;
+pub mod sim;
 pub mod surrogate;
 pub mod svg;
