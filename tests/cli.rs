@@ -383,6 +383,8 @@ fn profiling_an_unknown_scenario_is_one_clear_line() {
     let err = stderr(&out);
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(err.contains("unknown scenario 'paper-n9'"), "{err}");
+}
+
 /// Whether a GPU adapter is there; without one the test skips, unless
 /// `MFSCHED_REQUIRE_GPU_ADAPTER=1` (CI) makes that a failure.
 fn gpu_adapter(test: &str) -> bool {
