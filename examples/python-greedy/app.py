@@ -4,7 +4,7 @@ same WIT as the Rust policies (`wit/scheduler.wit`, world `policy`).
 Greedy coordinate ascent on one table of predictions: the host serves every
 model's predicted throughput for every local configuration in one
 `predict-table` call; starting from the running configuration and from the
-smallest one, the policy moves one model at a time to its best local
+leanest one that meets every SLA floor, the policy moves one model at a time to its best local
 configuration, scored by the host's utility (`objective.evaluate`), until no
 single move improves. Models are visited in an order drawn from the `seed`
 parameter, so equal seeds give equal decisions.
@@ -72,6 +72,18 @@ class Search:
             )
         self.evaluated = 0
 
+    def leanest(self, problem: types.Problem) -> List[int]:
+        """Each model at its smallest configuration predicted at or above its
+        SLA floor (the smallest of all when none is): with the field held fixed
+        this start meets every floor and fits whenever any configuration does."""
+        start = []
+        for i, m in enumerate(problem.models):
+            floor = problem.sla_floors[i] if i < len(problem.sla_floors) else 0.0
+            every = range(self.sizes[i])
+            meeting = [c for c in every if self.table[self.offsets[i] + c] >= floor]
+            start.append(min(meeting or every, key=lambda c: m.configs[c].vram_mib))
+        return start
+
     def score(self, configs: List[List[int]]) -> List[float]:
         indices = []
         predictions = []
@@ -121,12 +133,8 @@ class WitWorld(wit_world.WitWorld):
             raise Err("the running configuration does not have one entry per model")
         search = Search(problem, state)
         order = shuffled(len(problem.models), seed)
-        smallest = [
-            min(range(len(m.configs)), key=lambda c: m.configs[c].vram_mib)
-            for m in problem.models
-        ]
         best: Optional[Tuple[float, List[int]]] = None
-        for start in (list(problem.current), smallest):
+        for start in (list(problem.current), search.leanest(problem)):
             found = search.ascend(start, order, rounds)
             if best is None or found[0] > best[0]:
                 best = found

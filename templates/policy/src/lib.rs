@@ -4,9 +4,10 @@
 //! The host serves every model's predicted throughput for every local
 //! configuration in one `predict-table` call (the aggregate GPU state is held
 //! fixed during a decision, so that is all a search needs). Starting from the
-//! running configuration and from the smallest one, the policy changes one
-//! model at a time to its best local configuration, scored by the host's
-//! utility (`objective::evaluate`), until no single change improves.
+//! running configuration and from the leanest one that meets every SLA floor,
+//! the policy changes one model at a time to its best local configuration,
+//! scored by the host's utility (`objective::evaluate`), until no single
+//! change improves.
 //!
 //! Replace `decide` with your own search; keep it deterministic for a given
 //! `seed` parameter and within the deadline (`mfsched plugins check` tells).
@@ -46,18 +47,9 @@ impl Guest for Policy {
         let mut order: Vec<usize> = (0..problem.models.len()).collect();
         shuffle(&mut order, seed);
 
-        let smallest: Vec<u32> = problem
-            .models
-            .iter()
-            .map(|m| {
-                (0..m.configs.len() as u32)
-                    .min_by_key(|&c| m.configs[c as usize].vram_mib)
-                    .unwrap_or(0)
-            })
-            .collect();
         let mut evaluated = 0;
         let mut best: Option<(f64, Vec<u32>)> = None;
-        for start in [problem.current.clone(), smallest] {
+        for start in [problem.current.clone(), search.leanest(&problem)] {
             let (score, config) = search.ascend(start, &order, rounds, &mut evaluated);
             if best.as_ref().is_none_or(|(b, _)| score > *b) {
                 best = Some((score, config));
@@ -119,6 +111,28 @@ impl Search {
             offsets,
             table,
         })
+    }
+
+    /// Each model at its smallest configuration predicted at or above its SLA
+    /// floor (the smallest of all when none is): with the field held fixed a
+    /// model's floor depends on its own configuration only, so this start
+    /// meets every floor and fits the card whenever any configuration does.
+    fn leanest(&self, problem: &Problem) -> Vec<u32> {
+        problem
+            .models
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                let floor = problem.sla_floors.get(i).copied().unwrap_or(0.0);
+                let vram = |c: &u32| m.configs[*c as usize].vram_mib;
+                let meets = |c: &u32| f64::from(self.table[self.offsets[i] + *c as usize]) >= floor;
+                (0..self.sizes[i])
+                    .filter(meets)
+                    .min_by_key(vram)
+                    .or_else(|| (0..self.sizes[i]).min_by_key(vram))
+                    .unwrap_or(0)
+            })
+            .collect()
     }
 
     /// Scores joint configurations with the host's utility.
