@@ -207,12 +207,32 @@ fn run_once(
 /// VRAM-infeasible one with −∞, and steer a real search to a valid decision.
 fn check_utility(inputs: &CheckInputs<'_>, utility: Arc<LoadedUtility>, out: &mut Vec<Finding>) {
     let problem = inputs.problem;
-    let wit_problem = wit::Problem::from(problem);
-    // A spread of feasible candidates plus the largest configuration of every
-    // model, which no card in the bundled scenarios holds.
+    // A spread of feasible candidates must get at least one finite utility.
     let feasible = problem.feasible_indices();
     let step = (feasible.len() / 64).max(1);
     let sample: Vec<u64> = feasible.iter().step_by(step).copied().collect();
+    match score_batch(inputs, &utility, problem, &sample) {
+        Err(why) => {
+            out.push(Finding::fail(why));
+            return;
+        }
+        Ok(scores) => {
+            let finite = scores.iter().filter(|s| s.is_finite()).count();
+            out.push(if finite == 0 {
+                Finding::fail(format!(
+                    "score: none of {} VRAM-feasible candidates got a finite utility",
+                    sample.len()
+                ))
+            } else {
+                Finding::ok(format!(
+                    "score: {finite} of {} VRAM-feasible candidates finite (the rest under an SLA floor)",
+                    sample.len()
+                ))
+            });
+        }
+    }
+    // Every model at its largest configuration, on the same problem with a
+    // card one MiB too small for it: the utility must exclude it.
     let largest: Vec<u32> = problem
         .models
         .iter()
@@ -222,51 +242,19 @@ fn check_utility(inputs: &CheckInputs<'_>, utility: Arc<LoadedUtility>, out: &mu
                 .unwrap_or(0) as u32
         })
         .collect();
-    let over = problem
-        .check_feasible(&largest)
-        .is_err()
-        .then(|| problem.space().index(&largest))
-        .flatten();
-    let mut candidates = sample.clone();
-    candidates.extend(over);
-    let predictions = inputs
-        .predictor
-        .predict_joint(problem, &inputs.state, &candidates);
-    let mut scorer = Scorer::new(Arc::clone(&inputs.engine), Arc::clone(&utility));
-    let deadline_at = Instant::now() + inputs.engine.limits().deadline;
-    let scores = match scorer.score(&wit_problem, &candidates, &predictions, deadline_at) {
-        Ok(s) => s,
-        Err(e) => {
-            out.push(Finding::fail(format!("score: {e}")));
-            return;
-        }
-    };
-    let finite = scores[..sample.len()]
-        .iter()
-        .filter(|s| s.is_finite())
-        .count();
-    if finite == 0 {
-        out.push(Finding::fail(format!(
-            "score: none of {} VRAM-feasible candidates got a finite utility",
-            sample.len()
-        )));
-    } else {
-        out.push(Finding::ok(format!(
-            "score: {finite} of {} VRAM-feasible candidates finite (the rest under an SLA floor)",
-            sample.len()
-        )));
-    }
-    if over.is_some() {
-        let last = scores[scores.len() - 1];
-        if last == f64::NEG_INFINITY {
-            out.push(Finding::ok(
-                "score: a candidate over the card's VRAM is excluded (negative infinity)",
-            ));
-        } else {
-            out.push(Finding::fail(format!(
-                "score: a candidate over the card's VRAM scored {last}, expected negative infinity"
-            )));
-        }
+    let mut tight = problem.clone();
+    let need = u32::try_from(problem.vram_mib(&largest)).unwrap_or(u32::MAX);
+    tight.card.vram_mib = tight.card.vram_mib.min(need.saturating_sub(1));
+    let over = problem.space().index(&largest).unwrap_or(0);
+    match score_batch(inputs, &utility, &tight, &[over]) {
+        Err(why) => out.push(Finding::fail(why)),
+        Ok(scores) if scores[0] == f64::NEG_INFINITY => out.push(Finding::ok(
+            "score: a candidate over the card's VRAM is excluded (negative infinity)",
+        )),
+        Ok(scores) => out.push(Finding::fail(format!(
+            "score: a candidate over the card's VRAM scored {}, expected negative infinity",
+            scores[0]
+        ))),
     }
     let ga = match registry::resolve_policy(&inputs.engine, "ga", None) {
         Ok(p) => p,
@@ -286,4 +274,27 @@ fn check_utility(inputs: &CheckInputs<'_>, utility: Arc<LoadedUtility>, out: &mu
             inputs.problem_name
         ))),
     }
+}
+
+/// Scores `candidates` of `problem` with the utility, predictions from the
+/// host's predictor; the error is a finding's text.
+fn score_batch(
+    inputs: &CheckInputs<'_>,
+    utility: &Arc<LoadedUtility>,
+    problem: &Problem,
+    candidates: &[u64],
+) -> Result<Vec<f64>, String> {
+    let predictions = inputs
+        .predictor
+        .predict_joint(problem, &inputs.state, candidates);
+    let mut scorer = Scorer::new(Arc::clone(&inputs.engine), Arc::clone(utility));
+    let deadline_at = Instant::now() + inputs.engine.limits().deadline;
+    scorer
+        .score(
+            &wit::Problem::from(problem),
+            candidates,
+            &predictions,
+            deadline_at,
+        )
+        .map_err(|e| format!("score: {e}"))
 }

@@ -10,7 +10,6 @@ mod bindings {
         path: "../../fixtures/wit-0.2.0",
     });
 
-
     struct KeepCurrent;
 
     impl Guest for KeepCurrent {
