@@ -129,6 +129,16 @@ mod tests {
     }
 
     #[test]
+    fn the_host_version_is_the_one_in_wit() {
+        let wit = include_str!("../../../wit/scheduler.wit");
+        assert!(
+            wit.lines()
+                .any(|l| l.trim() == format!("package {PACKAGE}@{VERSION};")),
+            "bindings::VERSION differs from the package line of wit/scheduler.wit"
+        );
+    }
+
+    #[test]
     fn malformed_versions_do_not_parse() {
         for bad in ["", "1", "1.2", "1.2.3.4", "a.b.c", "1..3"] {
             assert!(WitVersion::parse(bad).is_none(), "{bad}");
