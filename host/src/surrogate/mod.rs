@@ -5,6 +5,8 @@
 //!   inference all use it).
 //! - [`net`]: the inference form of a trained predictor (BatchNorm and input
 //!   standardisation folded into dense layers) and the CPU reference inference.
+//! - [`fold`]: trained parameters (`mfsched_nn::Mlp`) → [`net::FoldedNet`].
 
 pub mod features;
+pub mod fold;
 pub mod net;
