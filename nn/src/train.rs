@@ -581,12 +581,59 @@ mod tests {
         assert!(fit > 0.95, "held-out R² {fit}");
     }
 
+    /// Two hidden blocks and a head, for checking gradients on one batch.
+    #[derive(Clone)]
+    struct SmallNet {
+        l1: HiddenTrain,
+        l2: HiddenTrain,
+        head: DenseTrain,
+    }
+
+    /// What one training-mode forward pass leaves behind.
+    struct Pass {
+        loss: f64,
+        a1: Vec<f32>,
+        a2: Vec<f32>,
+        head_grad: Vec<f32>,
+    }
+
+    impl SmallNet {
+        fn forward(&mut self, xs: &[f32], t: &[f32], c: &TrainConfig) -> Pass {
+            let b = t.len();
+            let mut rng = Rng::new(0); // dropout is off: unused
+            let mut a1 = vec![0.0; b * self.l1.dense.outputs];
+            let mut a2 = vec![0.0; b * self.l2.dense.outputs];
+            self.l1.forward(xs, &mut a1, b, c, &mut rng);
+            self.l2.forward(&a1, &mut a2, b, c, &mut rng);
+            let mut s = vec![0.0; b];
+            dense_forward(
+                &a2,
+                &self.head.w.value,
+                &self.head.b.value,
+                self.head.inputs,
+                &mut s,
+            );
+            let mut loss = 0.0f64;
+            let mut head_grad = vec![0.0; b];
+            for ((&z, &tk), g) in s.iter().zip(t).zip(&mut head_grad) {
+                let p = sigmoid(z);
+                loss += f64::from((p - tk) * (p - tk));
+                *g = 2.0 * (p - tk) / b as f32 * p * (1.0 - p);
+            }
+            Pass {
+                loss: loss / b as f64,
+                a1,
+                a2,
+                head_grad,
+            }
+        }
+    }
+
     /// The analytic gradient of one batch against central differences of the loss.
     #[test]
     fn gradients_match_finite_differences() {
         let (x, y) = smooth_data(6, 4);
         let config = TrainConfig {
-            hidden: vec![5, 4],
             dropout: 0.0,
             ..TrainConfig::default()
         };
@@ -601,95 +648,61 @@ mod tests {
             .collect();
         let t: Vec<f32> = y.iter().map(|v| v / 100.0).collect();
         let mut rng = Rng::new(5);
-        let mut l1 = HiddenTrain::new(3, 5, 6, &mut rng);
-        let mut l2 = HiddenTrain::new(5, 4, 6, &mut rng);
-        let mut head = DenseTrain::new(4, 1, &mut rng);
-        // Non-trivial γ, β.
-        for (j, g) in l1.gamma.value.iter_mut().enumerate() {
+        let mut net = SmallNet {
+            l1: HiddenTrain::new(3, 5, 6, &mut rng),
+            l2: HiddenTrain::new(5, 4, 6, &mut rng),
+            head: DenseTrain::new(4, 1, &mut rng),
+        };
+        // Non-trivial γ and β so their terms in the BatchNorm gradient count.
+        for (j, g) in net.l1.gamma.value.iter_mut().enumerate() {
             *g = 0.5 + 0.2 * j as f32;
         }
-        l2.beta
-            .value
-            .iter_mut()
-            .enumerate()
-            .for_each(|(j, b)| *b = 0.1 * j as f32 - 0.15);
-
-        fn loss(
-            xs: &[f32],
-            t: &[f32],
-            l1: &mut HiddenTrain,
-            l2: &mut HiddenTrain,
-            head: &DenseTrain,
-            c: &TrainConfig,
-            grads: bool,
-            head_grad: &mut [f32],
-            a1: &mut [f32],
-            a2: &mut [f32],
-        ) -> f64 {
-            let b = t.len();
-            let mut rng = Rng::new(0);
-            l1.forward(xs, a1, b, c, &mut rng);
-            l2.forward(a1, a2, b, c, &mut rng);
-            let mut s = vec![0.0; b];
-            dense_forward(a2, &head.w.value, &head.b.value, 4, &mut s);
-            let mut total = 0.0f64;
-            for k in 0..b {
-                let p = sigmoid(s[k]);
-                total += f64::from((p - t[k]) * (p - t[k]));
-                if grads {
-                    head_grad[k] = 2.0 * (p - t[k]) / b as f32 * p * (1.0 - p);
-                }
-            }
-            total / b as f64
+        for (j, b) in net.l2.beta.value.iter_mut().enumerate() {
+            *b = 0.1 * j as f32 - 0.15;
         }
 
-        let mut a1 = vec![0.0; 6 * 5];
-        let mut a2 = vec![0.0; 6 * 4];
-        let mut hg = vec![0.0; 6];
-        loss(
-            &xs, &t, &mut l1, &mut l2, &head, &config, true, &mut hg, &mut a1, &mut a2,
-        );
+        let mut analytic = net.clone();
+        let pass = analytic.forward(&xs, &t, &config);
+        assert!(pass.loss > 0.0);
         let mut g2 = vec![0.0; 6 * 4];
         let mut g1 = vec![0.0; 6 * 5];
-        head.backward(&a2, &hg, Some(&mut g2), 6);
-        l2.backward(&a1, &g2, Some(&mut g1), 6);
-        l1.backward(&xs, &g1, None, 6);
-        let analytic_w1 = l1.dense.w.grad.clone();
-        let analytic_g1 = l1.gamma.grad.clone();
-        let analytic_w2 = l2.dense.w.grad.clone();
+        analytic
+            .head
+            .backward(&pass.a2, &pass.head_grad, Some(&mut g2), 6);
+        analytic.l2.backward(&pass.a1, &g2, Some(&mut g1), 6);
+        analytic.l1.backward(&xs, &g1, None, 6);
 
         let h = 1e-2f32;
-        let check = |which: usize, idx: usize, analytic: f32| {
-            let eval = |delta: f32| {
-                let mut m1 = l1.clone();
-                let mut m2 = l2.clone();
-                match which {
-                    0 => m1.dense.w.value[idx] += delta,
-                    1 => m1.gamma.value[idx] += delta,
-                    _ => m2.dense.w.value[idx] += delta,
-                }
-                let mut a1 = vec![0.0; 6 * 5];
-                let mut a2 = vec![0.0; 6 * 4];
-                let mut hg = vec![0.0; 6];
-                loss(
-                    &xs, &t, &mut m1, &mut m2, &head, &config, false, &mut hg, &mut a1, &mut a2,
-                )
-            };
-            let numeric = (eval(h) - eval(-h)) / (2.0 * f64::from(h));
+        let numeric = |perturb: &dyn Fn(&mut SmallNet, f32)| {
+            let mut up = net.clone();
+            perturb(&mut up, h);
+            let mut down = net.clone();
+            perturb(&mut down, -h);
+            (up.forward(&xs, &t, &config).loss - down.forward(&xs, &t, &config).loss)
+                / (2.0 * f64::from(h))
+        };
+        let close = |numeric: f64, analytic: f32, what: &str| {
             let scale = numeric.abs().max(f64::from(analytic.abs())).max(1e-4);
             assert!(
                 (numeric - f64::from(analytic)).abs() / scale < 0.05,
-                "param {which}[{idx}]: numeric {numeric} analytic {analytic}"
+                "{what}: numeric {numeric} analytic {analytic}"
             );
         };
         for idx in [0, 4, 7, 14] {
-            check(0, idx, analytic_w1[idx]);
+            let n = numeric(&|m, d| m.l1.dense.w.value[idx] += d);
+            close(n, analytic.l1.dense.w.grad[idx], &format!("W1[{idx}]"));
         }
-        for idx in 0..5 {
-            check(1, idx, analytic_g1[idx]);
+        for (idx, &g) in analytic.l1.gamma.grad.iter().enumerate() {
+            let n = numeric(&|m, d| m.l1.gamma.value[idx] += d);
+            close(n, g, &format!("gamma1[{idx}]"));
         }
         for idx in [0, 3, 11, 19] {
-            check(2, idx, analytic_w2[idx]);
+            let n = numeric(&|m, d| m.l2.dense.w.value[idx] += d);
+            close(n, analytic.l2.dense.w.grad[idx], &format!("W2[{idx}]"));
+        }
+        for idx in 0..4 {
+            let n = numeric(&|m, d| m.head.w.value[idx] += d);
+            close(n, analytic.head.w.grad[idx], &format!("head[{idx}]"));
         }
     }
 

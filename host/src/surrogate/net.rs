@@ -108,7 +108,7 @@ impl FoldedNet {
                 _ => layer.forward(b, rows, relu, a),
             }
         }
-        let result = if last % 2 == 0 { &*a } else { &*b };
+        let result = if last.is_multiple_of(2) { &*a } else { &*b };
         out.extend(
             result
                 .iter()
