@@ -6,7 +6,14 @@
 //! - [`net`]: the inference form of a trained predictor (BatchNorm and input
 //!   standardisation folded into dense layers) and the CPU reference inference.
 //! - [`fold`]: trained parameters (`mfsched_nn::Mlp`) → [`net::FoldedNet`].
+//! - [`bundle`]: the on-disk model bundle (safetensors + JSON) and its validation.
+//! - [`meanfield`]: the [`MeanField`] predictor (`crate::predict::Predictor`).
 
+pub mod bundle;
 pub mod features;
 pub mod fold;
+pub mod meanfield;
 pub mod net;
+
+pub use bundle::Bundle;
+pub use meanfield::{Backend, MeanField};
