@@ -18,7 +18,7 @@ use super::features;
 use super::fold::fold;
 use super::meanfield::MeanField;
 use crate::domain::{ModelKind, Problem, ThroughputRange};
-use crate::fsutil::write_atomic;
+use crate::fsutil::write_atomically;
 use crate::scenario::Scenario;
 use anyhow::{Context, Result, bail};
 use mfsched_nn::{BatchNorm, Hidden, Linear, Mlp, Standardize, TargetScale};
@@ -297,8 +297,10 @@ impl Bundle {
         let weights = safetensors::serialize(views, None).context("serialising the weights")?;
         let mut json = serde_json::to_vec_pretty(&self.meta).context("serialising bundle.json")?;
         json.push(b'\n');
-        write_atomic(&dir.join(WEIGHTS_FILE), &weights)?;
-        write_atomic(&dir.join(META_FILE), &json)
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("cannot create directory {}", dir.display()))?;
+        write_atomically(&dir.join(WEIGHTS_FILE), &weights)?;
+        write_atomically(&dir.join(META_FILE), &json)
     }
 }
 
