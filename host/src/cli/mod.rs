@@ -4,10 +4,13 @@ mod bench;
 mod data;
 mod decide;
 mod eval;
+mod models;
 mod plugins;
 mod profile;
 mod scenario;
 mod sim;
+mod surrogate;
+mod train;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -50,6 +53,14 @@ enum Command {
     /// Regenerates the published tables on the simulator (Table II: GA, exhaustive,
     /// StaticFull, StaticBudgetK at K = 500 and 5000 over the eight dynamic scenarios).
     Repro(eval::ReproArgs),
+    /// Trains a MeanField bundle (one predictor per model) on a profile CSV.
+    Train(train::TrainArgs),
+    /// MeanField bundles: scoring on profile data.
+    #[command(subcommand)]
+    Surrogate(surrogate::SurrogateCommand),
+    /// The MeanField bundles shipped with the binary: list, regenerate.
+    #[command(subcommand)]
+    Models(models::ModelsCommand),
     /// Performance, measured side by side in one process.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -65,6 +76,9 @@ pub fn main() -> ExitCode {
         Command::Decide(args) => decide::run(args),
         Command::Plugins(cmd) => plugins::run(cmd),
         Command::Bench(cmd) => bench::run(cmd),
+        Command::Train(args) => train::run(args),
+        Command::Surrogate(cmd) => surrogate::run(cmd),
+        Command::Models(cmd) => models::run(cmd),
         Command::Ab(args) => eval::ab(args),
         Command::Demo(args) => eval::demo(args),
         Command::Repro(args) => eval::repro(args),

@@ -117,14 +117,6 @@ pub struct Bundle {
     pub nets: Vec<Mlp>,
 }
 
-/// Unit of a model kind's throughput.
-pub fn unit(kind: ModelKind) -> &'static str {
-    match kind {
-        ModelKind::Llm => "tokens/s",
-        ModelKind::Vision => "frames/s",
-    }
-}
-
 impl Bundle {
     /// Reads `DIR/bundle.json` and `DIR/weights.safetensors`.
     pub fn read(dir: &Path) -> Result<Self> {
@@ -139,8 +131,7 @@ impl Bundle {
         };
         let meta = read(META_FILE)?;
         let weights = read(WEIGHTS_FILE)?;
-        Self::from_bytes(&meta, &weights)
-            .with_context(|| format!("model bundle {}", dir.display()))
+        Self::from_bytes(&meta, &weights).with_context(|| format!("model bundle {}", dir.display()))
     }
 
     /// Parses a bundle from the two files' bytes (checks its own consistency,
@@ -211,7 +202,11 @@ impl Bundle {
                 );
             }
             let variants: Vec<&str> = model.variants.iter().map(|v| v.name.as_str()).collect();
-            let ranged: Vec<&str> = m.throughput_ranges.iter().map(|r| r.variant.as_str()).collect();
+            let ranged: Vec<&str> = m
+                .throughput_ranges
+                .iter()
+                .map(|r| r.variant.as_str())
+                .collect();
             if ranged != variants {
                 bail!(
                     "model '{}' has throughput ranges for variants [{}], scenario {} has [{}]; {REMEDY}",
@@ -265,16 +260,43 @@ impl Bundle {
         };
         for (m, net) in self.meta.models.iter().zip(&self.nets) {
             for (l, h) in net.hidden.iter().enumerate() {
-                let (lin, bn) = (format!("{}.{}", m.name, 4 * l), format!("{}.{}", m.name, 4 * l + 1));
-                put_f32(format!("{lin}.weight"), vec![h.linear.outputs, h.linear.inputs], &h.linear.weight);
-                put_f32(format!("{lin}.bias"), vec![h.linear.outputs], &h.linear.bias);
-                put_f32(format!("{bn}.weight"), vec![h.linear.outputs], &h.norm.gamma);
+                let (lin, bn) = (
+                    format!("{}.{}", m.name, 4 * l),
+                    format!("{}.{}", m.name, 4 * l + 1),
+                );
+                put_f32(
+                    format!("{lin}.weight"),
+                    vec![h.linear.outputs, h.linear.inputs],
+                    &h.linear.weight,
+                );
+                put_f32(
+                    format!("{lin}.bias"),
+                    vec![h.linear.outputs],
+                    &h.linear.bias,
+                );
+                put_f32(
+                    format!("{bn}.weight"),
+                    vec![h.linear.outputs],
+                    &h.norm.gamma,
+                );
                 put_f32(format!("{bn}.bias"), vec![h.linear.outputs], &h.norm.beta);
-                put_f32(format!("{bn}.running_mean"), vec![h.linear.outputs], &h.norm.running_mean);
-                put_f32(format!("{bn}.running_var"), vec![h.linear.outputs], &h.norm.running_var);
+                put_f32(
+                    format!("{bn}.running_mean"),
+                    vec![h.linear.outputs],
+                    &h.norm.running_mean,
+                );
+                put_f32(
+                    format!("{bn}.running_var"),
+                    vec![h.linear.outputs],
+                    &h.norm.running_var,
+                );
             }
             let head = format!("{}.{}", m.name, 4 * net.hidden.len());
-            put_f32(format!("{head}.weight"), vec![1, net.head.inputs], &net.head.weight);
+            put_f32(
+                format!("{head}.weight"),
+                vec![1, net.head.inputs],
+                &net.head.weight,
+            );
             put_f32(format!("{head}.bias"), vec![1], &net.head.bias);
         }
         // PyTorch keeps the BatchNorm step count as a 0-d int64 tensor.
@@ -311,7 +333,10 @@ fn read_net(tensors: &SafeTensors<'_>, m: &ModelMeta, arch: &Architecture) -> Re
     if width == 0 {
         bail!("model '{}' lists no features; {REMEDY}", m.name);
     }
-    for (what, len) in [("input_mean", m.input_mean.len()), ("input_std", m.input_std.len())] {
+    for (what, len) in [
+        ("input_mean", m.input_mean.len()),
+        ("input_std", m.input_std.len()),
+    ] {
         if len != width {
             bail!(
                 "model '{}': {what} has {len} values for {width} features; {REMEDY}",
@@ -322,20 +347,35 @@ fn read_net(tensors: &SafeTensors<'_>, m: &ModelMeta, arch: &Architecture) -> Re
     if m.input_std.iter().any(|s| !(s.is_finite() && *s > 0.0))
         || m.input_mean.iter().any(|v| !v.is_finite())
     {
-        bail!("model '{}': input standardisation has a non-finite or non-positive value; {REMEDY}", m.name);
+        bail!(
+            "model '{}': input standardisation has a non-finite or non-positive value; {REMEDY}",
+            m.name
+        );
     }
     if !(m.target_scale.is_finite() && m.target_scale > 0.0 && m.target_offset.is_finite()) {
-        bail!("model '{}': target scale must be positive and finite; {REMEDY}", m.name);
+        bail!(
+            "model '{}': target scale must be positive and finite; {REMEDY}",
+            m.name
+        );
     }
     if arch.hidden.is_empty() || arch.hidden.contains(&0) {
-        bail!("architecture.hidden must list positive widths, got {:?}; {REMEDY}", arch.hidden);
+        bail!(
+            "architecture.hidden must list positive widths, got {:?}; {REMEDY}",
+            arch.hidden
+        );
     }
     let f32s = |name: String, shape: &[usize]| -> Result<Vec<f32>> {
         let view = tensors.tensor(&name).map_err(|_| {
-            anyhow::anyhow!("{WEIGHTS_FILE} has no tensor '{name}' (model '{}'); {REMEDY}", m.name)
+            anyhow::anyhow!(
+                "{WEIGHTS_FILE} has no tensor '{name}' (model '{}'); {REMEDY}",
+                m.name
+            )
         })?;
         if view.dtype() != Dtype::F32 {
-            bail!("tensor '{name}' is {:?}, expected F32; {REMEDY}", view.dtype());
+            bail!(
+                "tensor '{name}' is {:?}, expected F32; {REMEDY}",
+                view.dtype()
+            );
         }
         if view.shape() != shape {
             bail!(
@@ -357,7 +397,10 @@ fn read_net(tensors: &SafeTensors<'_>, m: &ModelMeta, arch: &Architecture) -> Re
     let mut hidden = Vec::with_capacity(arch.hidden.len());
     let mut inputs = width;
     for (l, &outputs) in arch.hidden.iter().enumerate() {
-        let (lin, bn) = (format!("{}.{}", m.name, 4 * l), format!("{}.{}", m.name, 4 * l + 1));
+        let (lin, bn) = (
+            format!("{}.{}", m.name, 4 * l),
+            format!("{}.{}", m.name, 4 * l + 1),
+        );
         let running_var = f32s(format!("{bn}.running_var"), &[outputs])?;
         if running_var.iter().any(|v| *v < 0.0) {
             bail!("tensor '{bn}.running_var' has negative variances; {REMEDY}");
@@ -406,4 +449,119 @@ fn read_net(tensors: &SafeTensors<'_>, m: &ModelMeta, arch: &Architecture) -> Re
             scale: m.target_scale,
         },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scenario;
+    use crate::surrogate::bundled;
+    use std::path::PathBuf;
+
+    fn fixture(name: &str) -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures/bundles")
+            .join(name)
+    }
+
+    fn shipped(name: &str) -> Bundle {
+        bundled::embedded(name).expect("shipped").expect("parses")
+    }
+
+    #[test]
+    fn write_then_read_gives_the_same_bundle_and_bytes() {
+        let bundle = shipped("paper-n3");
+        let dir = tempfile::tempdir().expect("temp dir");
+        bundle.write(dir.path()).expect("writes");
+        assert_eq!(Bundle::read(dir.path()).expect("reads"), bundle);
+        // Writing is deterministic: the shipped weights file comes back byte for byte.
+        let shipped_weights = std::fs::read(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/paper-n3/weights.safetensors"),
+        )
+        .expect("shipped file");
+        let written = std::fs::read(dir.path().join(WEIGHTS_FILE)).expect("written");
+        assert_eq!(written, shipped_weights);
+    }
+
+    #[test]
+    fn shipped_bundles_fit_their_scenarios_and_predict_like_their_training_form() {
+        for name in scenario::bundled_names() {
+            let s = scenario::load(name).expect("bundled");
+            let bundle = shipped(name);
+            bundle.check_against(&s).expect("fits");
+            let mf = bundle.meanfield(&s.problem).expect("binds");
+            let state = crate::domain::GpuState {
+                workload: crate::domain::WorkloadLevel::High,
+                vram_used_mib: 14000.0,
+                utilization: 0.8,
+            };
+            for (i, (net, folded)) in bundle.nets.iter().zip(mf.nets()).enumerate() {
+                let model = &s.problem.models[i];
+                let x: Vec<f32> = (0..model.grid_size())
+                    .flat_map(|c| features::input_row(&s.problem, i, c, &state))
+                    .collect();
+                for (a, b) in net.predict(&x).iter().zip(folded.predict(&x)) {
+                    assert!(
+                        (a - b).abs() / net.target.scale < 1e-5,
+                        "{name} {}",
+                        model.name
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_bundle_for_other_models_is_refused() {
+        let err = shipped("paper-n2")
+            .check_against(&scenario::load("paper-n3").expect("bundled"))
+            .expect_err("other models");
+        assert!(err.to_string().contains("has no model 'qwen1.5b'"), "{err}");
+    }
+
+    #[test]
+    fn apply_fills_ranges_and_only_the_floors_the_scenario_left_open() {
+        let s = scenario::load("paper-n2").expect("bundled");
+        let bundle = shipped("paper-n2");
+        let mut problem = s.problem.clone();
+        problem.sla_floors = vec![123.0, 45.0];
+        bundle.apply(&mut problem, &[true, false]);
+        assert_eq!(problem.sla_floors[0], 123.0, "explicit floor kept");
+        assert_eq!(problem.sla_floors[1], bundle.meta.models[1].sla_floor_p25);
+        assert_eq!(problem.throughput_ranges.len(), 2);
+        assert_eq!(problem.throughput_ranges[1].len(), 3, "yolo: n, s, m");
+        assert!(problem.throughput_ranges[1][0].max > problem.throughput_ranges[1][2].max);
+    }
+
+    /// Every broken fixture (made by `tests/fixtures/bundles/make.py`) is one
+    /// clear error naming what is wrong.
+    #[test]
+    fn broken_bundles_are_clear_errors() {
+        let s = scenario::load("paper-n2").expect("bundled");
+        let cases = [
+            ("truncated", "weights.safetensors is truncated or corrupt"),
+            ("truncated-json", "bundle.json is not valid (truncated?)"),
+            (
+                "wrong-shape",
+                "tensor 'llama3b.4.weight' has shape [32, 60], expected [32, 64]",
+            ),
+            ("missing-tensor", "no tensor 'yolo-a.1.running_var'"),
+            ("wrong-layout", "model 'llama3b' was trained on features"),
+            ("missing-model", "has no model 'yolo-a'"),
+            ("wrong-version", "format version 99"),
+        ];
+        for (name, expected) in cases {
+            let result = Bundle::read(&fixture(name)).and_then(|b| b.check_against(&s));
+            let err = format!("{:#}", result.expect_err(name));
+            assert!(err.contains(expected), "{name}: {err}");
+            assert!(!err.contains('\n'), "{name}: one line: {err}");
+        }
+    }
+
+    #[test]
+    fn a_missing_directory_names_the_files_it_wants() {
+        let err = Bundle::read(&fixture("no-such-bundle")).expect_err("missing");
+        let msg = format!("{err:#}");
+        assert!(msg.contains("cannot read bundle.json"), "{msg}");
+    }
 }

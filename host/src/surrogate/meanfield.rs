@@ -274,6 +274,9 @@ mod tests {
         let err = MeanField::new(p, nets).expect_err("widths differ");
         assert!(err.to_string().contains("takes 9 inputs"), "{err}");
         let err = MeanField::new(p, nets_for(p)[..4].to_vec()).expect_err("one short");
-        assert!(err.to_string().contains("4 predictors for 5 models"), "{err}");
+        assert!(
+            err.to_string().contains("4 predictors for 5 models"),
+            "{err}"
+        );
     }
 }

@@ -10,10 +10,14 @@
 //! - [`meanfield`]: the [`MeanField`] predictor (`crate::predict::Predictor`).
 
 pub mod bundle;
+pub mod bundled;
+pub mod dataset;
 pub mod features;
 pub mod fold;
 pub mod meanfield;
 pub mod net;
+pub mod split;
+pub mod training;
 
 pub use bundle::Bundle;
 pub use meanfield::{Backend, MeanField};
