@@ -3,7 +3,7 @@
 use super::plugins::{PluginOpts, predictor};
 use super::profile::progress_bar;
 use anyhow::{Context as _, Result, bail};
-use clap::Args;
+use clap::{Args, Subcommand};
 use mfsched::eval::closed_loop::{Harness, PolicySpec};
 use mfsched::eval::published;
 use mfsched::eval::report::Comparison;
@@ -244,7 +244,11 @@ pub fn demo(args: DemoArgs) -> Result<()> {
 }
 
 #[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct ReproArgs {
+    /// Another published result than Table II.
+    #[command(subcommand)]
+    what: Option<ReproWhat>,
     /// Directory for repro.md, results.json and the plots.
     #[arg(long, default_value = "repro-report")]
     out: PathBuf,
@@ -254,6 +258,13 @@ pub struct ReproArgs {
     seed: u64,
     #[command(flatten)]
     plugins: PluginOpts,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ReproWhat {
+    /// The accuracy study: n* per N (R² ≥ 0.95) with learning curves, and the
+    /// Joint MLP at N = 2.
+    SampleComplexity(super::repro::SampleComplexityArgs),
 }
 
 /// Table II's rows: (label, policy spec).
@@ -266,6 +277,9 @@ const TABLE2: [(&str, &str); 5] = [
 ];
 
 pub fn repro(args: ReproArgs) -> Result<()> {
+    if let Some(ReproWhat::SampleComplexity(args)) = args.what {
+        return super::repro::sample_complexity(args);
+    }
     let traces = trace_list("all", args.ticks, args.seed)?;
     let engine = args.plugins.engine()?;
     let policies: Vec<(String, String)> = TABLE2

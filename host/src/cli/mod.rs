@@ -7,6 +7,7 @@ mod eval;
 mod models;
 mod plugins;
 mod profile;
+mod repro;
 mod scenario;
 mod sim;
 mod surrogate;
@@ -51,7 +52,8 @@ enum Command {
     /// simulated 24 GB card, bundled models and plugins; writes a report with plots.
     Demo(eval::DemoArgs),
     /// Regenerates the published tables on the simulator (Table II: GA, exhaustive,
-    /// StaticFull, StaticBudgetK at K = 500 and 5000 over the eight dynamic scenarios).
+    /// StaticFull, StaticBudgetK at K = 500 and 5000 over the eight dynamic scenarios;
+    /// `repro sample-complexity`: the surrogate's accuracy study).
     Repro(eval::ReproArgs),
     /// Trains a MeanField bundle (one predictor per model) on a profile CSV.
     Train(train::TrainArgs),

@@ -20,7 +20,8 @@
 
 use super::bundle::{Bundle, META_FILE};
 use super::training;
-use crate::profile::{self, DEFAULT_REPEATS, SamplingPlan};
+use crate::domain::Problem;
+use crate::profile::{self, DEFAULT_REPEATS, Profile, SamplingPlan};
 use crate::scenario::{self, Scenario};
 use crate::sim::Simulator;
 use anyhow::{Context, Result};
@@ -128,6 +129,28 @@ pub fn regenerate_plan(scenario: &Scenario) -> SamplingPlan {
     SamplingPlan::for_problem(&scenario.problem, (n > 2).then_some(PROFILE_ROWS))
 }
 
+/// Profiles `problem` on the simulator exactly as `mfsched profile --scenario
+/// NAME --seed SEED` does (same RNG streams, same repeats), so a run can be
+/// reproduced, and its file checked, from the command line.
+pub fn profile_on_simulator(
+    name: &str,
+    problem: &Problem,
+    plan: &SamplingPlan,
+    seed: u64,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<Profile> {
+    let mut sim = Simulator::new(problem, Rng::derive(seed, 1).next_u64())?;
+    profile::run(
+        &mut sim,
+        problem,
+        name,
+        plan,
+        DEFAULT_REPEATS,
+        Rng::derive(seed, 2).next_u64(),
+        progress,
+    )
+}
+
 /// Profiles a bundled scenario on the simulator (seeded as `mfsched profile
 /// --seed`), writes the profile to `dir/profile.csv`, trains on it and writes
 /// the bundle into `dir`. `progress(stage, done, total)` reports both stages.
@@ -140,17 +163,9 @@ pub fn regenerate(
     let scenario = scenario::load(name)?;
     let problem = &scenario.problem;
     let plan = regenerate_plan(&scenario);
-    // The same streams `mfsched profile --seed` uses, so both give the same file.
-    let mut sim = Simulator::new(problem, Rng::derive(seed, 1).next_u64())?;
-    let profile = profile::run(
-        &mut sim,
-        problem,
-        name,
-        &plan,
-        DEFAULT_REPEATS,
-        Rng::derive(seed, 2).next_u64(),
-        &mut |done, total| progress("profiling", done, total),
-    )?;
+    let profile = profile_on_simulator(name, problem, &plan, seed, &mut |done, total| {
+        progress("profiling", done, total)
+    })?;
     std::fs::create_dir_all(dir)
         .with_context(|| format!("cannot create directory {}", dir.display()))?;
     let csv_path = dir.join(PROFILE_FILE);

@@ -17,6 +17,7 @@ pub mod fold;
 pub mod meanfield;
 pub mod net;
 pub mod split;
+pub mod study;
 pub mod training;
 
 pub use bundle::Bundle;
