@@ -17,6 +17,8 @@ pub enum BenchCommand {
     /// Decision latency per policy through the Wasm boundary, and each policy's
     /// utility gap to exhaustive search on the same ticks.
     Policies(PoliciesArgs),
+    /// Training time of one MeanField predictor (median per size).
+    Train(super::train::BenchTrainArgs),
 }
 
 #[derive(Debug, Args)]
@@ -41,6 +43,7 @@ pub struct PoliciesArgs {
 pub fn run(cmd: BenchCommand) -> Result<()> {
     match cmd {
         BenchCommand::Policies(args) => policies(args),
+        BenchCommand::Train(args) => super::train::bench(args),
     }
 }
 

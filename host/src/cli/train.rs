@@ -74,3 +74,67 @@ pub fn run(args: TrainArgs) -> Result<()> {
     println!("wrote the bundle to {}", args.out.display());
     Ok(())
 }
+
+/// `mfsched bench train`: how long training takes.
+#[derive(Debug, Args)]
+pub struct BenchTrainArgs {
+    /// Training rows per run (taken from a seeded paper-n2 profile).
+    #[arg(long, value_delimiter = ',', default_value = "50,200,518")]
+    rows: Vec<usize>,
+    #[arg(long, default_value_t = 500)]
+    epochs: usize,
+    /// Runs per size; the median is reported.
+    #[arg(long, default_value_t = 5)]
+    repeats: usize,
+}
+
+/// Trains the llama3b predictor of paper-n2 on `rows` rows for `epochs` epochs,
+/// `repeats` times per size, and prints the median time and the time per
+/// row-epoch (the unit the cost of a study is made of).
+pub fn bench(args: BenchTrainArgs) -> Result<()> {
+    use mfsched::surrogate::{bundled, dataset};
+    use std::time::Instant;
+    if args.repeats == 0 || args.epochs == 0 {
+        anyhow::bail!("--repeats and --epochs must be positive");
+    }
+    let scenario = scenario::load("paper-n2")?;
+    let plan = bundled::regenerate_plan(&scenario);
+    let profile =
+        bundled::profile_on_simulator("paper-n2", &scenario.problem, &plan, 1, &mut |_, _| {})?;
+    let data = &dataset::build(&scenario.problem, &profile, dataset::Layout::MeanField)[0];
+    let config = TrainConfig {
+        epochs: args.epochs,
+        ..TrainConfig::default()
+    };
+    println!(
+        "training one MeanField predictor (llama3b, {} inputs, {:?} hidden), median of {} runs",
+        data.width, config.hidden, args.repeats
+    );
+    println!(
+        "{:>6} {:>7} {:>10} {:>16}",
+        "rows", "epochs", "median s", "µs / row-epoch"
+    );
+    for &rows in &args.rows {
+        if rows < 2 || rows > data.rows() {
+            anyhow::bail!("--rows: each size must be between 2 and {}", data.rows());
+        }
+        let subset = data.subset(&(0..rows).collect::<Vec<_>>());
+        let mut times: Vec<f64> = (0..args.repeats)
+            .map(|r| {
+                let t = Instant::now();
+                training::train_net(&subset, &config, r as u64, "llama3b", &mut |_| {})
+                    .map(|_| t.elapsed().as_secs_f64())
+            })
+            .collect::<Result<_>>()?;
+        times.sort_by(f64::total_cmp);
+        let median = times[times.len() / 2];
+        println!(
+            "{:>6} {:>7} {:>10.3} {:>16.2}",
+            rows,
+            args.epochs,
+            median,
+            median * 1e6 / (rows * args.epochs) as f64
+        );
+    }
+    Ok(())
+}

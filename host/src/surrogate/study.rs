@@ -479,3 +479,72 @@ impl StudyResult {
         Ok(written)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tiny(jobs: usize) -> StudyConfig {
+        StudyConfig {
+            scenarios: vec!["paper-n2".into()],
+            sizes: vec![20, 40],
+            seeds: 1,
+            folds: 2,
+            jobs,
+            train: TrainConfig {
+                epochs: 60,
+                ..TrainConfig::default()
+            },
+            ..StudyConfig::published(4)
+        }
+    }
+
+    #[test]
+    fn results_do_not_depend_on_the_thread_count() {
+        let one = run(&tiny(1), &|_, _| {}).expect("runs");
+        let two = run(&tiny(2), &|_, _| {}).expect("runs");
+        assert_eq!(one.curves, two.curves);
+        assert_eq!(one.curves.len(), 2, "MeanField and the Joint MLP");
+        let mf = &one.curves[0];
+        assert_eq!(mf.method, Method::MeanField);
+        assert_eq!((mf.pool_rows, mf.test_rows), (648, 324));
+        assert!(mf.points.iter().all(|p| p.evaluations == 2));
+        // More data, better fit (nested training sets).
+        assert!(mf.points[1].mean_r2 > mf.points[0].mean_r2, "{:?}", mf.points);
+    }
+
+    #[test]
+    fn a_size_larger_than_the_training_folds_is_refused() {
+        let config = StudyConfig {
+            sizes: vec![600],
+            ..tiny(1)
+        };
+        let err = run(&config, &|_, _| {}).expect_err("too large");
+        assert!(err.to_string().contains("exceeds the 324 rows"), "{err}");
+    }
+
+    #[test]
+    fn the_table_shows_n_star_beside_the_published_figure() {
+        let result = StudyResult {
+            device: "test".into(),
+            config: tiny(1),
+            curves: vec![Curve {
+                scenario: "paper-n2".into(),
+                models: 2,
+                method: Method::MeanField,
+                pool_rows: 648,
+                test_rows: 324,
+                points: vec![
+                    CurvePoint { n: 20, mean_r2: 0.90, std_r2: 0.02, evaluations: 2 },
+                    CurvePoint { n: 40, mean_r2: 0.96, std_r2: 0.01, evaluations: 2 },
+                ],
+                n_star: Some(40),
+            }],
+        };
+        let table = result.table();
+        assert!(table.contains("paper-n2"), "{table}");
+        assert!(table.contains("0.960 ± 0.010"), "{table}");
+        assert!(table.contains("≈40"), "{table}");
+        assert!(result.chart().contains("N = 2"));
+    }
+}
