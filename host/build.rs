@@ -31,6 +31,7 @@ const PLUGINS: &[(&str, &str, &str)] = &[
         "mfsched-plugin-utility",
         "mfsched_plugin_utility",
     ),
+    ("exact", "mfsched-plugin-exact", "mfsched_plugin_exact"),
 ];
 
 /// Hostile plugins for the host's tests: (file name, cargo package, artifact stem).
