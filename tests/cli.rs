@@ -77,7 +77,7 @@ fn decide_works_for_each_bundled_policy_on_paper_n5() {
 }
 
 #[test]
-fn decide_text_names_the_stand_in_predictor_and_the_outcome() {
+fn decide_text_names_the_meanfield_predictor_and_the_outcome() {
     let out = mfsched(&[
         "decide",
         "--scenario",
@@ -92,10 +92,70 @@ fn decide_text_names_the_stand_in_predictor_and_the_outcome() {
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
     let text = stdout(&out);
-    assert!(text.contains("not the MeanField surrogate"), "{text}");
+    assert!(
+        text.contains("MeanField surrogate, CPU (embedded bundle paper-n3)"),
+        "{text}"
+    );
     assert!(text.contains("burst load"), "{text}");
     assert!(text.contains("population=16"), "{text}");
     assert!(text.contains("outcome            accepted"), "{text}");
+}
+
+#[test]
+fn decide_can_use_the_analytic_stand_in_or_a_models_dir() {
+    let out = mfsched(&[
+        "decide",
+        "--scenario",
+        "paper-n2",
+        "--policy",
+        "exhaustive",
+        "--predictor",
+        "analytic",
+        "--no-cache",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("not the MeanField surrogate"),
+        "{}",
+        stdout(&out)
+    );
+
+    let models = format!("{}/../models", env!("CARGO_MANIFEST_DIR"));
+    let out = mfsched(&[
+        "decide",
+        "--scenario",
+        "paper-n2",
+        "--policy",
+        "exhaustive",
+        "--models",
+        &models,
+        "--no-cache",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("models/paper-n2)"),
+        "{}",
+        stdout(&out)
+    );
+
+    let broken = format!(
+        "{}/../tests/fixtures/bundles/wrong-shape",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let out = mfsched(&[
+        "decide",
+        "--scenario",
+        "paper-n2",
+        "--policy",
+        "exhaustive",
+        "--models",
+        &broken,
+        "--no-cache",
+    ]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("has shape [32, 60]"), "{err}");
 }
 
 #[test]
@@ -225,7 +285,15 @@ fn train_then_eval_a_bundle_from_a_fresh_profile() {
     let bundle = dir.path().join("bundle");
     let csv_s = csv.to_str().expect("utf-8 path");
     let out = mfsched(&[
-        "profile", "--scenario", "paper-n3", "--samples", "160", "--seed", "3", "--out", csv_s,
+        "profile",
+        "--scenario",
+        "paper-n3",
+        "--samples",
+        "160",
+        "--seed",
+        "3",
+        "--out",
+        csv_s,
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
     let out = mfsched(&[
@@ -277,7 +345,14 @@ fn a_broken_bundle_is_one_clear_line_and_a_failure() {
             env!("CARGO_MANIFEST_DIR")
         );
         let out = mfsched(&[
-            "surrogate", "eval", "--model", &dir, "--scenario", "paper-n2", "--data", &data,
+            "surrogate",
+            "eval",
+            "--model",
+            &dir,
+            "--scenario",
+            "paper-n2",
+            "--data",
+            &data,
         ]);
         assert!(!out.status.success(), "{fixture}");
         let err = stderr(&out);
@@ -305,7 +380,10 @@ fn sample_complexity_writes_the_table_json_and_plot() {
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
     let text = stdout(&out);
-    assert!(text.contains("MeanField") && text.contains("Joint MLP"), "{text}");
+    assert!(
+        text.contains("MeanField") && text.contains("Joint MLP"),
+        "{text}"
+    );
     assert!(text.contains("simulated 24 GB card"), "{text}");
     let json: serde_json::Value = serde_json::from_slice(
         &std::fs::read(dir.path().join("results.json")).expect("results.json"),
@@ -323,7 +401,12 @@ fn sample_complexity_writes_the_table_json_and_plot() {
         }
     }
     let svg = std::fs::read_to_string(dir.path().join("learning-curves.svg")).expect("svg");
-    assert!(svg.starts_with("<svg") && svg.contains("Joint MLP"), "{svg}");
+    assert!(
+        svg.starts_with("<svg") && svg.contains("Joint MLP"),
+        "{svg}"
+    );
+}
+
 fn fixture(name: &str) -> String {
     format!(
         "{}/../tests/fixtures/profiles/{name}",

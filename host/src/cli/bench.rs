@@ -1,12 +1,11 @@
 //! `mfsched bench ...`: performance measured side by side in one process.
 
-use super::plugins::{PluginOpts, predictor};
+use super::plugins::{PluginOpts, Served};
 use anyhow::{Context as _, Result, bail};
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use mfsched::plugin::bench::{self, Contender, ContenderResult};
 use mfsched::plugin::registry::{resolve_policy, resolve_utility};
-use mfsched::plugin::setup;
 use mfsched::scenario;
 use mfsched::svg::{LineChart, Series};
 use std::io::IsTerminal;
@@ -52,9 +51,11 @@ fn policies(args: PoliciesArgs) -> Result<()> {
         bail!("--decisions must be positive");
     }
     let scenario = scenario::load(&args.scenario)?;
-    let (predictor, predictor_name) = predictor();
-    let mut problem = scenario.problem.clone();
-    setup::fill_defaults(&mut problem, &scenario.explicit_floors, predictor.as_ref());
+    let Served {
+        predictor,
+        name: predictor_name,
+        problem,
+    } = args.opts.served(&scenario)?;
     let engine = args.opts.engine()?;
     let dir = args.opts.dir.as_deref();
     let utility = resolve_utility(&engine, "utility", dir)?;

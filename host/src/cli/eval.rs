@@ -1,6 +1,6 @@
 //! `ab`, `demo` and `repro policies`: closed-loop policy comparisons on the simulator.
 
-use super::plugins::{PluginOpts, predictor};
+use super::plugins::{PluginOpts, Served};
 use super::profile::progress_bar;
 use anyhow::{Context as _, Result, bail};
 use clap::{Args, Subcommand};
@@ -8,8 +8,8 @@ use mfsched::eval::closed_loop::{Harness, PolicySpec};
 use mfsched::eval::published;
 use mfsched::eval::report::Comparison;
 use mfsched::eval::traces::{self, DEFAULT_TICKS, TRACE_NAMES, Trace};
+use mfsched::plugin::PluginEngine;
 use mfsched::plugin::registry::{resolve_policy, resolve_utility};
-use mfsched::plugin::{PluginEngine, setup};
 use mfsched::{scenario, sim};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -140,6 +140,7 @@ fn load_spec(
 /// Loads the problem and the plugins and runs every loop over every trace.
 fn compare(
     problem_name: &str,
+    plugins: &PluginOpts,
     engine: Arc<PluginEngine>,
     plugin_dir: Option<&Path>,
     utility: &str,
@@ -148,9 +149,11 @@ fn compare(
     seed: u64,
 ) -> Result<Comparison> {
     let scenario = scenario::load(problem_name)?;
-    let (predictor, predictor_name) = predictor();
-    let mut problem = scenario.problem.clone();
-    setup::fill_defaults(&mut problem, &scenario.explicit_floors, predictor.as_ref());
+    let Served {
+        predictor,
+        name: predictor_name,
+        problem,
+    } = plugins.served(&scenario)?;
     let utility = resolve_utility(&engine, utility, plugin_dir)?;
     let loaded: Vec<(PolicySpec, Vec<PolicySpec>)> = loops
         .iter()
@@ -216,6 +219,7 @@ pub fn ab(args: AbArgs) -> Result<()> {
     let loops = [Loop::alone(&args.a, &args.a), Loop::alone(&args.b, &args.b)];
     let cmp = compare(
         &e.problem,
+        &e.plugins,
         engine,
         e.plugins.dir.as_deref(),
         &e.utility,
@@ -253,6 +257,7 @@ pub fn demo(args: DemoArgs) -> Result<()> {
     }];
     let cmp = compare(
         "paper-n5",
+        &args.plugins,
         engine,
         args.plugins.dir.as_deref(),
         "utility",
@@ -323,6 +328,7 @@ pub fn repro(args: ReproArgs) -> Result<()> {
     );
     let cmp = compare(
         "paper-n5",
+        &args.plugins,
         engine,
         args.plugins.dir.as_deref(),
         "utility",

@@ -510,7 +510,11 @@ mod tests {
         assert_eq!((mf.pool_rows, mf.test_rows), (648, 324));
         assert!(mf.points.iter().all(|p| p.evaluations == 2));
         // More data, better fit (nested training sets).
-        assert!(mf.points[1].mean_r2 > mf.points[0].mean_r2, "{:?}", mf.points);
+        assert!(
+            mf.points[1].mean_r2 > mf.points[0].mean_r2,
+            "{:?}",
+            mf.points
+        );
     }
 
     #[test]
@@ -535,8 +539,18 @@ mod tests {
                 pool_rows: 648,
                 test_rows: 324,
                 points: vec![
-                    CurvePoint { n: 20, mean_r2: 0.90, std_r2: 0.02, evaluations: 2 },
-                    CurvePoint { n: 40, mean_r2: 0.96, std_r2: 0.01, evaluations: 2 },
+                    CurvePoint {
+                        n: 20,
+                        mean_r2: 0.90,
+                        std_r2: 0.02,
+                        evaluations: 2,
+                    },
+                    CurvePoint {
+                        n: 40,
+                        mean_r2: 0.96,
+                        std_r2: 0.01,
+                        evaluations: 2,
+                    },
                 ],
                 n_star: Some(40),
             }],
