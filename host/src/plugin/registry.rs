@@ -5,7 +5,7 @@ use super::bindings::policy::PolicyPre;
 use super::bindings::utility::UtilityPre;
 use super::bindings::{PACKAGE, wit};
 use super::context::{PolicyCtx, UtilityCtx};
-use super::engine::PluginEngine;
+use super::engine::{PluginEngine, arm_deadline};
 use super::failure::describe;
 use anyhow::{Context as _, Result, anyhow, bail};
 use std::collections::BTreeMap;
@@ -165,7 +165,7 @@ pub fn load(engine: &PluginEngine, name: &str, origin: Origin, bytes: &[u8]) -> 
         title: String::new(),
         params: Vec::new(),
     };
-    let deadline = engine.limits().deadline_ticks();
+    let deadline_at = std::time::Instant::now() + engine.limits().deadline;
     match world {
         World::Policy => {
             let pre = engine
@@ -175,7 +175,7 @@ pub fn load(engine: &PluginEngine, name: &str, origin: Origin, bytes: &[u8]) -> 
                 .map_err(|e| anyhow!("does not fit the policy world: {}", describe(&e)))?;
             let mut store = Store::new(engine.engine(), PolicyCtx::describing(engine));
             store.limiter(|ctx| &mut ctx.memory);
-            store.set_epoch_deadline(deadline);
+            arm_deadline(&mut store, deadline_at);
             let instance = pre
                 .instantiate(&mut store)
                 .map_err(|e| anyhow!("cannot be instantiated: {}", describe(&e)))?;
@@ -198,7 +198,7 @@ pub fn load(engine: &PluginEngine, name: &str, origin: Origin, bytes: &[u8]) -> 
                 .map_err(|e| anyhow!("does not fit the utility world: {}", describe(&e)))?;
             let mut store = Store::new(engine.engine(), UtilityCtx::new(engine));
             store.limiter(|ctx| ctx.memory_mut());
-            store.set_epoch_deadline(deadline);
+            arm_deadline(&mut store, deadline_at);
             let instance = pre
                 .instantiate(&mut store)
                 .map_err(|e| anyhow!("cannot be instantiated: {}", describe(&e)))?;
