@@ -130,6 +130,15 @@ impl Loaded {
 /// Compiles a component, works out its world and WIT version, links it and asks
 /// it to describe itself (under the usual deadline and memory limit).
 pub fn load(engine: &PluginEngine, name: &str, origin: Origin, bytes: &[u8]) -> Result<Loaded> {
+    // Wasmtime would read anything else as WAT text and report a parse error
+    // that says little about a truncated or foreign file.
+    let looks_like_wat = bytes.trim_ascii_start().starts_with(b"(");
+    if !bytes.starts_with(b"\0asm") && !looks_like_wat {
+        bail!(
+            "not a Wasm component: the file ({} bytes) starts with neither the \\0asm magic nor WAT text",
+            bytes.len()
+        );
+    }
     let component = Component::new(engine.engine(), bytes)
         .map_err(|e| anyhow!("not a valid Wasm component: {}", describe(&e)))?;
     let ty = component.component_type();
