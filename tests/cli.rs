@@ -384,3 +384,90 @@ fn profiling_an_unknown_scenario_is_one_clear_line() {
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(err.contains("unknown scenario 'paper-n9'"), "{err}");
 }
+
+/// Whether a GPU adapter is there; without one the test skips, unless
+/// `MFSCHED_REQUIRE_GPU_ADAPTER=1` (CI) makes that a failure.
+fn gpu_adapter(test: &str) -> bool {
+    mfsched::surrogate::gpu::adapter_gate(test)
+        .expect("a GPU adapter is required")
+        .is_some()
+}
+
+#[test]
+fn check_backends_passes_on_paper_n2_and_names_the_adapter() {
+    if !gpu_adapter("check_backends_passes_on_paper_n2_and_names_the_adapter") {
+        return;
+    }
+    let out = mfsched(&["surrogate", "check-backends", "--scenario", "paper-n2"]);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("adapter     "), "{text}");
+    assert!(
+        text.contains("joint (162 candidates)          324"),
+        "{text}"
+    );
+    assert!(text.contains("PASS: max |Δσ|"), "{text}");
+}
+
+#[test]
+fn check_backends_rejects_bad_input_with_one_clear_line() {
+    for (args, want) in [
+        (
+            &["surrogate", "check-backends", "--scenario", "paper-n9"][..],
+            "unknown scenario 'paper-n9'",
+        ),
+        (
+            &[
+                "surrogate",
+                "check-backends",
+                "--scenario",
+                "paper-n2",
+                "--sample",
+                "0",
+            ][..],
+            "--sample must be positive",
+        ),
+    ] {
+        let out = mfsched(args);
+        assert!(!out.status.success(), "{args:?}");
+        let err = stderr(&out);
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn bench_surrogate_prints_batches_and_the_decision_comparison() {
+    let has_gpu = gpu_adapter("bench_surrogate_prints_batches_and_the_decision_comparison");
+    let out = mfsched(&[
+        "bench",
+        "surrogate",
+        "--scenario",
+        "paper-n2",
+        "--repeats",
+        "1",
+        "--rows",
+        "10,400",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    for want in [
+        "CPU rows/s",
+        "5 candidates",
+        "200 candidates",
+        "table (Σk rows)",
+        "every feasible cand.",
+    ] {
+        assert!(text.contains(want), "{want}: {text}");
+    }
+    // With an adapter the wgpu columns hold numbers, not the "-" of an absent backend.
+    let table_row = text
+        .lines()
+        .find(|l| l.starts_with("table (Σk rows)"))
+        .expect("a table row");
+    assert_eq!(
+        table_row.split_whitespace().any(|w| w == "-"),
+        !has_gpu,
+        "{text}"
+    );
+}
