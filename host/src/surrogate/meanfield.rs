@@ -1,185 +1,64 @@
 //! The MeanField predictor: one folded MLP per model over
-//! `[local features of its configuration | state features]`.
+//! `[local features of its configuration | state features]`, bound to one
+//! problem's models.
 //!
-//! Local features depend only on the model and its configuration, so they are
-//! tabulated once per problem (Σᵢ kᵢ rows); a prediction appends the state
-//! features to table rows and runs the batch through the net. The CPU path is
-//! the reference backend; a GPU backend plugs in behind the same type (the
-//! folded nets and local tables are exposed for it).
+//! Inference runs on [`InferenceBackend`]: the batched CPU reference
+//! (`surrogate::cpu`) or the wgpu shader (`surrogate::gpu`) with the CPU as
+//! fallback. The trained nets stay available for whoever needs them (the
+//! backend agreement check, benchmarks).
 
-use super::features;
-use super::net::{FoldedNet, Scratch};
+use super::backend::{BackendChoice, InferenceBackend};
+use super::cpu::check_nets;
+use super::net::FoldedNet;
 use crate::domain::{GpuState, Problem};
 use crate::predict::Predictor;
-use anyhow::{Result, bail};
-use std::borrow::Cow;
-
-/// Where the dense layers run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Backend {
-    /// The batched CPU reference (`FoldedNet::predict_into`).
-    Cpu,
-}
-
-/// Candidates are evaluated in chunks of this many rows per model: large enough
-/// to amortise the per-layer loop, small enough to stay in cache.
-const CHUNK_ROWS: usize = 1024;
+use anyhow::Result;
 
 /// A MeanField surrogate bound to one problem's models.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct MeanField {
     nets: Vec<FoldedNet>,
-    /// Per model: (name, grid size) the local tables were built for.
-    shape: Vec<(String, usize)>,
-    /// Per model: `grid_size × local_len` local features, row-major.
-    local: Vec<Vec<f32>>,
-    backend: Backend,
+    inference: InferenceBackend,
 }
 
 impl MeanField {
-    /// Binds one folded net per model (in the problem's model order) to the problem.
+    /// Binds one folded net per model (in the problem's model order) to the
+    /// problem, on the CPU reference backend.
     pub fn new(problem: &Problem, nets: Vec<FoldedNet>) -> Result<Self> {
-        if nets.len() != problem.models.len() {
-            bail!(
-                "{} predictors for {} models",
-                nets.len(),
-                problem.models.len()
-            );
-        }
-        for (net, model) in nets.iter().zip(&problem.models) {
-            if let Err(e) = net.validate() {
-                bail!("predictor for model '{}': {e}", model.name);
-            }
-            let expected = features::input_len(model);
-            if net.input_len() != expected {
-                bail!(
-                    "predictor for model '{}' takes {} inputs, its feature layout has {expected}",
-                    model.name,
-                    net.input_len()
-                );
-            }
-        }
-        Ok(Self {
-            nets,
-            shape: shape_of(problem),
-            local: local_tables(problem),
-            backend: Backend::Cpu,
-        })
+        Self::with_backend(problem, nets, BackendChoice::Cpu)
     }
 
-    pub fn backend(&self) -> Backend {
-        self.backend
+    /// As [`MeanField::new`], on the backend `choice` asks for.
+    pub fn with_backend(
+        problem: &Problem,
+        nets: Vec<FoldedNet>,
+        choice: BackendChoice,
+    ) -> Result<Self> {
+        check_nets(problem, &nets)?;
+        let inference = InferenceBackend::select(choice, problem, &nets)?;
+        Ok(Self { nets, inference })
     }
 
     pub fn nets(&self) -> &[FoldedNet] {
         &self.nets
     }
 
-    /// Model i's local feature table (`grid_size × local_len`, row-major).
-    pub fn local_table(&self, i: usize) -> &[f32] {
-        &self.local[i]
-    }
-
-    /// The cached local tables when `problem` has the models they were built
-    /// for, else fresh ones (correct, just not cached).
-    fn tables_for(&self, problem: &Problem) -> Cow<'_, [Vec<f32>]> {
-        let same = problem.models.len() == self.shape.len()
-            && problem
-                .models
-                .iter()
-                .zip(&self.shape)
-                .all(|(m, (name, k))| m.name == *name && m.grid_size() == *k);
-        if same {
-            Cow::Borrowed(&self.local)
-        } else {
-            Cow::Owned(local_tables(problem))
-        }
+    /// Where inference runs and why.
+    pub fn backend_reason(&self) -> &str {
+        &self.inference.reason
     }
 }
 
-fn shape_of(problem: &Problem) -> Vec<(String, usize)> {
-    problem
-        .models
-        .iter()
-        .map(|m| (m.name.clone(), m.grid_size()))
-        .collect()
-}
-
-fn local_tables(problem: &Problem) -> Vec<Vec<f32>> {
-    problem.models.iter().map(features::local_table).collect()
-}
-
-fn state_features(problem: &Problem, state: &GpuState) -> Vec<f32> {
-    let mut s = Vec::with_capacity(features::STATE_FEATURES);
-    features::push_state(problem, state, &mut s);
-    s
-}
-
+/// `problem` must have the models the surrogate was bound to; only the state
+/// (and, for joint calls, the candidates) vary between calls.
 impl Predictor for MeanField {
     fn predict_table(&self, problem: &Problem, state: &GpuState) -> Vec<f32> {
-        let tables = self.tables_for(problem);
-        let state = state_features(problem, state);
-        let total: usize = problem.models.iter().map(|m| m.grid_size()).sum();
-        let mut out = Vec::with_capacity(total);
-        let mut x = Vec::new();
-        let mut scratch = Scratch::default();
-        for ((net, table), model) in self.nets.iter().zip(tables.iter()).zip(&problem.models) {
-            let local_len = features::local_len(model);
-            x.clear();
-            for row in table.chunks_exact(local_len) {
-                x.extend_from_slice(row);
-                x.extend_from_slice(&state);
-            }
-            net.predict_into(&x, &mut scratch, &mut out);
-        }
-        out
+        self.inference.predict_table(problem, state)
     }
 
     /// Candidates outside the joint space get NaN (the caller validates indices).
     fn predict_joint(&self, problem: &Problem, state: &GpuState, candidates: &[u64]) -> Vec<f32> {
-        let tables = self.tables_for(problem);
-        let state = state_features(problem, state);
-        let n = problem.models.len();
-        let space = problem.space();
-        let mut out = vec![f32::NAN; candidates.len() * n];
-        // Mixed-radix strides: the last model varies fastest.
-        let mut strides = vec![1u64; n];
-        for i in (0..n.saturating_sub(1)).rev() {
-            strides[i] = strides[i + 1] * u64::from(space.radices()[i + 1]);
-        }
-        let mut x = Vec::with_capacity(CHUNK_ROWS * 32);
-        let mut y = Vec::with_capacity(CHUNK_ROWS);
-        let mut rows = Vec::with_capacity(CHUNK_ROWS);
-        let mut scratch = Scratch::default();
-        for (i, ((net, table), model)) in self
-            .nets
-            .iter()
-            .zip(tables.iter())
-            .zip(&problem.models)
-            .enumerate()
-        {
-            let local_len = features::local_len(model);
-            let radix = u64::from(space.radices()[i]);
-            for (chunk_no, chunk) in candidates.chunks(CHUNK_ROWS).enumerate() {
-                x.clear();
-                rows.clear();
-                for (k, &c) in chunk.iter().enumerate() {
-                    if c >= space.size() {
-                        continue;
-                    }
-                    let digit = ((c / strides[i]) % radix) as usize;
-                    x.extend_from_slice(&table[digit * local_len..(digit + 1) * local_len]);
-                    x.extend_from_slice(&state);
-                    rows.push(chunk_no * CHUNK_ROWS + k);
-                }
-                y.clear();
-                net.predict_into(&x, &mut scratch, &mut y);
-                for (&row, &v) in rows.iter().zip(&y) {
-                    out[row * n + i] = v;
-                }
-            }
-        }
-        out
+        self.inference.predict_joint(problem, state, candidates)
     }
 }
 
@@ -189,6 +68,7 @@ mod tests {
     use crate::domain::WorkloadLevel;
     use crate::predict::table_offsets;
     use crate::scenario;
+    use crate::surrogate::features;
     use crate::surrogate::fold::fold;
     use mfsched_nn::{TrainConfig, train};
     use mfsched_rng::Rng;
@@ -250,7 +130,7 @@ mod tests {
         // More than one chunk, plus an out-of-range index.
         let mut candidates: Vec<u64> = (0..space.size()).step_by(2).collect();
         candidates.push(space.size());
-        assert!(candidates.len() > CHUNK_ROWS);
+        assert!(candidates.len() > 1024, "more than one CPU block");
         let joint = mf.predict_joint(p, &state(), &candidates);
         let n = p.models.len();
         assert_eq!(joint.len(), candidates.len() * n);

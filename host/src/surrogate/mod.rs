@@ -38,4 +38,4 @@ pub mod synthetic;
 pub mod training;
 
 pub use bundle::Bundle;
-pub use meanfield::{Backend, MeanField};
+pub use meanfield::MeanField;
