@@ -5,6 +5,7 @@
 pub mod domain;
 pub mod eval;
 pub mod predict;
+pub mod runtime;
 pub mod scenario;
 pub mod surrogate;
 pub mod svg;

@@ -1,5 +1,6 @@
 //! Argument parsing and dispatch. Each subcommand family lives in its own file.
 
+mod daemon;
 mod scenario;
 
 use clap::{Parser, Subcommand};
@@ -21,12 +22,22 @@ enum Command {
     /// Bundled and user scenarios: models, knobs, grid sizes, feasible counts.
     #[command(subcommand)]
     Scenario(scenario::ScenarioCommand),
+    /// Runs the scheduling daemon: decision loop, actuators, decision log, HTTP API.
+    Run(daemon::RunArgs),
+    /// Prints or summarises a decision log written by `run`.
+    Replay(daemon::ReplayArgs),
+    /// NVML diagnostics.
+    #[command(subcommand)]
+    Nvml(daemon::NvmlCommand),
 }
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Scenario(cmd) => scenario::run(cmd),
+        Command::Run(args) => daemon::run(args),
+        Command::Replay(args) => daemon::replay(args),
+        Command::Nvml(cmd) => daemon::nvml(cmd),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
