@@ -73,12 +73,12 @@ fn run_serves_the_api_and_stops_cleanly_on_sigterm_with_a_replayable_log() {
         .stdout(Stdio::null())
         .spawn()
         .expect("spawn mfsched run");
-    let mut stderr = BufReader::new(child.stderr.take().expect("piped"));
+    let mut daemon_err = BufReader::new(child.stderr.take().expect("piped"));
     let mut line = String::new();
     let addr: SocketAddr = loop {
         line.clear();
         assert!(
-            stderr.read_line(&mut line).expect("stderr") > 0,
+            daemon_err.read_line(&mut line).expect("stderr") > 0,
             "run exited before listening"
         );
         if let Some(a) = line.trim().strip_prefix("listening on http://") {
@@ -91,7 +91,10 @@ fn run_serves_the_api_and_stops_cleanly_on_sigterm_with_a_replayable_log() {
     assert_eq!(status, 200, "{body}");
     let (status, metrics) = common::http(addr, "GET", "/metrics", None);
     assert_eq!(status, 200);
-    assert!(metrics.contains("# TYPE mfsched_ticks_total counter"), "{metrics}");
+    assert!(
+        metrics.contains("# TYPE mfsched_ticks_total counter"),
+        "{metrics}"
+    );
     assert!(
         metrics.contains("mfsched_decisions_total{policy=\"hold\",role=\"active\"}"),
         "{metrics}"
@@ -117,7 +120,7 @@ fn run_serves_the_api_and_stops_cleanly_on_sigterm_with_a_replayable_log() {
     assert!(killed.success());
     let status = child.wait().expect("wait");
     let mut rest = String::new();
-    std::io::Read::read_to_string(&mut stderr, &mut rest).expect("stderr");
+    std::io::Read::read_to_string(&mut daemon_err, &mut rest).expect("stderr");
     assert!(status.success(), "exit {status:?}: {rest}");
     assert!(rest.contains("stopped after"), "{rest}");
 
@@ -127,7 +130,10 @@ fn run_serves_the_api_and_stops_cleanly_on_sigterm_with_a_replayable_log() {
     let summary = stdout(&out);
     assert!(summary.contains("tick gaps    0"), "{summary}");
     assert!(summary.contains("hold"), "{summary}");
-    assert!(stderr(&out).is_empty(), "a clean shutdown leaves no torn tail");
+    assert!(
+        stderr(&out).is_empty(),
+        "a clean shutdown leaves no torn tail"
+    );
     let applied = std::fs::read_to_string(dir.path().join("applied.json"));
     // `hold` never changes anything, so the file actuator had nothing to write.
     assert!(applied.is_err(), "nothing changed, nothing written");
@@ -154,7 +160,11 @@ fn a_bounded_run_decides_every_tick() {
         "5",
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
-    assert!(stderr(&out).contains("stopped after 5 tick(s)"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("stopped after 5 tick(s)"),
+        "{}",
+        stderr(&out)
+    );
     let log = dir.path().join("decisions.log");
     let out = mfsched(&["replay", log.to_str().expect("utf-8 path")]);
     assert_eq!(stdout(&out).lines().count(), 5, "{}", stdout(&out));
@@ -168,7 +178,11 @@ fn a_bounded_run_decides_every_tick() {
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
     let out = mfsched(&["replay", "--summary", log.to_str().expect("utf-8 path")]);
-    assert!(stdout(&out).contains("ticks        0..=6"), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("ticks        0..=6"),
+        "{}",
+        stdout(&out)
+    );
 }
 
 #[test]
@@ -190,7 +204,12 @@ fn nvml_sampler_without_nvml_fails_in_one_line_unless_fallback_is_allowed() {
         assert!(stdout(&probe).contains("devices"), "{}", stdout(&probe));
         return;
     }
-    assert_eq!(stderr(&probe).trim().lines().count(), 1, "{}", stderr(&probe));
+    assert_eq!(
+        stderr(&probe).trim().lines().count(),
+        1,
+        "{}",
+        stderr(&probe)
+    );
     assert!(stderr(&probe).contains("NVML is not available"));
     let dir = tempfile::tempdir().expect("tempdir");
     let config = daemon_config(dir.path(), "nvml-no-fallback.toml");

@@ -17,9 +17,7 @@ use mfsched::domain::{GpuState, Problem};
 use mfsched::runtime::actuator::Actuators;
 use mfsched::runtime::config::{ActuatorConfig, WebhookConfig};
 use mfsched::runtime::daemon::{Daemon, LoopSettings, WorkloadSource};
-use mfsched::runtime::decider::{
-    DecideOutcome, Decider, Failure, FailureKind, HOLD, Proposal,
-};
+use mfsched::runtime::decider::{DecideOutcome, Decider, Failure, FailureKind, HOLD, Proposal};
 use mfsched::runtime::declog::{self, DecisionLog};
 use mfsched::runtime::metrics::Metrics;
 use mfsched::runtime::sampler::FootprintSampler;
@@ -29,7 +27,8 @@ use tokio::sync::watch;
 /// Test deciders:
 /// - `test-round-robin` walks the feasible joint configurations, one per call;
 /// - `test-flaky` answers like round-robin but errors on every third call;
-/// - `test-stall` sleeps past any deadline used here;
+/// - `test-stall` and `test-overrun` sleep past any deadline used here (one runs as
+///   a shadow, the other is swapped in as the active policy);
 /// - `test-invalid` proposes a configuration out of range;
 /// - `hold` is the built-in policy.
 struct TestDeciders {
@@ -69,23 +68,39 @@ impl TestDeciders {
 
 impl Decider for TestDeciders {
     fn policies(&self) -> Vec<String> {
-        ["hold", "test-flaky", "test-invalid", "test-round-robin", "test-stall"]
-            .map(String::from)
-            .to_vec()
+        [
+            "hold",
+            "test-flaky",
+            "test-invalid",
+            "test-overrun",
+            "test-round-robin",
+            "test-stall",
+        ]
+        .map(String::from)
+        .to_vec()
     }
 
-    fn decide(&self, policy: &str, problem: &Problem, state: &GpuState, deadline: Duration) -> DecideOutcome {
+    fn decide(
+        &self,
+        policy: &str,
+        problem: &Problem,
+        state: &GpuState,
+        deadline: Duration,
+    ) -> DecideOutcome {
         match policy {
             "test-round-robin" => Ok(self.next().1),
             "test-flaky" => {
                 let (n, p) = self.next();
                 if n % 3 == 0 {
-                    Err(Failure { kind: FailureKind::Error, message: "test-flaky fails every third call".into() })
+                    Err(Failure {
+                        kind: FailureKind::Error,
+                        message: "test-flaky fails every third call".into(),
+                    })
                 } else {
                     Ok(p)
                 }
             }
-            "test-stall" => {
+            "test-stall" | "test-overrun" => {
                 std::thread::sleep(self.stall);
                 Ok(self.next().1)
             }
@@ -95,13 +110,18 @@ impl Decider for TestDeciders {
                 predicted_throughput: None,
             }),
             HOLD => BuiltinDecider.decide(HOLD, problem, state, deadline),
-            other => Err(Failure { kind: FailureKind::UnknownPolicy, message: other.to_owned() }),
+            other => Err(Failure {
+                kind: FailureKind::UnknownPolicy,
+                message: other.to_owned(),
+            }),
         }
     }
 }
 
 fn problem() -> Problem {
-    mfsched::scenario::load("paper-n3").expect("bundled scenario").problem
+    mfsched::scenario::load("paper-n3")
+        .expect("bundled scenario")
+        .problem
 }
 
 struct Harness {
@@ -133,23 +153,45 @@ fn harness(
         shadows: shadows.iter().map(|s| s.to_string()).collect(),
         unknown_utilization: 0.5,
         workload: WorkloadSource::Trace(
-            mfsched::eval::traces::generate("bursts", 50, 3).expect("trace").levels,
+            mfsched::eval::traces::generate("bursts", 50, 3)
+                .expect("trace")
+                .levels,
         ),
     };
-    let daemon = Daemon::new(settings, problem, Box::new(FootprintSampler), decider, actuators, log, Arc::clone(&metrics))
-        .expect("daemon");
-    Harness { daemon, metrics, log_path, _dir: dir }
+    let daemon = Daemon::new(
+        settings,
+        problem,
+        Box::new(FootprintSampler),
+        decider,
+        actuators,
+        log,
+        Arc::clone(&metrics),
+    )
+    .expect("daemon");
+    Harness {
+        daemon,
+        metrics,
+        log_path,
+        _dir: dir,
+    }
 }
 
 async fn serve_api(daemon: &Daemon) -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
     let addr = listener.local_addr().expect("addr");
     let app = api::router(daemon.shared());
     tokio::spawn(async move { axum::serve(listener, app).await });
     addr
 }
 
-async fn http(addr: SocketAddr, method: &'static str, path: &'static str, body: Option<String>) -> (u16, String) {
+async fn http(
+    addr: SocketAddr,
+    method: &'static str,
+    path: &'static str,
+    body: Option<String>,
+) -> (u16, String) {
     tokio::task::spawn_blocking(move || common::http(addr, method, path, body.as_deref()))
         .await
         .expect("http thread")
@@ -171,11 +213,20 @@ async fn soak_at_100_hz_with_policy_swaps_and_failing_policies() {
     let run = tokio::spawn(h.daemon.run(stop_rx, Some(TICKS)));
 
     // Swap the active policy through the API while the loop runs.
-    let rotation = ["test-flaky", "hold", "test-stall", "test-round-robin"];
+    // HOOK(plugins): with the plugin host merged, also replace plugin files in the
+    // watched directory during this soak (good, broken, half-written, endless
+    // loop) and assert the reloads and failures in /metrics.
+    let rotation = ["test-flaky", "hold", "test-overrun", "test-round-robin"];
     let mut swaps = 0;
     while !run.is_finished() {
         let policy = rotation[swaps % rotation.len()];
-        let (status, body) = http(addr, "POST", "/v1/policies/active", Some(format!(r#"{{"policy":"{policy}"}}"#))).await;
+        let (status, body) = http(
+            addr,
+            "POST",
+            "/v1/policies/active",
+            Some(format!(r#"{{"policy":"{policy}"}}"#)),
+        )
+        .await;
         assert_eq!(status, 200, "{body}");
         swaps += 1;
         tokio::time::sleep(Duration::from_millis(150)).await;
@@ -187,26 +238,45 @@ async fn soak_at_100_hz_with_policy_swaps_and_failing_policies() {
     assert_eq!(summary.ticks, TICKS);
     assert_eq!(summary.missed_ticks, 0, "no missed ticks at 100 Hz");
     assert!(swaps >= 8, "the API swapped policies {swaps} times");
-    assert!(metrics_text.contains(&format!("mfsched_ticks_total {TICKS}")), "{metrics_text}");
-    assert!(metrics_text.contains("mfsched_decision_failures_total{policy=\"test-stall\",reason=\"deadline\"}"));
-    assert!(metrics_text.contains("mfsched_decision_failures_total{policy=\"test-invalid\",reason=\"invalid\"}"));
+    assert!(
+        metrics_text.contains(&format!("mfsched_ticks_total {TICKS}")),
+        "{metrics_text}"
+    );
+    assert!(
+        metrics_text
+            .contains("mfsched_decision_failures_total{policy=\"test-stall\",reason=\"deadline\"}")
+    );
+    assert!(
+        metrics_text.contains(
+            "mfsched_decision_failures_total{policy=\"test-invalid\",reason=\"invalid\"}"
+        )
+    );
 
     let contents = declog::read(&h.log_path).expect("log");
     assert!(contents.torn.is_none());
-    assert_eq!(contents.records.len() as u64, TICKS, "the log has every tick");
+    assert_eq!(
+        contents.records.len() as u64,
+        TICKS,
+        "the log has every tick"
+    );
     let mut previous = problem.current.clone();
     let mut actives = BTreeSet::new();
     let mut kept = 0u64;
     for (i, r) in contents.records.iter().enumerate() {
         assert_eq!(r.tick, i as u64);
         assert_eq!(r.missed_before, 0);
-        problem.check_feasible(&r.applied).expect("only valid decisions are applied");
+        problem
+            .check_feasible(&r.applied)
+            .expect("only valid decisions are applied");
         actives.insert(r.active.policy.clone());
         match &r.active.outcome {
             Ok(p) => assert_eq!(p.joint, r.applied),
             Err(_) => {
                 assert!(r.kept_last_valid);
-                assert_eq!(r.applied, previous, "a failed tick keeps the last valid configuration");
+                assert_eq!(
+                    r.applied, previous,
+                    "a failed tick keeps the last valid configuration"
+                );
                 kept += 1;
             }
         }
@@ -216,7 +286,10 @@ async fn soak_at_100_hz_with_policy_swaps_and_failing_policies() {
         assert!(matches!(&r.shadows[1].outcome, Err(f) if f.kind == FailureKind::Deadline));
         previous = r.applied.clone();
     }
-    assert!(actives.len() >= 3, "several active policies over the run: {actives:?}");
+    assert!(
+        actives.len() >= 3,
+        "several active policies over the run: {actives:?}"
+    );
     assert!(kept > 0, "the failing policies were exercised");
     assert_eq!(h.metrics.counts().kept_last_valid, kept);
 }
@@ -239,11 +312,16 @@ async fn webhooks_get_only_changes_and_failures_are_counted() {
             }
         }),
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
     let addr = listener.local_addr().expect("addr");
     tokio::spawn(async move { axum::serve(listener, app).await });
     // A port nothing listens on: bind one, then free it.
-    let dead = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr");
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr");
 
     let p = problem();
     let (first, second) = (p.models[0].name.clone(), p.models[1].name.clone());
@@ -252,31 +330,69 @@ async fn webhooks_get_only_changes_and_failures_are_counted() {
     let actuator = ActuatorConfig {
         file: Some(file.clone()),
         webhook: Some(WebhookConfig {
-            urls: [(first.clone(), format!("http://{addr}/cfg")), (second.clone(), format!("http://{dead}/cfg"))]
-                .into_iter()
-                .collect(),
+            urls: [
+                (first.clone(), format!("http://{addr}/cfg")),
+                (second.clone(), format!("http://{dead}/cfg")),
+            ]
+            .into_iter()
+            .collect(),
             timeout_ms: 300,
             retries: 1,
         }),
     };
-    let h = harness(Duration::from_millis(30), Duration::from_millis(10), "test-round-robin", &[], actuator);
+    let h = harness(
+        Duration::from_millis(30),
+        Duration::from_millis(10),
+        "test-round-robin",
+        &[],
+        actuator,
+    );
     let (_stop_tx, stop_rx) = watch::channel(false);
     h.daemon.run(stop_rx, Some(12)).await.expect("run");
 
     let contents = declog::read(&h.log_path).expect("log");
-    let changes_first = contents.records.iter().filter(|r| r.changed_models.contains(&0)).count();
-    let changes_second = contents.records.iter().filter(|r| r.changed_models.contains(&1)).count();
-    assert!(changes_first > 0 && changes_second > 0, "round-robin changes both models");
+    let changes_first = contents
+        .records
+        .iter()
+        .filter(|r| r.changed_models.contains(&0))
+        .count();
+    let changes_second = contents
+        .records
+        .iter()
+        .filter(|r| r.changed_models.contains(&1))
+        .count();
+    assert!(
+        changes_first > 0 && changes_second > 0,
+        "round-robin changes both models"
+    );
     let got = received.lock().expect("not poisoned").clone();
-    assert!(!got.is_empty() && got.len() <= changes_first, "{} posts for {changes_first} changes", got.len());
+    assert!(
+        !got.is_empty() && got.len() <= changes_first,
+        "{} posts for {changes_first} changes",
+        got.len()
+    );
     let last = contents.records.last().expect("records");
     let want = serde_json::to_value(p.models[0].knobs(last.applied[0] as usize)).expect("json");
-    let last_change = contents.records.iter().rev().find(|r| r.changed_models.contains(&0)).expect("a change");
-    assert_eq!(got.last().expect("posts")["config"], want, "the newest configuration arrives last");
+    let last_change = contents
+        .records
+        .iter()
+        .rev()
+        .find(|r| r.changed_models.contains(&0))
+        .expect("a change");
+    assert_eq!(
+        got.last().expect("posts")["config"],
+        want,
+        "the newest configuration arrives last"
+    );
     assert_eq!(got.last().expect("posts")["tick"], last_change.tick);
     assert!(got.iter().all(|v| v["model"] == first.as_str()));
-    assert!(h.metrics.actuator_failures("webhook") > 0, "the dead endpoint is counted");
+    assert!(
+        h.metrics.actuator_failures("webhook") > 0,
+        "the dead endpoint is counted"
+    );
 
-    let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&file).expect("file actuator wrote")).expect("json");
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).expect("file actuator wrote"))
+            .expect("json");
     assert_eq!(doc["models"][&first], want);
 }

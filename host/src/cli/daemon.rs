@@ -25,12 +25,13 @@ pub struct RunArgs {
 
 pub fn run(args: RunArgs) -> Result<()> {
     let config = DaemonConfig::load(&args.config)?;
-    let sampler = match args.sampler.as_deref() {
-        None => None,
-        Some(s) => Some(SamplerKind::parse(s).with_context(|| {
-            format!("--sampler '{s}' is unknown: use nvml, sim or footprint")
-        })?),
-    };
+    let sampler =
+        match args.sampler.as_deref() {
+            None => None,
+            Some(s) => Some(SamplerKind::parse(s).with_context(|| {
+                format!("--sampler '{s}' is unknown: use nvml, sim or footprint")
+            })?),
+        };
     let overrides = Overrides {
         sampler,
         listen: args.listen,

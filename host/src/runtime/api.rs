@@ -36,7 +36,11 @@ async fn healthz(State(shared): State<Arc<Shared>>) -> Response {
     let ticks = shared.metrics.counts().ticks;
     let body = json!({ "ticks": ticks, "last_tick_age_ms": age.as_millis() as u64 });
     if age <= limit {
-        (StatusCode::OK, Json(json!({ "status": "ok", "detail": body }))).into_response()
+        (
+            StatusCode::OK,
+            Json(json!({ "status": "ok", "detail": body })),
+        )
+            .into_response()
     } else {
         (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -56,8 +60,9 @@ fn no_tick_yet() -> Response {
 
 async fn state(State(shared): State<Arc<Shared>>) -> Response {
     match shared.last_record() {
-        Some(r) => Json(json!({ "tick": r.tick, "sample": r.sample, "state": r.state }))
-            .into_response(),
+        Some(r) => {
+            Json(json!({ "tick": r.tick, "sample": r.sample, "state": r.state })).into_response()
+        }
         None => no_tick_yet(),
     }
 }
@@ -107,7 +112,10 @@ async fn set_active(State(shared): State<Arc<Shared>>, Json(body): Json<SetActiv
 
 async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
     (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
         shared.metrics.render(shared.decider.reloads()),
     )
         .into_response()

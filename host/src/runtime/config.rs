@@ -243,8 +243,8 @@ impl DaemonConfig {
     pub fn load(path: &Path) -> Result<Self> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read config {}", path.display()))?;
-        let mut config = Self::parse(&text)
-            .with_context(|| format!("config {}", path.display()))?;
+        let mut config =
+            Self::parse(&text).with_context(|| format!("config {}", path.display()))?;
         let base = path.parent().unwrap_or(Path::new("."));
         config.resolve_paths(base);
         Ok(config)
@@ -327,5 +327,33 @@ impl DaemonConfig {
             fix(&mut p);
             self.scenario = p.to_string_lossy().into_owned();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_example_config_parses_with_documented_defaults() {
+        let c = DaemonConfig::parse(include_str!("../../../examples/mfsched.toml"))
+            .expect("the example is valid");
+        assert_eq!(c.scenario, "paper-n2");
+        assert_eq!(c.tick.period_ms, 1000);
+        assert_eq!(c.sampler.kind, SamplerKind::Nvml);
+        assert!(c.sampler.allow_fallback);
+        assert_eq!(c.api.listen, default_listen());
+        assert!(c.api.listen.ip().is_loopback());
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_are_rejected_with_the_line() {
+        let text = "scenario = \"paper-n2\"\n[policy]\nactive = \"hold\"\nactiv = \"x\"\n[log]\npath = \"l\"\n";
+        let err = DaemonConfig::parse(text).expect_err("typo").to_string();
+        assert!(err.starts_with("line 4:"), "{err}");
+        assert!(err.contains("activ"), "{err}");
+        let text = "scenario = \"paper-n2\"\n[loop]\nperiod_ms = 10\ndeadline_ms = 10\n[policy]\nactive = \"hold\"\n[log]\npath = \"l\"\n";
+        let err = DaemonConfig::parse(text).expect_err("deadline").to_string();
+        assert!(err.contains("shorter than loop.period_ms"), "{err}");
     }
 }

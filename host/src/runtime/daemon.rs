@@ -9,8 +9,8 @@ use tokio::sync::watch;
 use tokio::time::MissedTickBehavior;
 
 use super::actuator::Actuators;
-use super::declog::{DecisionLog, PolicyRecord, TickRecord};
 use super::decider::{DecideOutcome, Decider, Failure, FailureKind, validate};
+use super::declog::{DecisionLog, PolicyRecord, TickRecord};
 use super::metrics::{Metrics, Role};
 use super::sampler::{Sample, Sampler};
 use crate::domain::{GpuState, Problem, WorkloadLevel};
@@ -309,7 +309,11 @@ impl Daemon {
         self.log.append(&record)?;
         self.shared.metrics.tick(missed_before);
         *self.shared.last.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(record));
-        *self.shared.last_at.write().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+        *self
+            .shared
+            .last_at
+            .write()
+            .unwrap_or_else(|p| p.into_inner()) = Instant::now();
         Ok(())
     }
 
@@ -322,10 +326,11 @@ impl Daemon {
         }
         let latency = Duration::from_micros(record.latency_us);
         match &record.outcome {
-            Ok(p) => self
-                .shared
-                .metrics
-                .decided(&record.policy, role, latency, p.predicted_utility),
+            Ok(p) => {
+                self.shared
+                    .metrics
+                    .decided(&record.policy, role, latency, p.predicted_utility)
+            }
             Err(f) => self.shared.metrics.failed(&record.policy, f.kind, latency),
         }
     }

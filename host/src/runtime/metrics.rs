@@ -116,7 +116,11 @@ impl Metrics {
     }
 
     pub fn sla_violation(&self, model: &str) {
-        *self.lock().sla_violations.entry(model.to_owned()).or_default() += 1;
+        *self
+            .lock()
+            .sla_violations
+            .entry(model.to_owned())
+            .or_default() += 1;
     }
 
     pub fn model_changes(&self, n: usize) {
@@ -254,7 +258,10 @@ impl Metrics {
             "mfsched_kept_last_valid_total",
             "counter",
             "Ticks where the active policy failed and the last valid configuration was kept.",
-            vec![format!("mfsched_kept_last_valid_total {}", m.kept_last_valid)],
+            vec![format!(
+                "mfsched_kept_last_valid_total {}",
+                m.kept_last_valid
+            )],
         );
         section(
             &mut out,
@@ -264,7 +271,10 @@ impl Metrics {
             m.sla_violations
                 .iter()
                 .map(|(model, c)| {
-                    format!("mfsched_sla_violations_total{{model=\"{}\"}} {c}", escape(model))
+                    format!(
+                        "mfsched_sla_violations_total{{model=\"{}\"}} {c}",
+                        escape(model)
+                    )
                 })
                 .collect(),
         );
@@ -282,7 +292,12 @@ impl Metrics {
             "Configurations an actuator delivered.",
             m.actuator_sent
                 .iter()
-                .map(|(a, c)| format!("mfsched_actuator_sent_total{{actuator=\"{}\"}} {c}", escape(a)))
+                .map(|(a, c)| {
+                    format!(
+                        "mfsched_actuator_sent_total{{actuator=\"{}\"}} {c}",
+                        escape(a)
+                    )
+                })
                 .collect(),
         );
         section(
@@ -293,7 +308,10 @@ impl Metrics {
             m.actuator_failures
                 .iter()
                 .map(|(a, c)| {
-                    format!("mfsched_actuator_failures_total{{actuator=\"{}\"}} {c}", escape(a))
+                    format!(
+                        "mfsched_actuator_failures_total{{actuator=\"{}\"}} {c}",
+                        escape(a)
+                    )
                 })
                 .collect(),
         );
@@ -337,15 +355,18 @@ mod tests {
         assert!(text.contains("mfsched_ticks_total 2\n"), "{text}");
         assert!(text.contains("mfsched_missed_ticks_total 2\n"), "{text}");
         assert!(text.contains("mfsched_decisions_total{policy=\"ga\",role=\"active\"} 1"));
-        assert!(text.contains(
-            "mfsched_decision_latency_seconds_bucket{policy=\"ga\",le=\"0.0005\"} 0"
-        ));
-        assert!(text.contains(
-            "mfsched_decision_latency_seconds_bucket{policy=\"ga\",le=\"0.001\"} 1"
-        ));
-        assert!(text.contains(
-            "mfsched_decision_failures_total{policy=\"we\\\"ird\",reason=\"deadline\"} 1"
-        ), "{text}");
+        assert!(
+            text.contains("mfsched_decision_latency_seconds_bucket{policy=\"ga\",le=\"0.0005\"} 0")
+        );
+        assert!(
+            text.contains("mfsched_decision_latency_seconds_bucket{policy=\"ga\",le=\"0.001\"} 1")
+        );
+        assert!(
+            text.contains(
+                "mfsched_decision_failures_total{policy=\"we\\\"ird\",reason=\"deadline\"} 1"
+            ),
+            "{text}"
+        );
         assert!(text.contains("mfsched_predicted_utility{policy=\"ga\"} 0.8"));
         assert!(text.contains("mfsched_plugin_reloads_total 3"));
         // Every sample line belongs to a family announced by a TYPE line.

@@ -96,10 +96,9 @@ pub fn summary(contents: &LogContents) -> String {
     let missed: u64 = records.iter().map(|r| r.missed_before).sum();
     let kept = records.iter().filter(|r| r.kept_last_valid).count();
     let changes: usize = records.iter().map(|r| r.changed_models.len()).sum();
-    let seconds = records
-        .last()
-        .zip(records.first())
-        .map_or(0.0, |(l, f)| l.unix_ms.saturating_sub(f.unix_ms) as f64 / 1000.0);
+    let seconds = records.last().zip(records.first()).map_or(0.0, |(l, f)| {
+        l.unix_ms.saturating_sub(f.unix_ms) as f64 / 1000.0
+    });
     writeln!(out, "records      {}", records.len()).ok();
     writeln!(out, "ticks        {first}..={last} over {seconds:.1} s").ok();
     writeln!(out, "tick gaps    {gaps}").ok();
@@ -108,7 +107,8 @@ pub fn summary(contents: &LogContents) -> String {
     writeln!(out, "model changes applied {changes}").ok();
     let mut stats: BTreeMap<(String, &'static str), PolicyStats> = BTreeMap::new();
     for r in records {
-        let all = std::iter::once((&r.active, "active")).chain(r.shadows.iter().map(|s| (s, "shadow")));
+        let all =
+            std::iter::once((&r.active, "active")).chain(r.shadows.iter().map(|s| (s, "shadow")));
         for (p, role) in all {
             let s = stats.entry((p.policy.clone(), role)).or_default();
             s.latencies_us.push(p.latency_us);

@@ -52,9 +52,9 @@ pub fn build(config: &SamplerConfig) -> Result<(Box<dyn Sampler>, Option<String>
                 );
                 Ok((fallback, Some(note)))
             }
-            Err(err) => bail!(
-                "{err:#}; set sampler.allow_fallback = true or run with --sampler footprint"
-            ),
+            Err(err) => {
+                bail!("{err:#}; set sampler.allow_fallback = true or run with --sampler footprint")
+            }
         },
         other => Ok((build_plain(other)?, None)),
     }
@@ -187,7 +187,12 @@ pub fn nvml_probe() -> Result<String> {
             v.map_or_else(|| "unknown".to_owned(), |v| format!("{v:.1} {unit}"))
         };
         writeln!(out, "  memory used   {}", show(sample.vram_used_mib, "MiB")).ok();
-        writeln!(out, "  memory total  {}", show(sample.vram_total_mib, "MiB")).ok();
+        writeln!(
+            out,
+            "  memory total  {}",
+            show(sample.vram_total_mib, "MiB")
+        )
+        .ok();
         writeln!(
             out,
             "  utilisation   {}",
@@ -210,7 +215,10 @@ mod tests {
     fn driver_sentinel_per_process_memory_is_unknown_not_zero() {
         assert_eq!(process_mib(&UsedGpuMemory::Used(u64::MAX)), None);
         assert_eq!(process_mib(&UsedGpuMemory::Unavailable), None);
-        assert_eq!(process_mib(&UsedGpuMemory::Used(3 * 1024 * 1024)), Some(3.0));
+        assert_eq!(
+            process_mib(&UsedGpuMemory::Used(3 * 1024 * 1024)),
+            Some(3.0)
+        );
     }
 
     #[test]
