@@ -20,7 +20,7 @@ use mfsched::runtime::daemon::{Daemon, LoopSettings, WorkloadSource};
 use mfsched::runtime::decider::{DecideOutcome, Decider, Failure, FailureKind, HOLD, Proposal};
 use mfsched::runtime::declog::{self, DecisionLog};
 use mfsched::runtime::metrics::Metrics;
-use mfsched::runtime::sampler::FootprintSampler;
+use mfsched::runtime::sampler::{FootprintSampler, Sampler};
 use mfsched::runtime::{api, decider::BuiltinDecider};
 use tokio::sync::watch;
 
@@ -395,4 +395,68 @@ async fn webhooks_get_only_changes_and_failures_are_counted() {
         serde_json::from_str(&std::fs::read_to_string(&file).expect("file actuator wrote"))
             .expect("json");
     assert_eq!(doc["models"][&first], want);
+}
+
+/// A test sampler that stalls on every fifth tick, longer than two periods.
+#[derive(Debug)]
+struct StallingSampler {
+    calls: u64,
+    stall: Duration,
+}
+
+impl Sampler for StallingSampler {
+    fn sample(
+        &mut self,
+        problem: &Problem,
+        applied: &[u32],
+    ) -> anyhow::Result<mfsched::runtime::sampler::Sample> {
+        self.calls += 1;
+        if self.calls % 5 == 0 {
+            std::thread::sleep(self.stall);
+        }
+        FootprintSampler.sample(problem, applied)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ticks_that_cannot_start_on_time_are_counted_as_missed() {
+    let period = Duration::from_millis(20);
+    let problem = problem();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log_path = dir.path().join("decisions.log");
+    let (log, _) = DecisionLog::open(&log_path).expect("open log");
+    let metrics = Arc::new(Metrics::default());
+    let actuators =
+        Actuators::new(&ActuatorConfig::default(), &problem, Arc::clone(&metrics)).expect("none");
+    let settings = LoopSettings {
+        period,
+        deadline: Duration::from_millis(5),
+        active: HOLD.to_owned(),
+        shadows: vec![],
+        unknown_utilization: 0.5,
+        workload: WorkloadSource::Fixed(mfsched::domain::WorkloadLevel::Medium),
+    };
+    let sampler = StallingSampler {
+        calls: 0,
+        stall: period * 2 + period / 2,
+    };
+    let daemon = Daemon::new(
+        settings,
+        problem,
+        Box::new(sampler),
+        Arc::new(BuiltinDecider),
+        actuators,
+        log,
+        Arc::clone(&metrics),
+    )
+    .expect("daemon");
+    let (_stop_tx, stop_rx) = watch::channel(false);
+    let summary = daemon.run(stop_rx, Some(12)).await.expect("run");
+    // Ticks 5 and 10 stall for 2.5 periods: each makes at least two ticks late.
+    assert!(summary.missed_ticks >= 4, "{summary:?}");
+    assert_eq!(metrics.counts().missed_ticks, summary.missed_ticks);
+    let contents = declog::read(&log_path).expect("log");
+    let recorded: u64 = contents.records.iter().map(|r| r.missed_before).sum();
+    assert_eq!(recorded, summary.missed_ticks, "the log accounts for every missed tick");
+    assert_eq!(contents.records.len(), 12);
 }
