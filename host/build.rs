@@ -2,6 +2,11 @@
 //! `wasm32-wasip2` and embeds them in the host, as Wasmtime does for its test
 //! programs. The plugins get their own target directory so the nested cargo never
 //! waits on the lock the outer build holds.
+//!
+//! The same guest build makes the deliberately hostile plugins of
+//! `tests/plugins/*` (never embedded): they land in
+//! `<target>/wasm-plugins/test-plugins/`, which the tests find through the
+//! `MFSCHED_TEST_PLUGINS` compile-time variable.
 
 use std::env;
 use std::fs;
@@ -26,6 +31,36 @@ const PLUGINS: &[(&str, &str, &str)] = &[
         "mfsched-plugin-utility",
         "mfsched_plugin_utility",
     ),
+    ("exact", "mfsched-plugin-exact", "mfsched_plugin_exact"),
+];
+
+/// Hostile plugins for the host's tests: (file name, cargo package, artifact stem).
+const TEST_PLUGINS: &[(&str, &str, &str)] = &[
+    (
+        "spin",
+        "mfsched-test-plugin-spin",
+        "mfsched_test_plugin_spin",
+    ),
+    (
+        "memory-bomb",
+        "mfsched-test-plugin-memory-bomb",
+        "mfsched_test_plugin_memory_bomb",
+    ),
+    (
+        "trap",
+        "mfsched-test-plugin-trap",
+        "mfsched_test_plugin_trap",
+    ),
+    (
+        "out-of-range",
+        "mfsched-test-plugin-out-of-range",
+        "mfsched_test_plugin_out_of_range",
+    ),
+    (
+        "vram-infeasible",
+        "mfsched-test-plugin-vram-infeasible",
+        "mfsched_test_plugin_vram_infeasible",
+    ),
 ];
 
 const TARGET: &str = "wasm32-wasip2";
@@ -37,7 +72,13 @@ fn main() {
         .expect("host/ sits in the workspace root")
         .to_path_buf();
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("set by cargo"));
-    for watched in ["plugins", "wit", "Cargo.toml", "Cargo.lock"] {
+    for watched in [
+        "plugins",
+        "tests/plugins",
+        "wit",
+        "Cargo.toml",
+        "Cargo.lock",
+    ] {
         println!("cargo:rerun-if-changed={}", root.join(watched).display());
     }
 
@@ -49,9 +90,13 @@ fn main() {
     cmd.current_dir(&root)
         .args(["build", "--release", "--target", TARGET, "--target-dir"])
         .arg(&target_dir);
-    for (_, package, _) in PLUGINS {
+    for (_, package, _) in PLUGINS.iter().chain(TEST_PLUGINS) {
         cmd.args(["-p", package]);
     }
+    // Components without debug info: ~80 KB instead of ~2.5 MB, which is what
+    // the host compiles on every (uncached) load.
+    cmd.env("CARGO_PROFILE_RELEASE_DEBUG", "false")
+        .env("CARGO_PROFILE_RELEASE_STRIP", "debuginfo");
     // The outer build's flags and wrappers (clippy-driver, coverage, host RUSTFLAGS)
     // must not leak into the guest build.
     for var in [
@@ -77,11 +122,9 @@ fn main() {
         "/// The plugins built from `plugins/` and embedded as defaults: (name, component bytes).\n\
          pub const EMBEDDED_PLUGINS: &[(&str, &[u8])] = &[\n",
     );
+    let built_dir = target_dir.join(TARGET).join("release");
     for (name, _, stem) in PLUGINS {
-        let built = target_dir
-            .join(TARGET)
-            .join("release")
-            .join(format!("{stem}.wasm"));
+        let built = built_dir.join(format!("{stem}.wasm"));
         let dest = out_dir.join(format!("{name}.wasm"));
         fs::copy(&built, &dest).unwrap_or_else(|e| {
             fail(&format!(
@@ -96,6 +139,24 @@ fn main() {
     }
     table.push_str("];\n");
     fs::write(out_dir.join("embedded_plugins.rs"), table).expect("OUT_DIR is writable");
+
+    let test_dir = target_dir.join("test-plugins");
+    fs::create_dir_all(&test_dir)
+        .unwrap_or_else(|e| fail(&format!("cannot create {}: {e}", test_dir.display())));
+    for (name, _, stem) in TEST_PLUGINS {
+        let built = built_dir.join(format!("{stem}.wasm"));
+        let dest = test_dir.join(format!("{name}.wasm"));
+        fs::copy(&built, &dest).unwrap_or_else(|e| {
+            fail(&format!(
+                "test plugin {name}: cannot copy {}: {e}",
+                built.display()
+            ))
+        });
+    }
+    println!(
+        "cargo:rustc-env=MFSCHED_TEST_PLUGINS={}",
+        test_dir.display()
+    );
 }
 
 /// `<target>/wasm-plugins`, beside the host's own profile directories, so debug

@@ -219,4 +219,163 @@ fn nvml_sampler_without_nvml_fails_in_one_line_unless_fallback_is_allowed() {
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(err.contains("NVML is not available"), "{err}");
     assert!(err.contains("allow_fallback"), "{err}");
+fn json(o: &Output) -> serde_json::Value {
+    serde_json::from_slice(&o.stdout).expect("stdout is JSON")
+}
+
+#[test]
+fn decide_works_for_each_bundled_policy_on_paper_n5() {
+    for policy in ["ga", "exhaustive", "static-budget"] {
+        let out = mfsched(&[
+            "decide",
+            "--scenario",
+            "paper-n5",
+            "--policy",
+            policy,
+            "--no-cache",
+            "--json",
+        ]);
+        assert!(out.status.success(), "{policy}: {}", stderr(&out));
+        let v = json(&out);
+        assert_eq!(v["accepted"], true, "{v}");
+        assert_eq!(v["feasible"], true, "{v}");
+        assert_eq!(v["floors_met"], true, "{v}");
+        assert_eq!(v["models"].as_array().map(Vec::len), Some(5));
+        assert!(
+            v["predicted_utility"].as_f64().is_some_and(|u| u > 0.0),
+            "{v}"
+        );
+        assert!(v["latency_ms"].as_f64().is_some_and(|l| l > 0.0), "{v}");
+        assert!(v["vram_mib"].as_u64() <= v["cap_mib"].as_u64());
+    }
+}
+
+#[test]
+fn decide_text_names_the_stand_in_predictor_and_the_outcome() {
+    let out = mfsched(&[
+        "decide",
+        "--scenario",
+        "paper-n3",
+        "--policy",
+        "ga",
+        "--param",
+        "population=16",
+        "--state",
+        r#"{"workload":"burst","vram_used_mib":20000,"utilization":0.9}"#,
+        "--no-cache",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("not the MeanField surrogate"), "{text}");
+    assert!(text.contains("burst load"), "{text}");
+    assert!(text.contains("population=16"), "{text}");
+    assert!(text.contains("outcome            accepted"), "{text}");
+}
+
+#[test]
+fn a_hostile_policy_file_fails_within_the_deadline_with_one_line() {
+    let spin = format!("{}/spin.wasm", env!("MFSCHED_TEST_PLUGINS"));
+    let out = mfsched(&[
+        "decide",
+        "--scenario",
+        "paper-n2",
+        "--policy",
+        &spin,
+        "--deadline-ms",
+        "150",
+        "--no-cache",
+    ]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("deadline"), "{err}");
+    assert!(err.contains("running configuration was kept"), "{err}");
+    assert!(stdout(&out).contains("KEPT"), "{}", stdout(&out));
+}
+
+#[test]
+fn decide_rejects_bad_input_with_one_clear_line() {
+    let cases: [(&[&str], &str); 5] = [
+        (&["--state", "{\"workload\":\"huge\"}"], "--state"),
+        (&["--param", "population"], "expected KEY=VALUE"),
+        (&["--param", "populaton=3"], "unknown parameter 'populaton'"),
+        (&["--deadline-ms", "0"], "--deadline-ms must be positive"),
+        (&["--utility", "ga"], "is a policy, not a utility"),
+    ];
+    for (extra, want) in cases {
+        let mut args = vec![
+            "decide",
+            "--scenario",
+            "paper-n2",
+            "--policy",
+            "ga",
+            "--no-cache",
+        ];
+        args.extend_from_slice(extra);
+        let out = mfsched(&args);
+        assert!(!out.status.success(), "{extra:?}");
+        let err = stderr(&out);
+        assert_eq!(err.trim().lines().count(), 1, "{extra:?}: {err}");
+        assert!(err.contains(want), "{extra:?}: {err}");
+    }
+    let out = mfsched(&[
+        "decide",
+        "--scenario",
+        "paper-n2",
+        "--policy",
+        "nope",
+        "--no-cache",
+    ]);
+    assert!(
+        stderr(&out).contains("unknown plugin 'nope'"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn plugins_list_shows_worlds_wit_version_and_broken_files() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/plugins");
+    let out = mfsched(&["plugins", "list", "--dir", dir, "--no-cache"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    for (name, world) in [
+        ("ga", "policy"),
+        ("exhaustive", "policy"),
+        ("static-budget", "policy"),
+        ("utility", "utility"),
+    ] {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("no line for {name}: {text}"));
+        assert!(line.contains(world), "{line}");
+        assert!(line.contains("mfsched:scheduler@0.1.0"), "{line}");
+    }
+    assert!(text.contains("corrupt.wasm: cannot load"), "{text}");
+    assert!(text.contains("--param population=48"), "{text}");
+}
+
+#[test]
+fn bench_policies_reports_latency_and_gaps() {
+    let out = mfsched(&[
+        "bench",
+        "policies",
+        "--scenario",
+        "paper-n3",
+        "--decisions",
+        "3",
+        "--json",
+        "--no-cache",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v = json(&out);
+    let rows = v["policies"].as_array().expect("rows");
+    assert_eq!(rows.len(), 6);
+    assert_eq!(rows[0]["gap_p50_pct"].as_f64(), Some(0.0), "{v}");
+    for r in rows {
+        assert_eq!(r["failed"], 0, "{r}");
+        assert!(r["latency_p50_ms"].as_f64().is_some_and(|l| l > 0.0), "{r}");
+        assert!(r["gap_p50_pct"].as_f64().is_some_and(|g| g >= 0.0), "{r}");
+    }
 }

@@ -409,12 +409,13 @@ impl Sampler for StallingSampler {
         &mut self,
         problem: &Problem,
         applied: &[u32],
+        workload: mfsched::domain::WorkloadLevel,
     ) -> anyhow::Result<mfsched::runtime::sampler::Sample> {
         self.calls += 1;
         if self.calls % 5 == 0 {
             std::thread::sleep(self.stall);
         }
-        FootprintSampler.sample(problem, applied)
+        FootprintSampler.sample(problem, applied, workload)
     }
 }
 

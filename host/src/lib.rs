@@ -2,10 +2,15 @@
 //!
 //! See `ARCHITECTURE.md` at the repository root for the map of modules.
 
+pub mod analytic;
 pub mod domain;
 pub mod eval;
+pub mod fsutil;
+pub mod plugin;
 pub mod predict;
 pub mod runtime;
+pub mod profile;
 pub mod scenario;
+pub mod sim;
 pub mod surrogate;
 pub mod svg;

@@ -27,3 +27,84 @@ pub fn table_offsets(problem: &Problem) -> Vec<usize> {
     }
     offsets
 }
+
+/// Per model, per variant: the range of a predictor's table over the four
+/// workload regimes at the given utilisations, for the utility's per-variant
+/// min–max normalisation when no profile supplies `Problem::throughput_ranges`.
+pub fn predicted_ranges(
+    predictor: &dyn Predictor,
+    problem: &Problem,
+    utilizations: &[f64],
+) -> Vec<Vec<crate::domain::ThroughputRange>> {
+    let offsets = table_offsets(problem);
+    let mut ranges: Vec<Vec<crate::domain::ThroughputRange>> = problem
+        .models
+        .iter()
+        .map(|m| {
+            vec![
+                crate::domain::ThroughputRange {
+                    min: f64::INFINITY,
+                    max: f64::NEG_INFINITY,
+                };
+                m.variants.len()
+            ]
+        })
+        .collect();
+    for workload in crate::domain::WorkloadLevel::ALL {
+        for &utilization in utilizations {
+            let state = GpuState {
+                workload,
+                vram_used_mib: f64::from(problem.card.vram_mib) / 2.0,
+                utilization,
+            };
+            let table = predictor.predict_table(problem, &state);
+            for (i, m) in problem.models.iter().enumerate() {
+                for (c, config) in m.configs.iter().enumerate() {
+                    let t = f64::from(table[offsets[i] + c]);
+                    let r = &mut ranges[i][config.variant];
+                    r.min = r.min.min(t);
+                    r.max = r.max.max(t);
+                }
+            }
+        }
+    }
+    ranges
+}
+
+/// Per model: the `q` quantile (e.g. 0.25 for P25) of a predictor's table over
+/// the model's grid, the four workload regimes and the given utilisations; a
+/// stand-in for floors from profiled throughput when no profile supplies them.
+pub fn predicted_quantile_floors(
+    predictor: &dyn Predictor,
+    problem: &Problem,
+    utilizations: &[f64],
+    q: f64,
+) -> Vec<f64> {
+    let offsets = table_offsets(problem);
+    let mut samples: Vec<Vec<f64>> = vec![Vec::new(); problem.models.len()];
+    for workload in crate::domain::WorkloadLevel::ALL {
+        for &utilization in utilizations {
+            let state = GpuState {
+                workload,
+                vram_used_mib: f64::from(problem.card.vram_mib) / 2.0,
+                utilization,
+            };
+            let table = predictor.predict_table(problem, &state);
+            for (i, s) in samples.iter_mut().enumerate() {
+                s.extend(
+                    table[offsets[i]..offsets[i + 1]]
+                        .iter()
+                        .map(|&t| f64::from(t)),
+                );
+            }
+        }
+    }
+    samples
+        .into_iter()
+        .map(|mut s| {
+            s.sort_by(f64::total_cmp);
+            let rank = (q.clamp(0.0, 1.0) * (s.len().saturating_sub(1)) as f64).round() as usize;
+            s.get(rank).copied().unwrap_or(0.0)
+        })
+        .collect()
+}

@@ -309,35 +309,39 @@ mod tests {
         assert!(u64::from(fp16.min_vram_mib()) + others > u64::from(s.problem.card.vram_mib));
     }
 
+    fn fixture(name: &str) -> String {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures/scenarios")
+            .join(name);
+        std::fs::read_to_string(&path).expect("fixture exists")
+    }
+
+    fn parse_error(name: &str) -> String {
+        let err = parse(&fixture(name), BUNDLED_ZOO).expect_err(name);
+        format!("{err:#}")
+    }
+
     #[test]
     fn bad_scenarios_are_clear_errors() {
-        let base = "name='x'\n[card]\nname='c'\nvram_mib=24576\n";
-        let unknown_family = format!("{base}[[models]]\nname='a'\nfamily='nope'\n");
-        let err = parse(&unknown_family, BUNDLED_ZOO).expect_err("unknown family");
+        assert!(parse_error("unknown-family.toml").contains("unknown family 'nope'"));
+        assert!(parse_error("unknown-variant.toml").contains("no variant 'x'"));
+        assert!(parse_error("duplicate-model.toml").contains("'a' is used twice"));
+        assert!(parse_error("misspelt-key.toml").contains("famly"));
+        assert!(parse_error("does-not-fit.toml").contains("exceeds"));
+        let err = load("no-such-scenario").expect_err("unknown name");
         assert!(
-            format!("{err:#}").contains("unknown family 'nope'"),
-            "{err:#}"
+            format!("{err:#}").contains("paper-n5"),
+            "lists the known names"
         );
+    }
 
-        let unknown_variant =
-            format!("{base}[[models]]\nname='a'\nfamily='yolo11'\nvariants=['x']\n");
-        let err = parse(&unknown_variant, BUNDLED_ZOO).expect_err("unknown variant");
-        assert!(format!("{err:#}").contains("no variant 'x'"), "{err:#}");
-
-        let dup = format!(
-            "{base}[[models]]\nname='a'\nfamily='yolo11'\n[[models]]\nname='a'\nfamily='yolo11'\n"
-        );
-        assert!(parse(&dup, BUNDLED_ZOO).is_err());
-
-        let typo = format!("{base}[[models]]\nname='a'\nfamly='yolo11'\n");
-        let err = parse(&typo, BUNDLED_ZOO).expect_err("unknown key");
-        assert!(format!("{err:#}").contains("famly"), "{err:#}");
-
-        let tiny =
-            "name='x'\n[card]\nname='c'\nvram_mib=100\n[[models]]\nname='a'\nfamily='yolo11'\n";
-        let err = parse(tiny, BUNDLED_ZOO).expect_err("does not fit");
-        assert!(format!("{err:#}").contains("exceeds"), "{err:#}");
-
-        assert!(load("no-such-scenario").is_err());
+    #[test]
+    fn a_scenario_can_define_its_own_family() {
+        let s = parse(&fixture("custom-family.toml"), BUNDLED_ZOO).expect("valid");
+        let chat = &s.problem.models[0];
+        assert_eq!(chat.grid_size(), 2);
+        assert_eq!(chat.configs[1].vram_mib, 700 + 800 + 8 * 256);
+        assert_eq!(s.problem.sla_floors[0], 50.0);
+        assert_eq!(s.explicit_floors, vec![true, false]);
     }
 }

@@ -81,6 +81,21 @@ fn ticks(lo: f64, hi: f64) -> Vec<f64> {
     out
 }
 
+/// 1-2-5 ticks of a log₁₀ axis spanning [lo, hi] (in log units); falls back to
+/// every decade when that would be too many.
+fn log_ticks(lo: f64, hi: f64) -> Vec<f64> {
+    let (first, last) = (lo.floor() as i32, hi.ceil() as i32);
+    let in_range = |v: f64| v.log10() >= lo - 1e-9 && v.log10() <= hi + 1e-9;
+    let with = |mantissas: &[f64]| -> Vec<f64> {
+        (first..=last)
+            .flat_map(|e| mantissas.iter().map(move |m| m * 10f64.powi(e)))
+            .filter(|&v| in_range(v))
+            .collect()
+    };
+    let fine = with(&[1.0, 2.0, 5.0]);
+    if fine.len() <= 8 { fine } else { with(&[1.0]) }
+}
+
 fn fmt_tick(v: f64) -> String {
     if v.abs() >= 1000.0 || (v.fract().abs() < 1e-9 && v.abs() >= 1.0) {
         format!("{v:.0}")
@@ -163,18 +178,7 @@ impl LineChart {
             );
         }
         let x_ticks: Vec<f64> = if self.log_x {
-            let mut v: Vec<f64> = self
-                .series
-                .iter()
-                .flat_map(|s| s.points.iter().map(|p| p.0))
-                .collect();
-            v.sort_by(f64::total_cmp);
-            v.dedup();
-            if v.len() > 10 {
-                let step = v.len().div_ceil(10);
-                v = v.into_iter().step_by(step).collect();
-            }
-            v
+            log_ticks(x0, x1)
         } else {
             ticks(x0, x1)
         };
@@ -333,6 +337,19 @@ mod tests {
         assert!(svg.contains("R² &lt;vs&gt; n"));
         assert!(svg.contains("N=3 &amp; more"));
         assert!(!svg.contains("NaN"));
+    }
+
+    #[test]
+    fn log_ticks_are_one_two_five() {
+        assert_eq!(
+            log_ticks(0.0, 2.0),
+            vec![1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0]
+        );
+        assert_eq!(
+            log_ticks(-3.0, 3.0).len(),
+            7,
+            "decades only when 1-2-5 is crowded"
+        );
     }
 
     #[test]

@@ -1,7 +1,14 @@
 //! Argument parsing and dispatch. Each subcommand family lives in its own file.
 
 mod daemon;
+mod bench;
+mod data;
+mod decide;
+mod eval;
+mod plugins;
+mod profile;
 mod scenario;
+mod sim;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -29,6 +36,31 @@ enum Command {
     /// NVML diagnostics.
     #[command(subcommand)]
     Nvml(daemon::NvmlCommand),
+    /// Profiles a scenario on the simulator and writes the profile CSV.
+    Profile(profile::ProfileArgs),
+    /// Profile data files: validation and summaries.
+    #[command(subcommand)]
+    Data(data::DataCommand),
+    /// The shared-GPU simulator: calibration against the published figures, noise ceiling.
+    #[command(subcommand)]
+    Sim(sim::SimCommand),
+    /// One decision tick through a policy component: the decision, its predicted
+    /// utility, its feasibility and the decision latency.
+    Decide(decide::DecideArgs),
+    /// The policy and utility components: embedded and on disk.
+    #[command(subcommand)]
+    Plugins(plugins::PluginsCommand),
+    /// A/B: two policies over the dynamic workload scenarios, closed loop on the simulator.
+    Ab(eval::AbArgs),
+    /// The main job on the embedded default: GA with an exhaustive shadow on the
+    /// simulated 24 GB card, bundled models and plugins; writes a report with plots.
+    Demo(eval::DemoArgs),
+    /// Regenerates the published tables on the simulator (Table II: GA, exhaustive,
+    /// StaticFull, StaticBudgetK at K = 500 and 5000 over the eight dynamic scenarios).
+    Repro(eval::ReproArgs),
+    /// Performance, measured side by side in one process.
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
 }
 
 pub fn main() -> ExitCode {
@@ -38,6 +70,15 @@ pub fn main() -> ExitCode {
         Command::Run(args) => daemon::run(args),
         Command::Replay(args) => daemon::replay(args),
         Command::Nvml(cmd) => daemon::nvml(cmd),
+        Command::Profile(args) => profile::run(args),
+        Command::Data(cmd) => data::run(cmd),
+        Command::Sim(cmd) => sim::run(cmd),
+        Command::Decide(args) => decide::run(args),
+        Command::Plugins(cmd) => plugins::run(cmd),
+        Command::Bench(cmd) => bench::run(cmd),
+        Command::Ab(args) => eval::ab(args),
+        Command::Demo(args) => eval::demo(args),
+        Command::Repro(args) => eval::repro(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,4 +1,7 @@
 //! Evaluation: dynamic workload scenarios, closed-loop policy runs, side-by-side
 //! comparison and the reproduction report.
 
+pub mod closed_loop;
+pub mod published;
+pub mod report;
 pub mod traces;

@@ -134,7 +134,7 @@ fn default_sampler() -> SamplerKind {
     SamplerKind::Nvml
 }
 fn default_fallback() -> SamplerKind {
-    SamplerKind::Footprint
+    SamplerKind::Sim
 }
 fn default_unknown_utilization() -> f64 {
     0.5

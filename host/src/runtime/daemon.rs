@@ -222,9 +222,10 @@ impl Daemon {
             .map_or(0, |d| d.as_millis() as u64);
         let started = tokio::time::Instant::now();
         let footprint = self.problem.vram_mib(&self.problem.current) as f64;
+        let workload = self.settings.workload.level(tick);
         let sample = self
             .sampler
-            .sample(&self.problem, &self.problem.current)
+            .sample(&self.problem, &self.problem.current, workload)
             .unwrap_or_else(|err| Sample {
                 source: format!("failed: {err:#}"),
                 vram_used_mib: None,
@@ -233,7 +234,7 @@ impl Daemon {
                 processes: Vec::new(),
             });
         let state = GpuState {
-            workload: self.settings.workload.level(tick),
+            workload,
             vram_used_mib: sample.vram_used_mib.unwrap_or(footprint),
             utilization: sample
                 .utilization

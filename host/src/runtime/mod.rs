@@ -13,6 +13,7 @@ pub mod daemon;
 pub mod decider;
 pub mod declog;
 pub mod metrics;
+pub mod plugin_decider;
 pub mod replay;
 pub mod sampler;
 
@@ -23,7 +24,7 @@ use tokio::sync::watch;
 
 use config::{DaemonConfig, PolicyConfig};
 use daemon::{Daemon, LoopSettings, RunSummary, WorkloadSource};
-use decider::{BuiltinDecider, Decider};
+use decider::Decider;
 use metrics::Metrics;
 
 /// Command-line overrides of the config file.
@@ -35,19 +36,38 @@ pub struct Overrides {
     pub max_ticks: Option<u64>,
 }
 
-/// The decider for a policy config.
-///
-/// HOOK(plugins): when the plugin host is on main, build it here from
-/// `plugin_dir`, `bundle_dir` and `utility` (embedded + on-disk policies, hot
-/// reload) and offer the built-in policies beside it.
-pub fn build_decider(policy: &PolicyConfig) -> Result<Arc<dyn Decider>> {
-    if let Some(dir) = &policy.plugin_dir {
+/// The decider for a policy config: the plugin host's policies (embedded and
+/// those of `plugin_dir`, hot-reloaded) beside the built-in `hold`. Notes (plugin
+/// files that did not load) go to stderr.
+pub fn build_decider(
+    config: &DaemonConfig,
+    problem: &crate::domain::Problem,
+    predictor: Arc<dyn crate::predict::Predictor>,
+) -> Result<Arc<dyn Decider>> {
+    let policy: &PolicyConfig = &config.policy;
+    if let Some(dir) = &policy.plugin_dir
+        && !dir.is_dir()
+    {
+        bail!("policy.plugin_dir {}: not a directory", dir.display());
+    }
+    if let Some(dir) = &policy.bundle_dir {
         bail!(
-            "policy.plugin_dir = {}: this build has no plugin host yet; remove the key to run the built-in policies",
+            "policy.bundle_dir = {}: the daemon does not load surrogate bundles yet; remove the key (policies predict with the analytic stand-in)",
             dir.display()
         );
     }
-    Ok(Arc::new(BuiltinDecider))
+    let (decider, notes) = plugin_decider::PluginDecider::new(
+        problem,
+        predictor,
+        policy.utility.as_deref().unwrap_or("utility"),
+        policy.plugin_dir.as_deref(),
+        config.tick.deadline(),
+        config.seed,
+    )?;
+    for note in notes {
+        eprintln!("notice: {note}");
+    }
+    Ok(Arc::new(decider))
 }
 
 pub fn workload_source(config: &DaemonConfig) -> Result<WorkloadSource> {
@@ -72,9 +92,14 @@ pub async fn run(mut config: DaemonConfig, overrides: Overrides) -> Result<RunSu
         config.api.listen = listen;
     }
     let scenario = crate::scenario::load(&config.scenario)?;
-    let problem = scenario.problem;
-    let decider = build_decider(&config.policy)?;
-    let (sampler, note) = sampler::build(&config.sampler)?;
+    let mut problem = scenario.problem;
+    // HOOK(surrogate): use the MeanField bundle of policy.bundle_dir once the
+    // surrogate is on main; until then the plugin host's analytic stand-in.
+    let predictor: Arc<dyn crate::predict::Predictor> = Arc::new(crate::analytic::AnalyticPredictor);
+    eprintln!("predictor: analytic closed-form stand-in (not the MeanField surrogate)");
+    crate::plugin::setup::fill_defaults(&mut problem, &scenario.explicit_floors, predictor.as_ref());
+    let decider = build_decider(&config, &problem, predictor)?;
+    let (sampler, note) = sampler::build(&config.sampler, &problem, config.seed)?;
     if let Some(note) = note {
         eprintln!("notice: {note}");
     }

@@ -11,7 +11,8 @@ use nvml_wrapper::enums::device::UsedGpuMemory;
 use serde::{Deserialize, Serialize};
 
 use super::config::{SamplerConfig, SamplerKind};
-use crate::domain::Problem;
+use crate::domain::{Problem, WorkloadLevel};
+use crate::sim::Simulator;
 
 const MIB: f64 = 1024.0 * 1024.0;
 
@@ -34,18 +35,28 @@ pub struct ProcessMemory {
 }
 
 pub trait Sampler: Send + std::fmt::Debug {
-    /// Reads the GPU while `applied` (the running joint configuration) runs.
-    fn sample(&mut self, problem: &Problem, applied: &[u32]) -> Result<Sample>;
+    /// Reads the GPU while `applied` (the running joint configuration) runs
+    /// under `workload` (which only the simulator needs: a real card shows it).
+    fn sample(
+        &mut self,
+        problem: &Problem,
+        applied: &[u32],
+        workload: WorkloadLevel,
+    ) -> Result<Sample>;
 }
 
 /// Builds the configured sampler, or the fallback one when NVML is absent and the
 /// config allows it (the reason is returned so the daemon can say it in one line).
-pub fn build(config: &SamplerConfig) -> Result<(Box<dyn Sampler>, Option<String>)> {
+pub fn build(
+    config: &SamplerConfig,
+    problem: &Problem,
+    seed: u64,
+) -> Result<(Box<dyn Sampler>, Option<String>)> {
     match config.kind {
         SamplerKind::Nvml => match NvmlSampler::new(config.device) {
             Ok(s) => Ok((Box::new(s), None)),
             Err(err) if config.allow_fallback => {
-                let fallback = build_plain(config.fallback)?;
+                let fallback = build_plain(config.fallback, problem, seed)?;
                 let note = format!(
                     "{err:#}; sampler.allow_fallback is set, sampling with '{}' instead",
                     kind_name(config.fallback)
@@ -56,18 +67,16 @@ pub fn build(config: &SamplerConfig) -> Result<(Box<dyn Sampler>, Option<String>
                 bail!("{err:#}; set sampler.allow_fallback = true or run with --sampler footprint")
             }
         },
-        other => Ok((build_plain(other)?, None)),
+        other => Ok((build_plain(other, problem, seed)?, None)),
     }
 }
 
-fn build_plain(kind: SamplerKind) -> Result<Box<dyn Sampler>> {
+fn build_plain(kind: SamplerKind, problem: &Problem, seed: u64) -> Result<Box<dyn Sampler>> {
     match kind {
         SamplerKind::Footprint => Ok(Box::new(FootprintSampler)),
-        // HOOK(sim): wire `crate::sim::Simulator` here once the simulator is on main.
-        SamplerKind::Sim => bail!(
-            "sampler 'sim' needs the shared-GPU simulator, which is not in this build yet; \
-             use 'footprint' or 'nvml'"
-        ),
+        SamplerKind::Sim => Ok(Box::new(SimSampler {
+            sim: Simulator::new(problem, seed).context("starting the simulator sampler")?,
+        })),
         SamplerKind::Nvml => bail!("internal: build_plain is not for nvml"),
     }
 }
@@ -85,12 +94,42 @@ pub fn kind_name(kind: SamplerKind) -> &'static str {
 pub struct FootprintSampler;
 
 impl Sampler for FootprintSampler {
-    fn sample(&mut self, problem: &Problem, applied: &[u32]) -> Result<Sample> {
+    fn sample(
+        &mut self,
+        problem: &Problem,
+        applied: &[u32],
+        _workload: WorkloadLevel,
+    ) -> Result<Sample> {
         Ok(Sample {
             source: "footprint".into(),
             vram_used_mib: Some(problem.vram_mib(applied) as f64),
             vram_total_mib: Some(f64::from(problem.card.vram_mib)),
             utilization: None,
+            processes: Vec::new(),
+        })
+    }
+}
+
+/// The shared-GPU simulator (seeded): the running configuration under the
+/// tick's workload, one noisy measurement per tick.
+#[derive(Debug, Clone)]
+pub struct SimSampler {
+    sim: Simulator,
+}
+
+impl Sampler for SimSampler {
+    fn sample(
+        &mut self,
+        problem: &Problem,
+        applied: &[u32],
+        workload: WorkloadLevel,
+    ) -> Result<Sample> {
+        let m = self.sim.measure(applied, workload, 1);
+        Ok(Sample {
+            source: "sim".into(),
+            vram_used_mib: Some(m.state.vram_used_mib),
+            vram_total_mib: Some(f64::from(problem.card.vram_mib)),
+            utilization: Some(m.state.utilization),
             processes: Vec::new(),
         })
     }
@@ -157,7 +196,12 @@ fn process_mib(used: &UsedGpuMemory) -> Option<f64> {
 }
 
 impl Sampler for NvmlSampler {
-    fn sample(&mut self, _problem: &Problem, _applied: &[u32]) -> Result<Sample> {
+    fn sample(
+        &mut self,
+        _problem: &Problem,
+        _applied: &[u32],
+        _workload: WorkloadLevel,
+    ) -> Result<Sample> {
         self.read()
     }
 }
@@ -225,8 +269,30 @@ mod tests {
     fn footprint_sampler_reports_modelled_vram_and_unknown_utilisation() {
         let s = crate::scenario::load("paper-n2").expect("bundled");
         let p = &s.problem;
-        let sample = FootprintSampler.sample(p, &p.current).expect("no I/O");
+        let sample = FootprintSampler
+            .sample(p, &p.current, WorkloadLevel::High)
+            .expect("no I/O");
         assert_eq!(sample.vram_used_mib, Some(p.vram_mib(&p.current) as f64));
         assert_eq!(sample.utilization, None);
+    }
+
+    #[test]
+    fn sim_sampler_measures_the_applied_configuration_reproducibly() {
+        let p = crate::scenario::load("paper-n2").expect("bundled").problem;
+        let config = SamplerConfig {
+            kind: SamplerKind::Sim,
+            ..SamplerConfig::default()
+        };
+        let read = || {
+            let (mut s, note) = build(&config, &p, 9).expect("simulator");
+            assert!(note.is_none());
+            s.sample(&p, &p.current, WorkloadLevel::Burst).expect("sample")
+        };
+        let a = read();
+        assert_eq!(a, read(), "same seed, same reading");
+        assert_eq!(a.source, "sim");
+        let u = a.utilization.expect("the simulator knows utilisation");
+        assert!((0.0..=1.0).contains(&u));
+        assert!(a.vram_used_mib.expect("known") > 0.0);
     }
 }

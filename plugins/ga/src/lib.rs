@@ -1,1 +1,275 @@
-//! Placeholder until the plugin host lands: proves the wasm32-wasip2 component build.
+//! The published genetic algorithm over joint configurations.
+//!
+//! Genome: one integer gene per model, its local configuration index. Each
+//! generation keeps the elites, breeds the rest from parents picked by
+//! tournament (or linear rank) selection with uniform crossover and per-gene
+//! mutation, and repairs any child over the card's VRAM by moving random
+//! models to cheaper configurations. Fitness is the host's utility over the
+//! surrogate table (the field held fixed during search, as published); every
+//! distinct genome is scored once. The seed comes from the host.
+
+use mfsched_guest::params::spec;
+use mfsched_guest::types::{Decision, GpuState, Param, ParamSpec, Problem};
+use mfsched_guest::{Params, Rng, Space, surrogate};
+use std::collections::HashMap;
+
+struct Ga;
+
+/// The search settings, parsed from the parameters.
+struct Settings {
+    population: usize,
+    generations: usize,
+    patience: usize,
+    tournament: usize,
+    rank_selection: bool,
+    crossover: f64,
+    mutation: f64,
+    elites: usize,
+}
+
+impl Settings {
+    fn parse(p: &Params, models: usize) -> Result<Self, String> {
+        let population = p.u64_in("population", 4, 100_000)? as usize;
+        let mutation = match p.raw("mutation") {
+            Some("auto") | None => 1.0 / models.max(1) as f64,
+            Some(_) => p.f64_in("mutation", 0.0, 1.0)?,
+        };
+        Ok(Self {
+            population,
+            generations: p.u64_in("generations", 0, 100_000)? as usize,
+            patience: p.u64_in("patience", 0, 100_000)? as usize,
+            tournament: p.u64_in("tournament", 1, population as u64)? as usize,
+            rank_selection: p.choice("selection", &["tournament", "rank"])? == "rank",
+            crossover: p.f64_in("crossover", 0.0, 1.0)?,
+            mutation,
+            elites: p.u64_in("elites", 0, population as u64 - 1)? as usize,
+        })
+    }
+}
+
+impl mfsched_guest::Guest for Ga {
+    fn name() -> String {
+        "genetic algorithm".into()
+    }
+
+    fn parameters() -> Vec<ParamSpec> {
+        vec![
+            spec("population", "48", "genomes per generation"),
+            spec("generations", "40", "generations after the initial one"),
+            spec(
+                "patience",
+                "12",
+                "stop after this many generations without improvement (0: never)",
+            ),
+            spec(
+                "selection",
+                "tournament",
+                "parent selection: tournament or rank",
+            ),
+            spec("tournament", "3", "contestants per tournament"),
+            spec(
+                "crossover",
+                "0.9",
+                "probability that two parents are crossed (uniform crossover)",
+            ),
+            spec(
+                "mutation",
+                "auto",
+                "per-gene mutation probability (auto: 1/N)",
+            ),
+            spec(
+                "elites",
+                "2",
+                "best genomes copied unchanged into the next generation",
+            ),
+        ]
+    }
+
+    fn decide(problem: Problem, state: GpuState, params: Vec<Param>) -> Result<Decision, String> {
+        let params = Params::parse(params, Self::parameters())?;
+        let space = Space::new(&problem);
+        let settings = Settings::parse(&params, space.models())?;
+        let mut rng = Rng::new(params.seed()?);
+        let min_tuple: Vec<u32> = (0..space.models()).map(|i| cheapest(&space, i)).collect();
+        if !space.fits(&min_tuple) {
+            return Err("no joint configuration fits in the card's VRAM".into());
+        }
+        let table = surrogate::predict_table(state);
+        let mut search = Search {
+            space: &space,
+            table: &table,
+            cache: HashMap::new(),
+        };
+        Ok(search.run(&problem.current, &settings, &mut rng))
+    }
+}
+
+/// The configuration of model `i` that needs the least VRAM.
+fn cheapest(space: &Space, i: usize) -> u32 {
+    (0..space.radix(i))
+        .min_by_key(|&c| space.vram_of(i, c))
+        .unwrap_or(0)
+}
+
+struct Search<'a> {
+    space: &'a Space,
+    table: &'a [f32],
+    /// Fitness of every genome scored so far, by joint index.
+    cache: HashMap<u64, f64>,
+}
+
+impl Search<'_> {
+    fn run(&mut self, current: &[u32], s: &Settings, rng: &mut Rng) -> Decision {
+        let n = self.space.models();
+        let mut population: Vec<Vec<u32>> = Vec::with_capacity(s.population);
+        // Seed with the running configuration (if it is a valid genome): a
+        // search that never does worse than staying put.
+        if current.len() == n
+            && current
+                .iter()
+                .enumerate()
+                .all(|(i, &c)| c < self.space.radix(i))
+        {
+            let mut g = current.to_vec();
+            self.repair(&mut g, rng);
+            population.push(g);
+        }
+        while population.len() < s.population {
+            let mut g: Vec<u32> = (0..n)
+                .map(|i| rng.below(u64::from(self.space.radix(i))) as u32)
+                .collect();
+            self.repair(&mut g, rng);
+            population.push(g);
+        }
+        let mut fitness = self.score(&population);
+        let (mut best, mut best_fit) = best_of(&population, &fitness);
+        let mut stale = 0usize;
+        for _ in 0..s.generations {
+            let order = ranking(&fitness);
+            let mut next: Vec<Vec<u32>> = order
+                .iter()
+                .take(s.elites)
+                .map(|&i| population[i].clone())
+                .collect();
+            while next.len() < s.population {
+                let a = &population[self.select(&fitness, &order, s, rng)];
+                let b = &population[self.select(&fitness, &order, s, rng)];
+                let mut child = a.clone();
+                if rng.bernoulli(s.crossover) {
+                    for (gene, &other) in child.iter_mut().zip(b.iter()) {
+                        if rng.bernoulli(0.5) {
+                            *gene = other;
+                        }
+                    }
+                }
+                for (i, gene) in child.iter_mut().enumerate() {
+                    if rng.bernoulli(s.mutation) {
+                        *gene = rng.below(u64::from(self.space.radix(i))) as u32;
+                    }
+                }
+                self.repair(&mut child, rng);
+                next.push(child);
+            }
+            population = next;
+            fitness = self.score(&population);
+            let (gen_best, gen_fit) = best_of(&population, &fitness);
+            if gen_fit > best_fit {
+                best = gen_best;
+                best_fit = gen_fit;
+                stale = 0;
+            } else {
+                stale += 1;
+                if s.patience > 0 && stale >= s.patience {
+                    break;
+                }
+            }
+        }
+        Decision {
+            config: best,
+            candidates_evaluated: self.cache.len() as u64,
+        }
+    }
+
+    /// Fitness of each genome; only genomes never seen before go to the host.
+    fn score(&mut self, population: &[Vec<u32>]) -> Vec<f64> {
+        let indices: Vec<u64> = population.iter().map(|g| self.space.index(g)).collect();
+        let mut fresh: Vec<u64> = indices
+            .iter()
+            .copied()
+            .filter(|i| !self.cache.contains_key(i))
+            .collect();
+        fresh.sort_unstable();
+        fresh.dedup();
+        if !fresh.is_empty() {
+            let scores = mfsched_guest::evaluate_from_table(self.space, self.table, &fresh);
+            for (i, s) in fresh.into_iter().zip(scores) {
+                self.cache
+                    .insert(i, if s.is_nan() { f64::NEG_INFINITY } else { s });
+            }
+        }
+        indices.iter().map(|i| self.cache[i]).collect()
+    }
+
+    fn select(&self, fitness: &[f64], order: &[usize], s: &Settings, rng: &mut Rng) -> usize {
+        if s.rank_selection {
+            // Linear ranking: the best of P genomes has weight P, the worst 1.
+            let p = order.len() as u64;
+            let mut ticket = rng.below(p * (p + 1) / 2);
+            for (rank, &i) in order.iter().enumerate() {
+                let weight = p - rank as u64;
+                if ticket < weight {
+                    return i;
+                }
+                ticket -= weight;
+            }
+            order[0]
+        } else {
+            let mut winner = rng.below(fitness.len() as u64) as usize;
+            for _ in 1..s.tournament {
+                let c = rng.below(fitness.len() as u64) as usize;
+                if fitness[c] > fitness[winner] {
+                    winner = c;
+                }
+            }
+            winner
+        }
+    }
+
+    /// Moves random models to strictly cheaper configurations until the genome
+    /// fits; each step lowers the VRAM, so it ends (the all-cheapest genome fits).
+    fn repair(&self, genome: &mut [u32], rng: &mut Rng) {
+        let space = self.space;
+        while !space.fits(genome) {
+            let reducible: Vec<usize> = (0..genome.len())
+                .filter(|&i| space.vram_of(i, genome[i]) > space.vram_of(i, cheapest(space, i)))
+                .collect();
+            let Some(&i) = reducible.get(rng.below(reducible.len().max(1) as u64) as usize) else {
+                return;
+            };
+            let now = space.vram_of(i, genome[i]);
+            let cheaper: Vec<u32> = (0..space.radix(i))
+                .filter(|&c| space.vram_of(i, c) < now)
+                .collect();
+            genome[i] = cheaper[rng.below(cheaper.len() as u64) as usize];
+        }
+    }
+}
+
+/// Population indices, best first (stable on ties).
+fn ranking(fitness: &[f64]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..fitness.len()).collect();
+    order.sort_by(|&a, &b| fitness[b].total_cmp(&fitness[a]));
+    order
+}
+
+fn best_of(population: &[Vec<u32>], fitness: &[f64]) -> (Vec<u32>, f64) {
+    let i = ranking(fitness)[0];
+    (population[i].clone(), fitness[i])
+}
+
+/// The component's exports; wit-bindgen's glue is FFI, hence unsafe.
+#[allow(unsafe_code)]
+mod exports {
+    use super::Ga;
+    mfsched_guest::export_policy!(Ga);
+}

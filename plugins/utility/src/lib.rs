@@ -1,1 +1,144 @@
-//! Placeholder until the plugin host lands: proves the wasm32-wasip2 component build.
+//! The published utility: throughput-weighted quality with per-variant min-max
+//! normalisation, minus a reconfiguration penalty, with SLA floors and the VRAM
+//! cap as hard constraints.
+//!
+//! For a candidate λ with predicted throughputs T:
+//!
+//! ```text
+//! J(λ) = Σᵢ qᵢ(λᵢ)/qᵢ,max · clamp((Tᵢ − minᵢ,v)/(maxᵢ,v − minᵢ,v), 0, 1) − Σᵢ rᵢ(λᵢ)
+//! ```
+//!
+//! where v is λᵢ's variant and (min, max) its profiled throughput range, so a
+//! fast small variant does not dominate a slow large one; quality is scaled by
+//! the model's best configuration so every model weighs the same; rᵢ is the
+//! variant-switch cost when λᵢ changes variant against `problem.current`, the
+//! (smaller) knob-change cost when only a runtime knob changes, else 0.
+//! J = −∞ when some Tᵢ is under its SLA floor, when λ needs more VRAM than the
+//! card has, or when the index is not a joint configuration.
+
+/// The generated `utility` world. wit-bindgen's glue is FFI, hence unsafe.
+#[allow(unsafe_code)]
+mod bindings {
+    wit_bindgen::generate!({
+        world: "utility",
+        path: "../../wit",
+    });
+
+    use super::PublishedUtility;
+    export!(PublishedUtility);
+}
+
+use bindings::Guest;
+use bindings::mfsched::scheduler::types::{Problem, ThroughputRange};
+
+struct PublishedUtility;
+
+impl Guest for PublishedUtility {
+    fn name() -> String {
+        "throughput-weighted quality (published)".into()
+    }
+
+    fn score(problem: Problem, candidates: Vec<u64>, predictions: Vec<f32>) -> Vec<f64> {
+        let n = problem.models.len();
+        assert!(
+            predictions.len() == candidates.len() * n,
+            "score: {} predictions for {} candidates of {n} models",
+            predictions.len(),
+            candidates.len()
+        );
+        let terms = ModelTerms::new(&problem);
+        let radices: Vec<u64> = problem
+            .models
+            .iter()
+            .map(|m| m.configs.len() as u64)
+            .collect();
+        let mut strides = vec![1u64; n];
+        for i in (0..n.saturating_sub(1)).rev() {
+            strides[i] = strides[i + 1] * radices[i + 1];
+        }
+        let size = strides.first().map_or(0, |s| s * radices[0]);
+        let cap = u64::from(problem.card.vram_mib);
+        candidates
+            .iter()
+            .zip(predictions.chunks_exact(n.max(1)))
+            .map(|(&c, t)| {
+                if c >= size {
+                    return f64::NEG_INFINITY;
+                }
+                let mut vram = 0u64;
+                let mut j = 0.0;
+                for i in 0..n {
+                    let local = ((c / strides[i]) % radices[i]) as usize;
+                    vram += u64::from(problem.models[i].configs[local].vram_mib);
+                    let thr = f64::from(t[i]);
+                    if thr < problem.sla_floors[i] || !thr.is_finite() {
+                        return f64::NEG_INFINITY;
+                    }
+                    j += terms.value(&problem, i, local, thr);
+                }
+                if vram > cap { f64::NEG_INFINITY } else { j }
+            })
+            .collect()
+    }
+}
+
+/// Per-model constants of the utility, computed once per batch.
+struct ModelTerms {
+    best_quality: Vec<f64>,
+}
+
+impl ModelTerms {
+    fn new(problem: &Problem) -> Self {
+        assert!(
+            problem.throughput_ranges.len() == problem.models.len()
+                && problem
+                    .throughput_ranges
+                    .iter()
+                    .zip(&problem.models)
+                    .all(|(r, m)| r.len() == m.variants.len()),
+            "the problem needs one throughput range per model variant"
+        );
+        assert!(
+            problem.sla_floors.len() == problem.models.len(),
+            "the problem needs one SLA floor per model"
+        );
+        Self {
+            best_quality: problem
+                .models
+                .iter()
+                .map(|m| m.configs.iter().map(|c| c.quality).fold(0.0, f64::max))
+                .collect(),
+        }
+    }
+
+    /// Model i's contribution in local configuration `local` at throughput `thr`.
+    fn value(&self, problem: &Problem, i: usize, local: usize, thr: f64) -> f64 {
+        let model = &problem.models[i];
+        let config = &model.configs[local];
+        let range = problem.throughput_ranges[i][config.variant as usize];
+        let quality = if self.best_quality[i] > 0.0 {
+            config.quality / self.best_quality[i]
+        } else {
+            1.0
+        };
+        let reward = quality * normalise(thr, range);
+        let now = problem.current.get(i).map(|&c| c as usize);
+        let penalty = match now.and_then(|c| model.configs.get(c)) {
+            Some(_) if now == Some(local) => 0.0,
+            Some(cur) if cur.variant != config.variant => problem.reconfig.variant_switch,
+            Some(_) => problem.reconfig.knob_change,
+            None => 0.0,
+        };
+        reward - penalty
+    }
+}
+
+/// Min-max normalisation into [0, 1]; a degenerate range counts as full marks.
+fn normalise(thr: f64, range: ThroughputRange) -> f64 {
+    let span = range.max - range.min;
+    if span <= 0.0 {
+        1.0
+    } else {
+        ((thr - range.min) / span).clamp(0.0, 1.0)
+    }
+}

@@ -1,0 +1,390 @@
+//! `ab`, `demo` and `repro policies`: closed-loop policy comparisons on the simulator.
+
+use super::plugins::{PluginOpts, predictor};
+use super::profile::progress_bar;
+use anyhow::{Context as _, Result, bail};
+use clap::Args;
+use mfsched::eval::closed_loop::{Harness, PolicySpec};
+use mfsched::eval::published;
+use mfsched::eval::report::Comparison;
+use mfsched::eval::traces::{self, DEFAULT_TICKS, TRACE_NAMES, Trace};
+use mfsched::plugin::registry::{resolve_policy, resolve_utility};
+use mfsched::plugin::{PluginEngine, setup};
+use mfsched::{scenario, sim};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// What every comparison command shares.
+#[derive(Debug, Args)]
+pub struct EvalOpts {
+    /// The bundled scenario (models and card) or a scenario .toml file.
+    #[arg(long, default_value = "paper-n5")]
+    problem: String,
+    /// Dynamic workload scenarios: `all` or a comma-separated list of
+    /// steady, step-up, step-down, ramp, periodic, bursts, random-walk, mixed.
+    #[arg(long, default_value = "all")]
+    scenarios: String,
+    /// Decision ticks per workload scenario (at least 100 for the published protocol).
+    #[arg(long, default_value_t = DEFAULT_TICKS)]
+    ticks: usize,
+    /// Seed of the workload traces, the simulator and every policy.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Utility component: an embedded name or a .wasm file.
+    #[arg(long, default_value = "utility")]
+    utility: String,
+    #[command(flatten)]
+    plugins: PluginOpts,
+}
+
+#[derive(Debug, Args)]
+pub struct AbArgs {
+    /// Policy A: NAME or FILE.wasm, optionally with parameters: `static-budget:k=500`.
+    #[arg(long)]
+    a: String,
+    /// Policy B, same syntax.
+    #[arg(long)]
+    b: String,
+    /// Directory for report.md, results.json and the SVG plots.
+    #[arg(long, default_value = "ab-report")]
+    out: PathBuf,
+    #[command(flatten)]
+    eval: EvalOpts,
+}
+
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Directory for the report and plots.
+    #[arg(long, default_value = "mfsched-demo")]
+    out: PathBuf,
+    /// Dynamic workload scenario the demo runs.
+    #[arg(long, default_value = "mixed")]
+    scenario: String,
+    #[arg(long, default_value_t = DEFAULT_TICKS)]
+    ticks: usize,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    #[command(flatten)]
+    plugins: PluginOpts,
+}
+
+/// Parses `NAME[:k=v,k=v]` (a path may contain ':' only before a `.wasm`).
+fn parse_policy(spec: &str) -> Result<(String, Vec<(String, String)>)> {
+    let (name, params) = match spec.rsplit_once(':') {
+        Some((name, params)) if params.contains('=') => (name, params),
+        _ => (spec, ""),
+    };
+    if name.trim().is_empty() {
+        bail!("policy '{spec}': the name is empty (use e.g. ga, exhaustive, static-budget:k=500)");
+    }
+    let mut out = Vec::new();
+    for kv in params.split(',').filter(|s| !s.is_empty()) {
+        let (k, v) = kv
+            .split_once('=')
+            .with_context(|| format!("policy '{spec}': parameter '{kv}' is not KEY=VALUE"))?;
+        out.push((k.trim().to_string(), v.trim().to_string()));
+    }
+    Ok((name.to_string(), out))
+}
+
+fn trace_list(spec: &str, ticks: usize, seed: u64) -> Result<Vec<Trace>> {
+    if ticks == 0 {
+        bail!("--ticks must be at least 1");
+    }
+    let names: Vec<&str> = if spec == "all" {
+        TRACE_NAMES.to_vec()
+    } else {
+        spec.split(',').map(str::trim).collect()
+    };
+    names
+        .into_iter()
+        .map(|n| {
+            traces::generate(n, ticks, seed).with_context(|| {
+                format!(
+                    "unknown workload scenario '{n}': use all or some of {}",
+                    TRACE_NAMES.join(", ")
+                )
+            })
+        })
+        .collect()
+}
+
+/// A closed loop to run: the active policy (label, spec) and its shadows.
+struct Loop {
+    active: (String, String),
+    shadows: Vec<(String, String)>,
+}
+
+impl Loop {
+    fn alone(label: &str, spec: &str) -> Self {
+        Self {
+            active: (label.to_string(), spec.to_string()),
+            shadows: Vec::new(),
+        }
+    }
+}
+
+fn load_spec(
+    engine: &PluginEngine,
+    plugin_dir: Option<&Path>,
+    (label, spec): &(String, String),
+) -> Result<PolicySpec> {
+    let (name, params) = parse_policy(spec)?;
+    Ok(PolicySpec {
+        label: label.clone(),
+        plugin: resolve_policy(engine, &name, plugin_dir)?,
+        params,
+    })
+}
+
+/// Loads the problem and the plugins and runs every loop over every trace.
+fn compare(
+    problem_name: &str,
+    engine: Arc<PluginEngine>,
+    plugin_dir: Option<&Path>,
+    utility: &str,
+    loops: &[Loop],
+    traces: &[Trace],
+    seed: u64,
+) -> Result<Comparison> {
+    let scenario = scenario::load(problem_name)?;
+    let (predictor, predictor_name) = predictor();
+    let mut problem = scenario.problem.clone();
+    setup::fill_defaults(&mut problem, &scenario.explicit_floors, predictor.as_ref());
+    let utility = resolve_utility(&engine, utility, plugin_dir)?;
+    let loaded: Vec<(PolicySpec, Vec<PolicySpec>)> = loops
+        .iter()
+        .map(|l| {
+            let shadows = l
+                .shadows
+                .iter()
+                .map(|s| load_spec(&engine, plugin_dir, s))
+                .collect::<Result<_>>()?;
+            Ok((load_spec(&engine, plugin_dir, &l.active)?, shadows))
+        })
+        .collect::<Result<_>>()?;
+    let utility_title = utility.info.title.clone();
+    let harness = Harness::new(engine, utility, predictor, problem);
+    let total: usize = traces.iter().map(|t| t.levels.len()).sum::<usize>() * loaded.len();
+    let bar = progress_bar(total, "closed-loop runs on the simulator");
+    let mut runs = Vec::new();
+    for trace in traces {
+        for (active, shadows) in &loaded {
+            bar.set_message(format!("{} / {}", trace.name, active.label));
+            runs.extend(harness.run(active, shadows, trace, seed, || bar.inc(1))?);
+        }
+    }
+    bar.finish_and_clear();
+    let mut policies: Vec<String> = Vec::new();
+    for run in &runs {
+        if !policies.contains(&run.policy) {
+            policies.push(run.policy.clone());
+        }
+    }
+    Ok(Comparison {
+        device: format!("{} (mfsched simulator)", sim::DEVICE_NAME),
+        scenario: scenario.name,
+        predictor: predictor_name.to_string(),
+        utility: utility_title,
+        seed,
+        feasible_configurations: harness.feasible_count(),
+        policies,
+        traces: traces.iter().map(|t| t.name.clone()).collect(),
+        runs,
+    })
+}
+
+fn print_written(files: &[PathBuf], dir: &Path) {
+    println!("\nreport written to {}/", dir.display());
+    for f in files {
+        if let Some(name) = f.file_name() {
+            println!("  {}", name.to_string_lossy());
+        }
+    }
+}
+
+pub fn ab(args: AbArgs) -> Result<()> {
+    if args.a == args.b {
+        bail!(
+            "--a and --b are the same policy ('{}'): compare two different ones",
+            args.a
+        );
+    }
+    let e = &args.eval;
+    let traces = trace_list(&e.scenarios, e.ticks, e.seed)?;
+    let engine = e.plugins.engine()?;
+    let loops = [Loop::alone(&args.a, &args.a), Loop::alone(&args.b, &args.b)];
+    let cmp = compare(
+        &e.problem,
+        engine,
+        e.plugins.dir.as_deref(),
+        &e.utility,
+        &loops,
+        &traces,
+        e.seed,
+    )?;
+    println!(
+        "A/B on the {} — {} vs {}, seed {}",
+        cmp.device, args.a, args.b, e.seed
+    );
+    print!("{}", cmp.summary_table());
+    let command = format!(
+        "mfsched ab --a {} --b {} --problem {} --scenarios {} --ticks {} --seed {}",
+        args.a, args.b, e.problem, e.scenarios, e.ticks, e.seed
+    );
+    let files = cmp.write(&args.out, "A/B policy comparison", &command)?;
+    print_written(&files, &args.out);
+    Ok(())
+}
+
+pub fn demo(args: DemoArgs) -> Result<()> {
+    let traces = trace_list(&args.scenario, args.ticks, args.seed)?;
+    let engine = args.plugins.engine()?;
+    println!(
+        "mfsched demo: paper-n5 (3 LLMs + 2 YOLO11) on the {}, workload '{}', {} ticks",
+        sim::DEVICE_NAME,
+        args.scenario,
+        args.ticks
+    );
+    println!("active policy: ga; shadow: exhaustive (per-step argmax, never applied)\n");
+    let loops = [Loop {
+        active: ("ga".into(), "ga".into()),
+        shadows: vec![("exhaustive".into(), "exhaustive".into())],
+    }];
+    let cmp = compare(
+        "paper-n5",
+        engine,
+        args.plugins.dir.as_deref(),
+        "utility",
+        &loops,
+        &traces,
+        args.seed,
+    )?;
+    print!("{}", cmp.summary_table());
+    let command = format!(
+        "mfsched demo --scenario {} --ticks {} --seed {}",
+        args.scenario, args.ticks, args.seed
+    );
+    let files = cmp.write(
+        &args.out,
+        "mfsched demo: GA with an exhaustive shadow",
+        &command,
+    )?;
+    print_written(&files, &args.out);
+    Ok(())
+}
+
+#[derive(Debug, Args)]
+pub struct ReproArgs {
+    /// Directory for repro.md, results.json and the plots.
+    #[arg(long, default_value = "repro-report")]
+    out: PathBuf,
+    #[arg(long, default_value_t = DEFAULT_TICKS)]
+    ticks: usize,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    #[command(flatten)]
+    plugins: PluginOpts,
+}
+
+/// Table II's rows: (label, policy spec).
+const TABLE2: [(&str, &str); 5] = [
+    ("ga", "ga"),
+    ("exhaustive", "exhaustive"),
+    ("static-full", "static-budget:k=full"),
+    ("static-budget-500", "static-budget:k=500"),
+    ("static-budget-5000", "static-budget:k=5000"),
+];
+
+pub fn repro(args: ReproArgs) -> Result<()> {
+    let traces = trace_list("all", args.ticks, args.seed)?;
+    let engine = args.plugins.engine()?;
+    let loops: Vec<Loop> = TABLE2.iter().map(|(l, s)| Loop::alone(l, s)).collect();
+    println!(
+        "Table II: {} policies × {} workload scenarios × {} ticks on the {} (paper-n5)",
+        loops.len(),
+        traces.len(),
+        args.ticks,
+        sim::DEVICE_NAME
+    );
+    let cmp = compare(
+        "paper-n5",
+        engine,
+        args.plugins.dir.as_deref(),
+        "utility",
+        &loops,
+        &traces,
+        args.seed,
+    )?;
+    let table = table2(&cmp);
+    print!("{table}");
+    let command = format!("mfsched repro --ticks {} --seed {}", args.ticks, args.seed);
+    let mut files = cmp.write(&args.out, "Reproduction: Table II (scheduling)", &command)?;
+    let md = format!(
+        "# Reproduction of the published tables\n\nMeasured on the **{}** (a seeded simulator, not a real GPU), `{command}`.\n\n## Table II — scheduling on paper-n5 over the eight dynamic scenarios\n\n{table}\nPer-scenario rows and plots: `report.md`, `utility-*.svg`, `latency.svg`; every number: `results.json`.\n",
+        cmp.device
+    );
+    let path = args.out.join("repro.md");
+    mfsched::fsutil::write_atomically(&path, md.as_bytes())?;
+    files.push(path);
+    print_written(&files, &args.out);
+    Ok(())
+}
+
+/// Table II as markdown: our measurement beside the published figure.
+fn table2(cmp: &Comparison) -> String {
+    use std::fmt::Write as _;
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "| policy | gap vs exhaustive % | SLA violations (pred / real) | p50 ms | p99 ms | published |"
+    );
+    let _ = writeln!(t, "|---|---:|---:|---:|---:|---|");
+    for row in cmp.overall() {
+        let s = &row.summary;
+        let _ = writeln!(
+            t,
+            "| {} | {:.3} | {} / {} | {:.2} | {:.2} | {} |",
+            row.policy,
+            s.utility_gap_pct,
+            s.predicted_sla_violations,
+            s.realised_sla_violations,
+            s.latency_p50_ms,
+            s.latency_p99_ms,
+            published::table2_row(&row.policy)
+        );
+    }
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn policy_specs_parse() {
+        assert_eq!(parse_policy("ga").expect("plain"), ("ga".into(), vec![]));
+        assert_eq!(
+            parse_policy("static-budget:k=500").expect("with k"),
+            ("static-budget".into(), vec![("k".into(), "500".into())])
+        );
+        assert_eq!(
+            parse_policy("ga:population=64,generations=30")
+                .expect("two")
+                .1
+                .len(),
+            2
+        );
+        assert!(parse_policy(":k=1").is_err());
+        assert!(parse_policy("ga:k=1,oops").is_err());
+    }
+
+    #[test]
+    fn trace_lists() {
+        assert_eq!(trace_list("all", 100, 1).expect("all").len(), 8);
+        assert_eq!(trace_list("ramp, bursts", 100, 1).expect("two").len(), 2);
+        let err = trace_list("ramp,nope", 100, 1).expect_err("unknown");
+        assert!(format!("{err:#}").contains("unknown workload scenario 'nope'"));
+        assert!(trace_list("all", 0, 1).is_err());
+    }
+}

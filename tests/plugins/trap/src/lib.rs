@@ -1,0 +1,26 @@
+//! Hostile test policy: traps (a Rust panic becomes a Wasm `unreachable`).
+
+use mfsched_guest::types::{Decision, GpuState, Param, ParamSpec, Problem};
+
+struct Trap;
+
+impl mfsched_guest::Guest for Trap {
+    fn name() -> String {
+        "hostile: trap".into()
+    }
+
+    fn parameters() -> Vec<ParamSpec> {
+        Vec::new()
+    }
+
+    fn decide(_: Problem, _: GpuState, _: Vec<Param>) -> Result<Decision, String> {
+        panic!("this test plugin traps on purpose")
+    }
+}
+
+/// The component's exports; wit-bindgen's glue is FFI, hence unsafe.
+#[allow(unsafe_code)]
+mod exports {
+    use super::Trap;
+    mfsched_guest::export_policy!(Trap);
+}
