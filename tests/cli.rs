@@ -219,6 +219,8 @@ fn nvml_sampler_without_nvml_fails_in_one_line_unless_fallback_is_allowed() {
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(err.contains("NVML is not available"), "{err}");
     assert!(err.contains("allow_fallback"), "{err}");
+}
+
 fn json(o: &Output) -> serde_json::Value {
     serde_json::from_slice(&o.stdout).expect("stdout is JSON")
 }

@@ -9,6 +9,7 @@ mod common;
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -23,6 +24,10 @@ use mfsched::runtime::metrics::Metrics;
 use mfsched::runtime::sampler::{FootprintSampler, Sampler};
 use mfsched::runtime::{api, decider::BuiltinDecider};
 use tokio::sync::watch;
+
+/// The timing tests run one at a time: on a small shared machine, two loops at
+/// once (one compiling Wasm components) would measure each other.
+static TIMING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Test deciders:
 /// - `test-round-robin` walks the feasible joint configurations, one per call;
@@ -199,6 +204,7 @@ async fn http(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn soak_at_100_hz_with_policy_swaps_and_failing_policies() {
+    let _serial = TIMING.lock().await;
     const TICKS: u64 = 300;
     let h = harness(
         Duration::from_millis(10),
@@ -421,6 +427,7 @@ impl Sampler for StallingSampler {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ticks_that_cannot_start_on_time_are_counted_as_missed() {
+    let _serial = TIMING.lock().await;
     let period = Duration::from_millis(20);
     let problem = problem();
     let dir = tempfile::tempdir().expect("tempdir");
@@ -458,6 +465,152 @@ async fn ticks_that_cannot_start_on_time_are_counted_as_missed() {
     assert_eq!(metrics.counts().missed_ticks, summary.missed_ticks);
     let contents = declog::read(&log_path).expect("log");
     let recorded: u64 = contents.records.iter().map(|r| r.missed_before).sum();
-    assert_eq!(recorded, summary.missed_ticks, "the log accounts for every missed tick");
+    assert_eq!(
+        recorded, summary.missed_ticks,
+        "the log accounts for every missed tick"
+    );
     assert_eq!(contents.records.len(), 12);
+}
+
+fn embedded(name: &str) -> &'static [u8] {
+    mfsched::plugin::registry::EMBEDDED_PLUGINS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, b)| *b)
+        .expect("embedded plugin")
+}
+
+fn replace_atomically(path: &Path, bytes: &[u8]) {
+    let tmp = path.with_extension("wasm.tmp");
+    std::fs::write(&tmp, bytes).expect("write temp");
+    std::fs::rename(&tmp, path).expect("rename");
+}
+
+/// The daemon with the real plugin host: the active policy is a file in the
+/// watched plugin directory, replaced while the loop runs by good, broken,
+/// half-written and endless-loop components, and swapped through the API.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn soak_with_plugin_files_replaced_while_running() {
+    let _serial = TIMING.lock().await;
+    use mfsched::runtime::plugin_decider::PluginDecider;
+
+    const TICKS: u64 = 60;
+    let period = Duration::from_millis(50);
+    let deadline = Duration::from_millis(30);
+    let scenario = mfsched::scenario::load("paper-n2").expect("bundled");
+    let mut problem = scenario.problem;
+    let predictor: Arc<dyn mfsched::predict::Predictor> =
+        Arc::new(mfsched::analytic::AnalyticPredictor);
+    mfsched::plugin::setup::fill_defaults(
+        &mut problem,
+        &scenario.explicit_floors,
+        predictor.as_ref(),
+    );
+    let plugins = tempfile::tempdir().expect("tempdir");
+    let live = plugins.path().join("live.wasm");
+    std::fs::write(&live, embedded("exhaustive")).expect("write");
+    let (decider, notes) = PluginDecider::new(
+        &problem,
+        predictor,
+        "utility",
+        Some(plugins.path()),
+        deadline,
+        5,
+    )
+    .expect("plugin host");
+    assert!(notes.is_empty(), "{notes:?}");
+    assert!(decider.policies().contains(&"live".to_owned()));
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log_path = dir.path().join("decisions.log");
+    let (log, _) = DecisionLog::open(&log_path).expect("open log");
+    let metrics = Arc::new(Metrics::default());
+    let actuators =
+        Actuators::new(&ActuatorConfig::default(), &problem, Arc::clone(&metrics)).expect("none");
+    let settings = LoopSettings {
+        period,
+        deadline,
+        active: "live".to_owned(),
+        shadows: vec!["static-budget".to_owned()],
+        unknown_utilization: 0.5,
+        workload: WorkloadSource::Trace(
+            mfsched::eval::traces::generate("mixed", 40, 5)
+                .expect("trace")
+                .levels,
+        ),
+    };
+    let daemon = Daemon::new(
+        settings,
+        problem.clone(),
+        Box::new(FootprintSampler),
+        Arc::new(decider),
+        actuators,
+        log,
+        Arc::clone(&metrics),
+    )
+    .expect("daemon");
+    let addr = serve_api(&daemon).await;
+    let (_stop_tx, stop_rx) = watch::channel(false);
+    let run = tokio::spawn(daemon.run(stop_rx, Some(TICKS)));
+
+    let spin = std::fs::read(Path::new(env!("MFSCHED_TEST_PLUGINS")).join("spin.wasm"))
+        .expect("the spin test plugin");
+    let replacements: Vec<Vec<u8>> = vec![
+        embedded("ga").to_vec(),
+        b"\0asm this is not a component".to_vec(),
+        embedded("ga")[..1000].to_vec(),
+        spin,
+        embedded("exhaustive").to_vec(),
+    ];
+    let policies = ["hold", "live", "ga", "live"];
+    let mut step = 0;
+    while !run.is_finished() {
+        let bytes = &replacements[step % replacements.len()];
+        let file = live.clone();
+        let bytes = bytes.clone();
+        tokio::task::spawn_blocking(move || replace_atomically(&file, &bytes))
+            .await
+            .expect("writer");
+        let policy = policies[step % policies.len()];
+        let (status, body) = http(
+            addr,
+            "POST",
+            "/v1/policies/active",
+            Some(format!(r#"{{"policy":"{policy}"}}"#)),
+        )
+        .await;
+        assert_eq!(status, 200, "{body}");
+        step += 1;
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let (_, metrics_text) = http(addr, "GET", "/metrics", None).await;
+    let summary = run.await.expect("loop task").expect("loop ran");
+
+    assert_eq!(summary.ticks, TICKS);
+    assert_eq!(summary.missed_ticks, 0, "{summary:?}");
+    let contents = declog::read(&log_path).expect("log");
+    assert!(contents.torn.is_none());
+    assert_eq!(
+        contents.records.len() as u64,
+        TICKS,
+        "the log has every tick"
+    );
+    for r in &contents.records {
+        problem
+            .check_feasible(&r.applied)
+            .expect("only valid decisions are applied");
+    }
+    assert!(
+        contents
+            .records
+            .iter()
+            .any(|r| r.active.policy == "live" && r.active.outcome.is_ok()),
+        "the file policy decided"
+    );
+    let reloads: u64 = metrics_text
+        .lines()
+        .find_map(|l| l.strip_prefix("mfsched_plugin_reloads_total "))
+        .and_then(|v| v.parse().ok())
+        .expect("reloads in /metrics");
+    assert!(reloads >= 1, "{metrics_text}");
 }

@@ -1,7 +1,7 @@
 //! Argument parsing and dispatch. Each subcommand family lives in its own file.
 
-mod daemon;
 mod bench;
+mod daemon;
 mod data;
 mod decide;
 mod eval;

@@ -200,8 +200,11 @@ impl Daemon {
                 at = interval.tick() => at,
                 _ = shutdown.changed() => break,
             };
+            // Whole periods that passed since the previous slot, beyond the one
+            // this tick fills: slots skipped, plus this tick if it starts a whole
+            // period late.
             let missed = previous.map_or(0, |p| {
-                ((scheduled - p).as_nanos() / period).saturating_sub(1) as u64
+                ((tokio::time::Instant::now() - p).as_nanos() / period).saturating_sub(1) as u64
             });
             previous = Some(scheduled);
             self.tick(missed).await?;

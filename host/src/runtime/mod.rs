@@ -93,13 +93,19 @@ pub async fn run(mut config: DaemonConfig, overrides: Overrides) -> Result<RunSu
     }
     let scenario = crate::scenario::load(&config.scenario)?;
     let mut problem = scenario.problem;
+    // The sampler first: a missing NVML is the likeliest start-up failure.
+    let (sampler, note) = sampler::build(&config.sampler, &problem, config.seed)?;
     // HOOK(surrogate): use the MeanField bundle of policy.bundle_dir once the
     // surrogate is on main; until then the plugin host's analytic stand-in.
-    let predictor: Arc<dyn crate::predict::Predictor> = Arc::new(crate::analytic::AnalyticPredictor);
+    let predictor: Arc<dyn crate::predict::Predictor> =
+        Arc::new(crate::analytic::AnalyticPredictor);
     eprintln!("predictor: analytic closed-form stand-in (not the MeanField surrogate)");
-    crate::plugin::setup::fill_defaults(&mut problem, &scenario.explicit_floors, predictor.as_ref());
+    crate::plugin::setup::fill_defaults(
+        &mut problem,
+        &scenario.explicit_floors,
+        predictor.as_ref(),
+    );
     let decider = build_decider(&config, &problem, predictor)?;
-    let (sampler, note) = sampler::build(&config.sampler, &problem, config.seed)?;
     if let Some(note) = note {
         eprintln!("notice: {note}");
     }

@@ -65,19 +65,11 @@ impl PluginDecider {
         )?);
         let registry = Arc::new(Registry::default());
         let utility = registry.utility_slot(registry::resolve_utility(&engine, utility, dir)?);
-        let mut names = Vec::new();
-        let mut notes = Vec::new();
-        let mut consider = |name: String, loaded: Result<Loaded>| match loaded {
-            Ok(Loaded::Policy(p)) => {
-                registry.policy_slot(p);
-                names.push(name);
-            }
-            Ok(Loaded::Utility(_)) => {}
-            Err(e) => notes.push(format!("plugin {name} not loaded: {e:#}")),
-        };
-        for name in registry::embedded_names() {
-            consider(name.to_owned(), registry::resolve(&engine, name, dir));
-        }
+        // Embedded policies (a NAME.wasm in `dir` overrides one), then the
+        // other files of `dir`.
+        let mut candidates: Vec<(String, Result<Loaded>)> = registry::embedded_names()
+            .map(|name| (name.to_owned(), registry::resolve(&engine, name, dir)))
+            .collect();
         if let Some(dir) = dir {
             for path in registry::dir_plugins(dir)? {
                 let loaded = registry::load_file(&engine, &path);
@@ -85,9 +77,21 @@ impl PluginDecider {
                     Ok(l) => l.info().name.clone(),
                     Err(_) => path.display().to_string(),
                 };
-                if !names.contains(&name) {
-                    consider(name, loaded);
+                if !candidates.iter().any(|(n, _)| *n == name) {
+                    candidates.push((name, loaded));
                 }
+            }
+        }
+        let mut names = Vec::new();
+        let mut notes = Vec::new();
+        for (name, loaded) in candidates {
+            match loaded {
+                Ok(Loaded::Policy(p)) => {
+                    registry.policy_slot(p);
+                    names.push(name);
+                }
+                Ok(Loaded::Utility(_)) => {}
+                Err(e) => notes.push(format!("plugin {name} not loaded: {e:#}")),
             }
         }
         let params = vec![wit::Param {
@@ -97,22 +101,24 @@ impl PluginDecider {
         let checkpoint = Arc::new(Mutex::new(None));
         let reload = match dir {
             None => None,
-            Some(dir) => Some(Mutex::new(HotReload::watch(
-                dir,
-                ReloadContext {
-                    engine: Arc::clone(&engine),
-                    registry: Arc::clone(&registry),
-                    predictor: Arc::clone(&predictor),
-                    utility: Arc::clone(&utility),
-                    checkpoint: Arc::clone(&checkpoint),
-                    fallback: Checkpoint {
-                        problem: problem.clone(),
-                        state: setup::default_state(problem),
-                        params: params.clone(),
+            Some(dir) => Some(Mutex::new(
+                HotReload::watch(
+                    dir,
+                    ReloadContext {
+                        engine: Arc::clone(&engine),
+                        registry: Arc::clone(&registry),
+                        predictor: Arc::clone(&predictor),
+                        utility: Arc::clone(&utility),
+                        checkpoint: Arc::clone(&checkpoint),
+                        fallback: Checkpoint {
+                            problem: problem.clone(),
+                            state: setup::default_state(problem),
+                            params: params.clone(),
+                        },
                     },
-                },
-            )
-            .with_context(|| format!("hot reload of {}", dir.display()))?)),
+                )
+                .with_context(|| format!("hot reload of {}", dir.display()))?,
+            )),
         };
         Ok((
             Self {

@@ -64,7 +64,9 @@ pub fn build(
                 Ok((fallback, Some(note)))
             }
             Err(err) => {
-                bail!("{err:#}; set sampler.allow_fallback = true or run with --sampler footprint")
+                bail!(
+                    "{err:#}; set sampler.allow_fallback = true or run with --sampler sim (or footprint)"
+                )
             }
         },
         other => Ok((build_plain(other, problem, seed)?, None)),
@@ -286,7 +288,8 @@ mod tests {
         let read = || {
             let (mut s, note) = build(&config, &p, 9).expect("simulator");
             assert!(note.is_none());
-            s.sample(&p, &p.current, WorkloadLevel::Burst).expect("sample")
+            s.sample(&p, &p.current, WorkloadLevel::Burst)
+                .expect("sample")
         };
         let a = read();
         assert_eq!(a, read(), "same seed, same reading");
