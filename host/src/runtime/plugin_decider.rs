@@ -135,6 +135,25 @@ impl PluginDecider {
         ))
     }
 
+    /// `hold`, with the predictions and utility of the running configuration,
+    /// so that it compares with the plugin policies in A/B records.
+    fn score_hold(&self, problem: &Problem, state: &GpuState, deadline: Duration) -> DecideOutcome {
+        let mut proposal = BuiltinDecider.decide(HOLD, problem, state, deadline)?;
+        if let Some(index) = problem.space().index(&proposal.joint) {
+            let predictions = self.predictor.predict_joint(problem, state, &[index]);
+            let inputs = CallInputs::new(
+                Arc::clone(&self.engine),
+                problem,
+                Arc::clone(&self.predictor),
+                self.utility.load(),
+            );
+            proposal.predicted_utility = score_one(&inputs, &proposal.joint, &predictions).ok();
+            proposal.predicted_throughput =
+                Some(predictions.iter().map(|&t| f64::from(t)).collect());
+        }
+        Ok(proposal)
+    }
+
     fn reload_events(&self) -> Vec<crate::plugin::ReloadEvent> {
         self.reload
             .as_ref()
@@ -178,7 +197,7 @@ impl Decider for PluginDecider {
         deadline: Duration,
     ) -> DecideOutcome {
         if policy == HOLD {
-            return BuiltinDecider.decide(policy, problem, state, deadline);
+            return self.score_hold(problem, state, deadline);
         }
         let Some(slot) = self.registry.find_policy(policy) else {
             return Err(Failure {
