@@ -96,7 +96,7 @@ impl Decider for TestDeciders {
             "test-round-robin" => Ok(self.next().1),
             "test-flaky" => {
                 let (n, p) = self.next();
-                if n % 3 == 0 {
+                if n.is_multiple_of(3) {
                     Err(Failure {
                         kind: FailureKind::Error,
                         message: "test-flaky fails every third call".into(),
@@ -418,7 +418,7 @@ impl Sampler for StallingSampler {
         workload: mfsched::domain::WorkloadLevel,
     ) -> anyhow::Result<mfsched::runtime::sampler::Sample> {
         self.calls += 1;
-        if self.calls % 5 == 0 {
+        if self.calls.is_multiple_of(5) {
             std::thread::sleep(self.stall);
         }
         FootprintSampler.sample(problem, applied, workload)
