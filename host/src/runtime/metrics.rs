@@ -250,7 +250,13 @@ impl Metrics {
             "The utility each policy last predicted for its own decision.",
             m.predicted_utility
                 .iter()
-                .map(|(p, u)| format!("mfsched_predicted_utility{{policy=\"{}\"}} {u}", escape(p)))
+                .map(|(p, u)| {
+                    format!(
+                        "mfsched_predicted_utility{{policy=\"{}\"}} {}",
+                        escape(p),
+                        number(*u)
+                    )
+                })
                 .collect(),
         );
         section(
@@ -333,6 +339,17 @@ impl Metrics {
     }
 }
 
+/// Sample values as the exposition format spells them (`+Inf`, `-Inf`, `NaN`).
+fn number(v: f64) -> String {
+    if v.is_nan() {
+        "NaN".to_owned()
+    } else if v.is_infinite() {
+        if v > 0.0 { "+Inf" } else { "-Inf" }.to_owned()
+    } else {
+        v.to_string()
+    }
+}
+
 /// Label values escape backslash, double quote and newline.
 fn escape(s: &str) -> String {
     s.replace('\\', "\\\\")
@@ -368,6 +385,16 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("mfsched_predicted_utility{policy=\"ga\"} 0.8"));
+        m.decided(
+            "hold",
+            Role::Shadow,
+            Duration::ZERO,
+            Some(f64::NEG_INFINITY),
+        );
+        assert!(
+            m.render(0)
+                .contains("mfsched_predicted_utility{policy=\"hold\"} -Inf")
+        );
         assert!(text.contains("mfsched_plugin_reloads_total 3"));
         // Every sample line belongs to a family announced by a TYPE line.
         for line in text.lines().filter(|l| !l.starts_with('#')) {

@@ -68,6 +68,7 @@ struct PolicyStats {
     latencies_us: Vec<u64>,
     utility_sum: f64,
     utility_n: u64,
+    non_finite_utility: u64,
 }
 
 fn percentile(sorted: &[u64], q: f64) -> u64 {
@@ -115,9 +116,14 @@ pub fn summary(contents: &LogContents) -> String {
             match &p.outcome {
                 Ok(prop) => {
                     s.decisions += 1;
-                    if let Some(u) = prop.predicted_utility {
-                        s.utility_sum += u;
-                        s.utility_n += 1;
+                    match prop.predicted_utility {
+                        Some(u) if u.is_finite() => {
+                            s.utility_sum += u;
+                            s.utility_n += 1;
+                        }
+                        // The utility scores a configuration under a floor as -inf.
+                        Some(_) => s.non_finite_utility += 1,
+                        None => {}
                     }
                 }
                 Err(f) => *s.failures.entry(f.kind.as_str()).or_default() += 1,
@@ -138,7 +144,13 @@ pub fn summary(contents: &LogContents) -> String {
         } else {
             "-".to_owned()
         };
-        let reasons: Vec<String> = s.failures.iter().map(|(k, n)| format!("{k}={n}")).collect();
+        let mut reasons: Vec<String> = s.failures.iter().map(|(k, n)| format!("{k}={n}")).collect();
+        if s.non_finite_utility > 0 {
+            reasons.push(format!(
+                "({} decision(s) with non-finite utility, not in the mean)",
+                s.non_finite_utility
+            ));
+        }
         writeln!(
             out,
             "{policy:<20} {role:<6} {:>9} {failed:>9} {:>10} {:>10} {util:>10}  {}",
