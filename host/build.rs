@@ -61,6 +61,11 @@ const TEST_PLUGINS: &[(&str, &str, &str)] = &[
         "mfsched-test-plugin-vram-infeasible",
         "mfsched_test_plugin_vram_infeasible",
     ),
+    (
+        "wit-0-2-0",
+        "mfsched-test-plugin-wit-0-2-0",
+        "mfsched_test_plugin_wit_0_2_0",
+    ),
 ];
 
 const TARGET: &str = "wasm32-wasip2";
@@ -75,6 +80,7 @@ fn main() {
     for watched in [
         "plugins",
         "tests/plugins",
+        "tests/fixtures/wit-0.2.0",
         "wit",
         "Cargo.toml",
         "Cargo.lock",

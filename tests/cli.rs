@@ -381,3 +381,269 @@ fn bench_policies_reports_latency_and_gaps() {
         assert!(r["gap_p50_pct"].as_f64().is_some_and(|g| g >= 0.0), "{r}");
     }
 }
+
+fn fixture(name: &str) -> String {
+    format!(
+        "{}/../tests/fixtures/profiles/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    )
+}
+
+#[test]
+fn profile_paper_n2_writes_648_rows_that_data_check_accepts() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = dir.path().join("p.csv");
+    let out_s = out.to_str().expect("utf-8 path");
+    let run = mfsched(&[
+        "profile",
+        "--scenario",
+        "paper-n2",
+        "--seed",
+        "1",
+        "--out",
+        out_s,
+    ]);
+    assert!(run.status.success(), "{}", stderr(&run));
+    assert!(stdout(&run).contains("wrote 648 rows"), "{}", stdout(&run));
+    assert!(
+        stderr(&run).contains("on the simulator"),
+        "{}",
+        stderr(&run)
+    );
+    let text = std::fs::read_to_string(&out).expect("profile written");
+    assert_eq!(text.lines().count(), 649, "header + 648 rows");
+
+    let check = mfsched(&["data", "check", out_s]);
+    assert!(check.status.success(), "{}", stderr(&check));
+    let summary = stdout(&check);
+    assert!(
+        summary.contains("scenario  paper-n2 (named in the file)"),
+        "{summary}"
+    );
+    assert!(summary.contains("rows      648"), "{summary}");
+    assert!(
+        summary.contains("regimes   low 162, medium 162, high 162, burst 162"),
+        "{summary}"
+    );
+    assert!(summary.contains("llama3b.throughput"), "{summary}");
+}
+
+#[test]
+fn profiling_is_reproducible_and_stratified_beyond_two_models() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let write = |name: &str, seed: &str| {
+        let path = dir.path().join(name);
+        let path_s = path.to_str().expect("utf-8 path").to_string();
+        let run = mfsched(&[
+            "profile",
+            "--scenario",
+            "paper-n4",
+            "--samples",
+            "24",
+            "--repeats",
+            "2",
+            "--seed",
+            seed,
+            "--out",
+            &path_s,
+        ]);
+        assert!(run.status.success(), "{}", stderr(&run));
+        std::fs::read_to_string(path).expect("written")
+    };
+    let a = write("a.csv", "5");
+    assert_eq!(a, write("b.csv", "5"), "same seed, same file");
+    assert_ne!(a, write("c.csv", "6"), "another seed, other numbers");
+    assert_eq!(a.lines().count(), 25);
+    for w in ["low", "medium", "high", "burst"] {
+        assert_eq!(
+            a.matches(&format!(",{w},")).count(),
+            6,
+            "{w}: balanced regimes"
+        );
+    }
+}
+
+#[test]
+fn every_bad_profile_is_one_clear_line_and_a_failure() {
+    let cases = [
+        ("unknown-column.csv", "column llama3b.batch"),
+        ("missing-column.csv", "missing column"),
+        (
+            "empty-value.csv",
+            "line 3, column llama3b.throughput: empty value",
+        ),
+        ("non-numeric.csv", "line 2, column utilization"),
+        (
+            "negative-throughput.csv",
+            "line 4, column yolo-a.throughput",
+        ),
+        ("unknown-variant.csv", "'int8' is not a variant of llama3b"),
+        ("wrong-version.csv", "format version '2' is not supported"),
+        ("off-grid.csv", "line 2, column llama3b.concurrency"),
+        ("bad-workload.csv", "line 2, column workload"),
+        ("ragged.csv", "line 3"),
+        ("empty.csv", "the file is empty"),
+        ("header-only.csv", "no data rows"),
+    ];
+    for (file, what) in cases {
+        let out = mfsched(&["data", "check", &fixture(file)]);
+        assert!(!out.status.success(), "{file} was accepted");
+        let err = stderr(&out);
+        assert_eq!(err.trim().lines().count(), 1, "{file}: {err}");
+        assert!(err.contains(what), "{file}: {err}");
+        assert!(!err.contains("panicked"), "{file}: {err}");
+    }
+    // A model the scenario does not know, with --scenario given.
+    let out = mfsched(&[
+        "data",
+        "check",
+        &fixture("unknown-model.csv"),
+        "--scenario",
+        "paper-n2",
+    ]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains("model 'qwen9' is not in the scenario"),
+        "{err}"
+    );
+    // …and without: no scenario can be inferred.
+    let out = mfsched(&["data", "check", &fixture("unknown-model.csv")]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("pass --scenario"), "{}", stderr(&out));
+}
+
+#[test]
+fn data_check_infers_the_scenario_from_the_models() {
+    let out = mfsched(&["data", "check", &fixture("other-scenario-name.csv")]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("scenario  paper-n2 (its models match"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn sim_calibration_shows_measured_against_published() {
+    let out = mfsched(&["sim", "calibration", "--seed", "3"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("measured on the simulator"), "{text}");
+    for figure in [
+        "AWQ LLM throughput loss",
+        "YOLO11n FPS loss",
+        "YOLO11m FPS loss",
+        "largest ANOVA effect, LLM",
+    ] {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(figure))
+            .unwrap_or_else(|| panic!("no line for {figure}: {text}"));
+        assert!(line.trim_end().ends_with("ok"), "{line}");
+    }
+}
+
+#[test]
+fn profiling_an_unknown_scenario_is_one_clear_line() {
+    let out = mfsched(&[
+        "profile",
+        "--scenario",
+        "paper-n9",
+        "--seed",
+        "1",
+        "--out",
+        "x.csv",
+    ]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("unknown scenario 'paper-n9'"), "{err}");
+}
+
+/// Whether a GPU adapter is there; without one the test skips, unless
+/// `MFSCHED_REQUIRE_GPU_ADAPTER=1` (CI) makes that a failure.
+fn gpu_adapter(test: &str) -> bool {
+    mfsched::surrogate::gpu::adapter_gate(test)
+        .expect("a GPU adapter is required")
+        .is_some()
+}
+
+#[test]
+fn check_backends_passes_on_paper_n2_and_names_the_adapter() {
+    if !gpu_adapter("check_backends_passes_on_paper_n2_and_names_the_adapter") {
+        return;
+    }
+    let out = mfsched(&["surrogate", "check-backends", "--scenario", "paper-n2"]);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("adapter     "), "{text}");
+    assert!(
+        text.contains("joint (162 candidates)          324"),
+        "{text}"
+    );
+    assert!(text.contains("PASS: max |Δσ|"), "{text}");
+}
+
+#[test]
+fn check_backends_rejects_bad_input_with_one_clear_line() {
+    for (args, want) in [
+        (
+            &["surrogate", "check-backends", "--scenario", "paper-n9"][..],
+            "unknown scenario 'paper-n9'",
+        ),
+        (
+            &[
+                "surrogate",
+                "check-backends",
+                "--scenario",
+                "paper-n2",
+                "--sample",
+                "0",
+            ][..],
+            "--sample must be positive",
+        ),
+    ] {
+        let out = mfsched(args);
+        assert!(!out.status.success(), "{args:?}");
+        let err = stderr(&out);
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn bench_surrogate_prints_batches_and_the_decision_comparison() {
+    let has_gpu = gpu_adapter("bench_surrogate_prints_batches_and_the_decision_comparison");
+    let out = mfsched(&[
+        "bench",
+        "surrogate",
+        "--scenario",
+        "paper-n2",
+        "--repeats",
+        "1",
+        "--rows",
+        "10,400",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    for want in [
+        "CPU rows/s",
+        "5 candidates",
+        "200 candidates",
+        "table (Σk rows)",
+        "every feasible cand.",
+    ] {
+        assert!(text.contains(want), "{want}: {text}");
+    }
+    // With an adapter the wgpu columns hold numbers, not the "-" of an absent backend.
+    let table_row = text
+        .lines()
+        .find(|l| l.starts_with("table (Σk rows)"))
+        .expect("a table row");
+    assert_eq!(
+        table_row.split_whitespace().any(|w| w == "-"),
+        !has_gpu,
+        "{text}"
+    );
+}

@@ -365,6 +365,12 @@ impl JointSpace {
         Some(idx)
     }
 
+    /// Model `position`'s local configuration in joint configuration `index`
+    /// (one digit of the mixed-radix number; `index` must be below `size()`).
+    pub fn digit(&self, index: u64, position: usize) -> u32 {
+        ((index / self.strides[position]) % u64::from(self.radices[position])) as u32
+    }
+
     pub fn tuple(&self, index: u64) -> Option<JointConfig> {
         if index >= self.size {
             return None;
@@ -587,6 +593,10 @@ mod tests {
             assert_eq!(space.index(&t), Some(i));
         }
         assert_eq!(space.tuple(24), None);
+        for i in 0..space.size() {
+            let t = space.tuple(i).expect("in range");
+            assert!((0..4).all(|p| space.digit(i, p) == t[p]));
+        }
         assert_eq!(space.index(&[3, 0, 0, 0]), None, "component out of range");
         assert_eq!(space.index(&[0, 0, 0]), None, "wrong arity");
         // Last model varies fastest.

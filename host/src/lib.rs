@@ -14,3 +14,4 @@ pub mod scenario;
 pub mod sim;
 pub mod surrogate;
 pub mod svg;
+pub mod template;

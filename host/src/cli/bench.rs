@@ -1,22 +1,33 @@
 //! `mfsched bench ...`: performance measured side by side in one process.
 
 use super::plugins::{PluginOpts, predictor};
+use super::surrogate::PredictorArgs;
 use anyhow::{Context as _, Result, bail};
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
+use mfsched::domain::{GpuState, WorkloadLevel};
+use mfsched::fsutil::write_atomically;
 use mfsched::plugin::bench::{self, Contender, ContenderResult};
 use mfsched::plugin::registry::{resolve_policy, resolve_utility};
 use mfsched::plugin::setup;
 use mfsched::scenario;
+use mfsched::surrogate::backend::auto_uses;
+use mfsched::surrogate::bench::{self as surrogate_bench, Timing};
+use mfsched::surrogate::gpu::GpuBackend;
 use mfsched::svg::{LineChart, Series};
 use std::io::IsTerminal;
 use std::path::PathBuf;
+use std::time::Duration;
 
 #[derive(Debug, Subcommand)]
 pub enum BenchCommand {
     /// Decision latency per policy through the Wasm boundary, and each policy's
     /// utility gap to exhaustive search on the same ticks.
     Policies(PoliciesArgs),
+    /// MeanField inference rows/s on the CPU and on wgpu, side by side: joint
+    /// candidate batches of rising size, and one full decision from the table vs
+    /// from every feasible candidate.
+    Surrogate(SurrogateArgs),
 }
 
 #[derive(Debug, Args)]
@@ -41,6 +52,7 @@ pub struct PoliciesArgs {
 pub fn run(cmd: BenchCommand) -> Result<()> {
     match cmd {
         BenchCommand::Policies(args) => policies(args),
+        BenchCommand::Surrogate(args) => surrogate(args),
     }
 }
 
@@ -223,5 +235,173 @@ fn write_svg(path: &std::path::Path, results: &[ContenderResult]) -> Result<()> 
     std::fs::write(&tmp, chart.render())
         .with_context(|| format!("cannot write {}", tmp.display()))?;
     std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(())
+}
+
+#[derive(Debug, Args)]
+pub struct SurrogateArgs {
+    /// A bundled scenario name or a path to a scenario .toml file.
+    #[arg(long, default_value = "paper-n5")]
+    scenario: String,
+    #[command(flatten)]
+    predictors: PredictorArgs,
+    /// Timed runs per backend and call kind (the median is reported).
+    #[arg(long, default_value_t = 7)]
+    repeats: usize,
+    /// Rows per joint-candidate batch [default: 100, 10000 and every feasible candidate].
+    #[arg(long, value_delimiter = ',', value_name = "ROWS,...")]
+    rows: Vec<usize>,
+    /// Also write rows/s against batch size as an SVG chart.
+    #[arg(long, value_name = "FILE")]
+    svg: Option<PathBuf>,
+}
+
+fn surrogate(args: SurrogateArgs) -> Result<()> {
+    if args.repeats == 0 {
+        bail!("--repeats must be positive");
+    }
+    if args.rows.contains(&0) {
+        bail!("--rows: every batch needs at least one row");
+    }
+    let scenario = scenario::load(&args.scenario)?;
+    let problem = &scenario.problem;
+    let (nets, what) = args.predictors.load(problem);
+    let n = problem.models.len();
+    let feasible = problem.count_feasible() as usize;
+    let mut sizes = if args.rows.is_empty() {
+        vec![100, 10_000, feasible * n]
+    } else {
+        args.rows.clone()
+    };
+    sizes.sort_unstable();
+    sizes.dedup();
+    // A busy machine, not a fixed point of the field: what a decision sees under load.
+    let state = GpuState {
+        workload: WorkloadLevel::High,
+        vram_used_mib: 0.8 * f64::from(problem.card.vram_mib),
+        utilization: 0.85,
+    };
+
+    println!(
+        "scenario    {}: {n} models, Σk = {} local configurations, {feasible} VRAM-feasible joint configurations",
+        scenario.name,
+        problem.models.iter().map(|m| m.grid_size()).sum::<usize>()
+    );
+    println!("predictors  {what}");
+    if cfg!(debug_assertions) {
+        println!("build       debug: the CPU numbers are not representative, use --release");
+    }
+    let gpu = match GpuBackend::new(problem, &nets) {
+        Ok(gpu) => {
+            let adapter = gpu.adapter();
+            println!(
+                "adapter     {adapter}; automatic backend choice: {}",
+                if auto_uses(adapter) {
+                    "wgpu (hardware adapter)"
+                } else {
+                    "CPU (software adapter; --backend gpu to use it anyway)"
+                }
+            );
+            Some(gpu)
+        }
+        Err(e) => {
+            println!("adapter     none, wgpu not measured: {e:#}");
+            None
+        }
+    };
+    println!(
+        "repeats     {} per backend and call, medians, CPU and wgpu alternating",
+        args.repeats
+    );
+    println!();
+
+    let bar = if std::io::stderr().is_terminal() {
+        let bar = ProgressBar::new(surrogate_bench::steps(&sizes, args.repeats));
+        bar.set_style(
+            ProgressStyle::with_template("{bar:40} {pos}/{len} timed rounds {eta}")
+                .context("progress template")?,
+        );
+        bar
+    } else {
+        ProgressBar::hidden()
+    };
+    let result = surrogate_bench::run(
+        problem,
+        &nets,
+        gpu.as_ref(),
+        &state,
+        &sizes,
+        args.repeats,
+        || bar.inc(1),
+    )?;
+    bar.finish_and_clear();
+
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let opt = |v: Option<f64>, f: &dyn Fn(f64) -> String| v.map_or_else(|| "-".to_string(), f);
+    println!(
+        "{:<22} {:>9} {:>14} {:>14} {:>10} {:>10} {:>10}",
+        "joint candidates", "rows", "CPU rows/s", "wgpu rows/s", "wgpu/CPU", "CPU ms", "wgpu ms"
+    );
+    let line = |label: &str, t: &Timing| {
+        println!(
+            "{label:<22} {:>9} {:>14.3e} {:>14} {:>10} {:>10.3} {:>10}",
+            t.rows,
+            t.cpu_rows_per_s(),
+            opt(t.gpu_rows_per_s(), &|v| format!("{v:.3e}")),
+            opt(t.gpu_speedup(), &|v| format!("{v:.2}x")),
+            ms(t.cpu),
+            opt(t.gpu.map(ms), &|v| format!("{v:.3}")),
+        );
+    };
+    for t in &result.batches {
+        line(&format!("{} candidates", t.rows / n), t);
+    }
+    println!();
+    println!("one full {} decision", scenario.name);
+    line("table (Σk rows)", &result.decision_table);
+    line("every feasible cand.", &result.decision_joint);
+    let ratio = |joint: Duration, table: Duration| joint.as_secs_f64() / table.as_secs_f64();
+    println!(
+        "candidates / table time: CPU {:.0}x, wgpu {}",
+        ratio(result.decision_joint.cpu, result.decision_table.cpu),
+        opt(
+            result
+                .decision_joint
+                .gpu
+                .zip(result.decision_table.gpu)
+                .map(|(j, t)| ratio(j, t)),
+            &|v| format!("{v:.0}x")
+        )
+    );
+    println!("wgpu/CPU is throughput over throughput: above 1x the GPU is faster");
+
+    if let Some(path) = &args.svg {
+        let series = |name: &str, rate: &dyn Fn(&Timing) -> Option<f64>| {
+            Series::new(
+                name,
+                result
+                    .batches
+                    .iter()
+                    .filter_map(|t| rate(t).map(|r| (t.rows as f64, r / 1e6)))
+                    .collect(),
+            )
+        };
+        let mut lines = vec![series("CPU", &|t| Some(t.cpu_rows_per_s()))];
+        if let Some(gpu) = &gpu {
+            lines.push(series(&format!("wgpu ({})", gpu.adapter().name), &|t| {
+                t.gpu_rows_per_s()
+            }));
+        }
+        let chart = LineChart {
+            title: format!("MeanField inference throughput, {}", scenario.name),
+            x_label: "rows per call (log scale)".into(),
+            y_label: "million rows/s".into(),
+            series: lines,
+            log_x: true,
+            ..Default::default()
+        };
+        write_atomically(path, chart.render().as_bytes())?;
+        eprintln!("wrote {}", path.display());
+    }
     Ok(())
 }

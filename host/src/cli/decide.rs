@@ -72,7 +72,7 @@ struct Output {
     candidates_evaluated: u64,
 }
 
-fn parse_params(raw: &[String], seed: u64) -> Result<Vec<(String, String)>> {
+pub(super) fn parse_params(raw: &[String], seed: u64) -> Result<Vec<(String, String)>> {
     let mut params = Vec::new();
     for p in raw {
         let (k, v) = p

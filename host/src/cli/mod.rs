@@ -9,6 +9,7 @@ mod plugins;
 mod profile;
 mod scenario;
 mod sim;
+mod surrogate;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -58,6 +59,9 @@ enum Command {
     /// Regenerates the published tables on the simulator (Table II: GA, exhaustive,
     /// StaticFull, StaticBudgetK at K = 500 and 5000 over the eight dynamic scenarios).
     Repro(eval::ReproArgs),
+    /// The MeanField surrogate's inference backends.
+    #[command(subcommand)]
+    Surrogate(surrogate::SurrogateCommand),
     /// Performance, measured side by side in one process.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -75,6 +79,7 @@ pub fn main() -> ExitCode {
         Command::Sim(cmd) => sim::run(cmd),
         Command::Decide(args) => decide::run(args),
         Command::Plugins(cmd) => plugins::run(cmd),
+        Command::Surrogate(cmd) => surrogate::run(cmd),
         Command::Bench(cmd) => bench::run(cmd),
         Command::Ab(args) => eval::ab(args),
         Command::Demo(args) => eval::demo(args),

@@ -188,9 +188,17 @@ impl Ticker {
         let thread = std::thread::Builder::new()
             .name("mfsched-epoch".into())
             .spawn(move || {
+                // Ticks follow the wall clock: a ticker starved by a busy
+                // machine catches up when it runs, so deadlines do not stretch.
+                let start = std::time::Instant::now();
+                let mut ticked = 0u128;
                 while !flag.load(Ordering::Relaxed) {
                     std::thread::sleep(EPOCH_TICK);
-                    engine.increment_epoch();
+                    let due = start.elapsed().as_nanos() / EPOCH_TICK.as_nanos();
+                    while ticked < due {
+                        engine.increment_epoch();
+                        ticked += 1;
+                    }
                 }
             })
             .context("cannot start the epoch ticker thread")?;

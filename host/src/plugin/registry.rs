@@ -7,6 +7,7 @@ use super::bindings::{PACKAGE, wit};
 use super::context::{PolicyCtx, UtilityCtx};
 use super::engine::PluginEngine;
 use super::failure::describe;
+use super::version::check_component_versions;
 use anyhow::{Context as _, Result, anyhow, bail};
 use std::collections::BTreeMap;
 use std::fmt;
@@ -133,6 +134,14 @@ pub fn load(engine: &PluginEngine, name: &str, origin: Origin, bytes: &[u8]) -> 
     let component = Component::new(engine.engine(), bytes)
         .map_err(|e| anyhow!("not a valid Wasm component: {}", describe(&e)))?;
     let ty = component.component_type();
+    // Before the world: a component of another WIT version would otherwise be
+    // refused with a bare missing-import error.
+    check_component_versions(
+        ty.imports(engine.engine())
+            .chain(ty.exports(engine.engine()))
+            .map(|(n, _)| n),
+    )
+    .map_err(|e| anyhow!(e))?;
     let exports: Vec<&str> = ty.exports(engine.engine()).map(|(n, _)| n).collect();
     let world = if exports.contains(&"decide") {
         World::Policy

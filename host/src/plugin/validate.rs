@@ -47,6 +47,7 @@ pub fn validate(
         .zip(&problem.sla_floors)
     {
         let thr = f64::from(thr);
+        // NaN counts as under the floor.
         if thr.is_nan() || thr < floor {
             return Err(Rejection::Floor {
                 model: model.name.clone(),

@@ -1,0 +1,149 @@
+// Batched MeanField inference: one invocation evaluates one predictor row,
+// y = out_offset + out_scale · σ(W_L · relu(… relu(W_1 x + b_1) …) + b_L).
+//
+// Owned by host/src/surrogate/gpu.rs, which builds the buffers below; the
+// struct layouts here and the #[repr(C)] structs there must stay identical.
+//
+// Two modes share one pipeline:
+// - TABLE: row r is local configuration r − first_table_row of the model whose
+//   block holds r (every configuration of every model, model-major).
+// - JOINT: rows are model-major over the candidates of this dispatch (so a
+//   workgroup reads one model's weights), row = model · candidates + c. The
+//   model's configuration is the mixed-radix digit of candidate c's joint index,
+//   decoded here; the features are gathered from the uploaded local tables and
+//   the state, so only indices and the state travel. Output is candidate-major:
+//   outputs[c · n_models + model].
+//
+// The dot products accumulate in input order and add the bias last, like the
+// CPU reference (FoldedNet::predict_into), so the two agree to rounding.
+
+const WORKGROUP: u32 = 64u;
+// Widest layer input or output the private arrays hold; the host checks it.
+const MAX_WIDTH: u32 = 64u;
+const STATE_FEATURES: u32 = 6u;
+const MODE_TABLE: u32 = 0u;
+
+struct Params {
+    n_models: u32,
+    mode: u32,
+    // Rows evaluated by this dispatch.
+    rows: u32,
+    // Candidates in this dispatch (JOINT mode).
+    candidates: u32,
+    // The six state features, padded to two vec4 (uniform arrays need 16-byte strides).
+    state: array<vec4<f32>, 2>,
+}
+
+struct ModelDesc {
+    first_layer: u32,
+    n_layers: u32,
+    // Local feature count; the state features follow them in the input row.
+    local_len: u32,
+    // Offset (in f32) of this model's local feature table in `tables`.
+    table_offset: u32,
+    // Grid size: this model's digit radix in the joint index.
+    radix: u32,
+    // First row of this model's block in TABLE mode.
+    first_table_row: u32,
+    out_offset: f32,
+    out_scale: f32,
+}
+
+struct LayerDesc {
+    inputs: u32,
+    outputs: u32,
+    // Offsets (in f32) into `weights`: row-major [outputs][inputs], then the biases.
+    weight_offset: u32,
+    bias_offset: u32,
+}
+
+@group(0) @binding(0) var<uniform> params: Params;
+@group(0) @binding(1) var<storage, read> models: array<ModelDesc>;
+@group(0) @binding(2) var<storage, read> layers: array<LayerDesc>;
+@group(0) @binding(3) var<storage, read> weights: array<f32>;
+@group(0) @binding(4) var<storage, read> tables: array<f32>;
+// Joint indices as (low word, high word): u64 indices without 64-bit integers.
+@group(0) @binding(5) var<storage, read> candidates: array<vec2<u32>>;
+@group(0) @binding(6) var<storage, read_write> outputs: array<f32>;
+
+struct DivMod {
+    quotient: vec2<u32>,
+    remainder: u32,
+}
+
+// (hi·2³² + lo) / r and % r for 0 < r < 2¹⁶ (the host checks the radices).
+// Long division in 16-bit steps: every partial dividend is below r·2¹⁶ < 2³².
+fn divmod_u64(n: vec2<u32>, r: u32) -> DivMod {
+    let q_hi = n.y / r;
+    let t1 = ((n.y % r) << 16u) | (n.x >> 16u);
+    let t0 = ((t1 % r) << 16u) | (n.x & 0xffffu);
+    return DivMod(vec2<u32>((t1 / r) << 16u | (t0 / r), q_hi), t0 % r);
+}
+
+// Model `model`'s local configuration in joint index `index`: the last model
+// varies fastest, so divide out the later models' radices, then take the digit.
+fn digit(index: vec2<u32>, model: u32) -> u32 {
+    var n = index;
+    for (var j = params.n_models - 1u; j > model; j = j - 1u) {
+        n = divmod_u64(n, models[j].radix).quotient;
+    }
+    return divmod_u64(n, models[model].radix).remainder;
+}
+
+@compute @workgroup_size(64)
+fn main(
+    @builtin(global_invocation_id) gid: vec3<u32>,
+    @builtin(num_workgroups) groups: vec3<u32>,
+) {
+    // Dispatches are two-dimensional when one dimension's workgroup limit is too small.
+    let row = gid.y * groups.x * WORKGROUP + gid.x;
+    if row >= params.rows {
+        return;
+    }
+
+    var model = 0u;
+    var config = 0u;
+    var out_index = row;
+    if params.mode == MODE_TABLE {
+        while model + 1u < params.n_models && row >= models[model + 1u].first_table_row {
+            model = model + 1u;
+        }
+        config = row - models[model].first_table_row;
+    } else {
+        model = row / params.candidates;
+        let c = row % params.candidates;
+        config = digit(candidates[c], model);
+        out_index = c * params.n_models + model;
+    }
+    let m = models[model];
+
+    // Input row: [local features of `config` | state features].
+    var x: array<f32, MAX_WIDTH>;
+    var y: array<f32, MAX_WIDTH>;
+    let base = m.table_offset + config * m.local_len;
+    for (var k = 0u; k < m.local_len; k = k + 1u) {
+        x[k] = tables[base + k];
+    }
+    for (var k = 0u; k < STATE_FEATURES; k = k + 1u) {
+        x[m.local_len + k] = params.state[k / 4u][k % 4u];
+    }
+
+    for (var l = 0u; l < m.n_layers; l = l + 1u) {
+        let layer = layers[m.first_layer + l];
+        let hidden = l + 1u < m.n_layers;
+        for (var o = 0u; o < layer.outputs; o = o + 1u) {
+            let w = layer.weight_offset + o * layer.inputs;
+            var dot = 0.0;
+            for (var k = 0u; k < layer.inputs; k = k + 1u) {
+                dot = dot + weights[w + k] * x[k];
+            }
+            let z = dot + weights[layer.bias_offset + o];
+            y[o] = select(z, max(z, 0.0), hidden);
+        }
+        for (var o = 0u; o < layer.outputs; o = o + 1u) {
+            x[o] = y[o];
+        }
+    }
+
+    outputs[out_index] = m.out_offset + m.out_scale * (1.0 / (1.0 + exp(-x[0])));
+}
