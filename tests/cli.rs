@@ -45,6 +45,182 @@ fn unknown_scenario_is_one_clear_line_and_a_failure() {
     assert!(err.contains("unknown scenario 'paper-n9'"), "{err}");
 }
 
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+/// Copies a daemon config fixture into `dir` (its relative paths then land there).
+fn daemon_config(dir: &Path, fixture: &str) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/daemon")
+        .join(fixture);
+    let dst = dir.join("mfsched.toml");
+    std::fs::copy(&src, &dst).expect("copy the fixture");
+    dst
+}
+
+#[test]
+fn run_serves_the_api_and_stops_cleanly_on_sigterm_with_a_replayable_log() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = daemon_config(dir.path(), "fast-footprint.toml");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mfsched"))
+        .args(["run", "--config"])
+        .arg(&config)
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn mfsched run");
+    let mut daemon_err = BufReader::new(child.stderr.take().expect("piped"));
+    let mut line = String::new();
+    let addr: SocketAddr = loop {
+        line.clear();
+        assert!(
+            daemon_err.read_line(&mut line).expect("stderr") > 0,
+            "run exited before listening"
+        );
+        if let Some(a) = line.trim().strip_prefix("listening on http://") {
+            break a.parse().expect("an address");
+        }
+    };
+    // Let a few ticks run.
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    let (status, body) = common::http(addr, "GET", "/healthz", None);
+    assert_eq!(status, 200, "{body}");
+    let (status, metrics) = common::http(addr, "GET", "/metrics", None);
+    assert_eq!(status, 200);
+    assert!(
+        metrics.contains("# TYPE mfsched_ticks_total counter"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("mfsched_decisions_total{policy=\"hold\",role=\"active\"}"),
+        "{metrics}"
+    );
+    let (status, policies) = common::http(addr, "GET", "/v1/policies", None);
+    assert_eq!(status, 200);
+    assert!(policies.contains("\"active\":\"hold\""), "{policies}");
+    let (status, decision) = common::http(addr, "GET", "/v1/decision", None);
+    assert_eq!(status, 200);
+    assert!(decision.contains("applied_knobs"), "{decision}");
+    let (status, refused) = common::http(
+        addr,
+        "POST",
+        "/v1/policies/active",
+        Some(r#"{"policy":"no-such-policy"}"#),
+    );
+    assert_eq!(status, 400, "{refused}");
+
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(killed.success());
+    let status = child.wait().expect("wait");
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut daemon_err, &mut rest).expect("stderr");
+    assert!(status.success(), "exit {status:?}: {rest}");
+    assert!(rest.contains("stopped after"), "{rest}");
+
+    let log = dir.path().join("decisions.log");
+    let out = mfsched(&["replay", "--summary", log.to_str().expect("utf-8 path")]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let summary = stdout(&out);
+    assert!(summary.contains("tick gaps    0"), "{summary}");
+    assert!(summary.contains("hold"), "{summary}");
+    assert!(
+        stderr(&out).is_empty(),
+        "a clean shutdown leaves no torn tail"
+    );
+    let applied = std::fs::read_to_string(dir.path().join("applied.json"));
+    // `hold` never changes anything, so the file actuator had nothing to write.
+    assert!(applied.is_err(), "nothing changed, nothing written");
+
+    // A crash mid-record: the torn tail is reported, the rest is replayed.
+    let bytes = std::fs::read(&log).expect("log");
+    let torn = dir.path().join("torn.log");
+    std::fs::write(&torn, &bytes[..bytes.len() - 5]).expect("write");
+    let out = mfsched(&["replay", torn.to_str().expect("utf-8 path")]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("torn tail"), "{}", stderr(&out));
+    assert!(stdout(&out).contains("tick 0 "), "{}", stdout(&out));
+}
+
+#[test]
+fn a_bounded_run_decides_every_tick() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = daemon_config(dir.path(), "fast-footprint.toml");
+    let out = mfsched(&[
+        "run",
+        "--config",
+        config.to_str().expect("utf-8 path"),
+        "--max-ticks",
+        "5",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("stopped after 5 tick(s)"),
+        "{}",
+        stderr(&out)
+    );
+    let log = dir.path().join("decisions.log");
+    let out = mfsched(&["replay", log.to_str().expect("utf-8 path")]);
+    assert_eq!(stdout(&out).lines().count(), 5, "{}", stdout(&out));
+    // A second run continues the numbering in the same log.
+    let out = mfsched(&[
+        "run",
+        "--config",
+        config.to_str().expect("utf-8 path"),
+        "--max-ticks",
+        "2",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = mfsched(&["replay", "--summary", log.to_str().expect("utf-8 path")]);
+    assert!(
+        stdout(&out).contains("ticks        0..=6"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn an_unknown_config_key_is_one_clear_line() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = daemon_config(dir.path(), "unknown-key.toml");
+    let out = mfsched(&["run", "--config", config.to_str().expect("utf-8 path")]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("perod_ms"), "{err}");
+}
+
+#[test]
+fn nvml_sampler_without_nvml_fails_in_one_line_unless_fallback_is_allowed() {
+    let probe = mfsched(&["nvml", "probe"]);
+    if probe.status.success() {
+        // A machine with NVML: the probe reports the devices it found.
+        assert!(stdout(&probe).contains("devices"), "{}", stdout(&probe));
+        return;
+    }
+    assert_eq!(
+        stderr(&probe).trim().lines().count(),
+        1,
+        "{}",
+        stderr(&probe)
+    );
+    assert!(stderr(&probe).contains("NVML is not available"));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = daemon_config(dir.path(), "nvml-no-fallback.toml");
+    let out = mfsched(&["run", "--config", config.to_str().expect("utf-8 path")]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("NVML is not available"), "{err}");
+    assert!(err.contains("allow_fallback"), "{err}");
+}
+
 fn json(o: &Output) -> serde_json::Value {
     serde_json::from_slice(&o.stdout).expect("stdout is JSON")
 }

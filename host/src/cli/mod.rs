@@ -1,6 +1,7 @@
 //! Argument parsing and dispatch. Each subcommand family lives in its own file.
 
 mod bench;
+mod daemon;
 mod data;
 mod decide;
 mod eval;
@@ -32,6 +33,13 @@ enum Command {
     /// Bundled and user scenarios: models, knobs, grid sizes, feasible counts.
     #[command(subcommand)]
     Scenario(scenario::ScenarioCommand),
+    /// Runs the scheduling daemon: decision loop, actuators, decision log, HTTP API.
+    Run(daemon::RunArgs),
+    /// Prints or summarises a decision log written by `run`.
+    Replay(daemon::ReplayArgs),
+    /// NVML diagnostics.
+    #[command(subcommand)]
+    Nvml(daemon::NvmlCommand),
     /// Profiles a scenario on the simulator and writes the profile CSV.
     Profile(profile::ProfileArgs),
     /// Profile data files: validation and summaries.
@@ -72,6 +80,9 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Scenario(cmd) => scenario::run(cmd),
+        Command::Run(args) => daemon::run(args),
+        Command::Replay(args) => daemon::replay(args),
+        Command::Nvml(cmd) => daemon::nvml(cmd),
         Command::Profile(args) => profile::run(args),
         Command::Data(cmd) => data::run(cmd),
         Command::Sim(cmd) => sim::run(cmd),
