@@ -50,12 +50,6 @@ pub fn build_decider(
     {
         bail!("policy.plugin_dir {}: not a directory", dir.display());
     }
-    if let Some(dir) = &policy.bundle_dir {
-        bail!(
-            "policy.bundle_dir = {}: the daemon does not load surrogate bundles yet; remove the key (policies predict with the analytic stand-in)",
-            dir.display()
-        );
-    }
     let (decider, notes) = plugin_decider::PluginDecider::new(
         problem,
         predictor,
@@ -92,19 +86,24 @@ pub async fn run(mut config: DaemonConfig, overrides: Overrides) -> Result<RunSu
         config.api.listen = listen;
     }
     let scenario = crate::scenario::load(&config.scenario)?;
-    let mut problem = scenario.problem;
+    let mut problem = scenario.problem.clone();
     // The sampler first: a missing NVML is the likeliest start-up failure.
     let (sampler, note) = sampler::build(&config.sampler, &problem, config.seed)?;
-    // HOOK(surrogate): use the MeanField bundle of policy.bundle_dir once the
-    // surrogate is on main; until then the plugin host's analytic stand-in.
-    let predictor: Arc<dyn crate::predict::Predictor> =
-        Arc::new(crate::analytic::AnalyticPredictor);
-    eprintln!("predictor: analytic closed-form stand-in (not the MeanField surrogate)");
-    crate::plugin::setup::fill_defaults(
-        &mut problem,
-        &scenario.explicit_floors,
-        predictor.as_ref(),
+    // The MeanField bundle (embedded for the scenario, or policy.bundle_dir):
+    // its profiled floors and ranges fill the problem; inference on a hardware
+    // GPU when there is one, else the CPU reference.
+    let bundle =
+        crate::surrogate::bundled::load(&scenario, config.policy.bundle_dir.as_deref())?;
+    bundle.apply(&mut problem, &scenario.explicit_floors);
+    let meanfield = bundle.meanfield_on(
+        &problem,
+        crate::surrogate::backend::BackendChoice::Auto,
+    )?;
+    eprintln!(
+        "predictor: MeanField surrogate ({})",
+        meanfield.backend_reason()
     );
+    let predictor: Arc<dyn crate::predict::Predictor> = Arc::new(meanfield);
     let decider = build_decider(&config, &problem, predictor)?;
     if let Some(note) = note {
         eprintln!("notice: {note}");

@@ -16,6 +16,7 @@
 
 use super::features;
 use super::fold::fold;
+use super::backend::BackendChoice;
 use super::meanfield::MeanField;
 use crate::domain::{ModelKind, Problem, ThroughputRange};
 use crate::fsutil::write_atomically;
@@ -220,9 +221,15 @@ impl Bundle {
         Ok(())
     }
 
-    /// The predictor for the scenario's problem (after [`Bundle::check_against`]).
+    /// The predictor for the scenario's problem (after [`Bundle::check_against`]),
+    /// on the CPU reference backend.
     pub fn meanfield(&self, problem: &Problem) -> Result<MeanField> {
-        MeanField::new(problem, self.nets.iter().map(fold).collect())
+        self.meanfield_on(problem, BackendChoice::Cpu)
+    }
+
+    /// As [`Bundle::meanfield`], on the backend `choice` asks for.
+    pub fn meanfield_on(&self, problem: &Problem, choice: BackendChoice) -> Result<MeanField> {
+        MeanField::with_backend(problem, self.nets.iter().map(fold).collect(), choice)
     }
 
     /// Fills the problem's per-variant throughput ranges and, where the scenario
