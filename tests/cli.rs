@@ -77,7 +77,7 @@ fn decide_works_for_each_bundled_policy_on_paper_n5() {
 }
 
 #[test]
-fn decide_text_names_the_stand_in_predictor_and_the_outcome() {
+fn decide_text_names_the_meanfield_predictor_and_the_outcome() {
     let out = mfsched(&[
         "decide",
         "--scenario",
@@ -92,10 +92,70 @@ fn decide_text_names_the_stand_in_predictor_and_the_outcome() {
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
     let text = stdout(&out);
-    assert!(text.contains("not the MeanField surrogate"), "{text}");
+    assert!(
+        text.contains("MeanField surrogate, CPU (embedded bundle paper-n3)"),
+        "{text}"
+    );
     assert!(text.contains("burst load"), "{text}");
     assert!(text.contains("population=16"), "{text}");
     assert!(text.contains("outcome            accepted"), "{text}");
+}
+
+#[test]
+fn decide_can_use_the_analytic_stand_in_or_a_models_dir() {
+    let out = mfsched(&[
+        "decide",
+        "--scenario",
+        "paper-n2",
+        "--policy",
+        "exhaustive",
+        "--predictor",
+        "analytic",
+        "--no-cache",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("not the MeanField surrogate"),
+        "{}",
+        stdout(&out)
+    );
+
+    let models = format!("{}/../models", env!("CARGO_MANIFEST_DIR"));
+    let out = mfsched(&[
+        "decide",
+        "--scenario",
+        "paper-n2",
+        "--policy",
+        "exhaustive",
+        "--models",
+        &models,
+        "--no-cache",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("models/paper-n2)"),
+        "{}",
+        stdout(&out)
+    );
+
+    let broken = format!(
+        "{}/../tests/fixtures/bundles/wrong-shape",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let out = mfsched(&[
+        "decide",
+        "--scenario",
+        "paper-n2",
+        "--policy",
+        "exhaustive",
+        "--models",
+        &broken,
+        "--no-cache",
+    ]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("has shape [32, 60]"), "{err}");
 }
 
 #[test]
@@ -204,6 +264,147 @@ fn bench_policies_reports_latency_and_gaps() {
         assert!(r["latency_p50_ms"].as_f64().is_some_and(|l| l > 0.0), "{r}");
         assert!(r["gap_p50_pct"].as_f64().is_some_and(|g| g >= 0.0), "{r}");
     }
+}
+
+#[test]
+fn models_list_shows_every_shipped_bundle_with_its_accuracy() {
+    let out = mfsched(&["models", "list"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    for n in 2..=6 {
+        assert!(text.contains(&format!("paper-n{n}")), "{text}");
+    }
+    assert!(text.contains("llama7b 0.9"), "{text}");
+}
+
+/// profile → train → eval, as a user would, on a small stratified paper-n3 profile.
+#[test]
+fn train_then_eval_a_bundle_from_a_fresh_profile() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let csv = dir.path().join("p.csv");
+    let bundle = dir.path().join("bundle");
+    let csv_s = csv.to_str().expect("utf-8 path");
+    let out = mfsched(&[
+        "profile",
+        "--scenario",
+        "paper-n3",
+        "--samples",
+        "160",
+        "--seed",
+        "3",
+        "--out",
+        csv_s,
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = mfsched(&[
+        "train",
+        "--data",
+        csv_s,
+        "--scenario",
+        "paper-n3",
+        "--out",
+        bundle.to_str().expect("utf-8 path"),
+        "--seed",
+        "5",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("qwen1.5b"), "{}", stdout(&out));
+    assert!(bundle.join("weights.safetensors").exists());
+    let out = mfsched(&[
+        "surrogate",
+        "eval",
+        "--model",
+        bundle.to_str().expect("utf-8 path"),
+        "--data",
+        csv_s,
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let mean: f64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("mean"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("a mean R² line: {text}"));
+    // Scored on its own profile (train + held-out rows): a trained bundle fits it.
+    assert!(mean > 0.9, "{text}");
+}
+
+#[test]
+fn a_broken_bundle_is_one_clear_line_and_a_failure() {
+    for (fixture, expected) in [
+        ("truncated", "truncated or corrupt"),
+        ("wrong-shape", "has shape [32, 60], expected [32, 64]"),
+        ("wrong-layout", "was trained on features"),
+    ] {
+        let dir = format!(
+            "{}/../tests/fixtures/bundles/{fixture}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let data = format!(
+            "{}/../tests/fixtures/profiles/good.csv",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let out = mfsched(&[
+            "surrogate",
+            "eval",
+            "--model",
+            &dir,
+            "--scenario",
+            "paper-n2",
+            "--data",
+            &data,
+        ]);
+        assert!(!out.status.success(), "{fixture}");
+        let err = stderr(&out);
+        assert_eq!(err.trim().lines().count(), 1, "{fixture}: {err}");
+        assert!(err.contains(expected), "{fixture}: {err}");
+    }
+}
+
+#[test]
+fn sample_complexity_writes_the_table_json_and_plot() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = mfsched(&[
+        "repro",
+        "sample-complexity",
+        "--scenarios",
+        "paper-n2",
+        "--sizes",
+        "20,60",
+        "--seeds",
+        "1",
+        "--folds",
+        "2",
+        "--out",
+        dir.path().to_str().expect("utf-8 path"),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains("MeanField") && text.contains("Joint MLP"),
+        "{text}"
+    );
+    assert!(text.contains("simulated 24 GB card"), "{text}");
+    let json: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(dir.path().join("results.json")).expect("results.json"),
+    )
+    .expect("valid JSON");
+    let curves = json["curves"].as_array().expect("curves");
+    assert_eq!(curves.len(), 2, "MeanField and Joint MLP at N = 2");
+    for c in curves {
+        let points = c["points"].as_array().expect("points");
+        assert_eq!(points.len(), 2);
+        for p in points {
+            let r2 = p["mean_r2"].as_f64().expect("a number");
+            assert!(r2 > 0.0 && r2 <= 1.0, "{p}");
+            assert_eq!(p["evaluations"], 2);
+        }
+    }
+    let svg = std::fs::read_to_string(dir.path().join("learning-curves.svg")).expect("svg");
+    assert!(
+        svg.starts_with("<svg") && svg.contains("Joint MLP"),
+        "{svg}"
+    );
 }
 
 fn fixture(name: &str) -> String {

@@ -1,18 +1,17 @@
 //! `ab`, `demo` and `repro policies`: closed-loop policy comparisons on the simulator.
 
-use super::plugins::{PluginOpts, predictor};
+use super::plugins::{PluginOpts, Served};
 use super::profile::progress_bar;
 use anyhow::{Context as _, Result, bail};
-use clap::Args;
+use clap::{Args, Subcommand};
 use mfsched::eval::closed_loop::{Harness, PolicySpec};
 use mfsched::eval::published;
 use mfsched::eval::report::Comparison;
 use mfsched::eval::traces::{self, DEFAULT_TICKS, TRACE_NAMES, Trace};
+use mfsched::plugin::PluginEngine;
 use mfsched::plugin::registry::{resolve_policy, resolve_utility};
-use mfsched::plugin::{PluginEngine, setup};
 use mfsched::{scenario, sim};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 /// What every comparison command shares.
 #[derive(Debug, Args)]
@@ -140,17 +139,20 @@ fn load_spec(
 /// Loads the problem and the plugins and runs every loop over every trace.
 fn compare(
     problem_name: &str,
-    engine: Arc<PluginEngine>,
-    plugin_dir: Option<&Path>,
+    plugins: &PluginOpts,
     utility: &str,
     loops: &[Loop],
     traces: &[Trace],
     seed: u64,
 ) -> Result<Comparison> {
     let scenario = scenario::load(problem_name)?;
-    let (predictor, predictor_name) = predictor();
-    let mut problem = scenario.problem.clone();
-    setup::fill_defaults(&mut problem, &scenario.explicit_floors, predictor.as_ref());
+    let Served {
+        predictor,
+        name: predictor_name,
+        problem,
+    } = plugins.served(&scenario)?;
+    let engine = plugins.engine()?;
+    let plugin_dir = plugins.dir.as_deref();
     let utility = resolve_utility(&engine, utility, plugin_dir)?;
     let loaded: Vec<(PolicySpec, Vec<PolicySpec>)> = loops
         .iter()
@@ -212,17 +214,8 @@ pub fn ab(args: AbArgs) -> Result<()> {
     }
     let e = &args.eval;
     let traces = trace_list(&e.scenarios, e.ticks, e.seed)?;
-    let engine = e.plugins.engine()?;
     let loops = [Loop::alone(&args.a, &args.a), Loop::alone(&args.b, &args.b)];
-    let cmp = compare(
-        &e.problem,
-        engine,
-        e.plugins.dir.as_deref(),
-        &e.utility,
-        &loops,
-        &traces,
-        e.seed,
-    )?;
+    let cmp = compare(&e.problem, &e.plugins, &e.utility, &loops, &traces, e.seed)?;
     println!(
         "A/B on the {} — {} vs {}, seed {}",
         cmp.device, args.a, args.b, e.seed
@@ -239,7 +232,6 @@ pub fn ab(args: AbArgs) -> Result<()> {
 
 pub fn demo(args: DemoArgs) -> Result<()> {
     let traces = trace_list(&args.scenario, args.ticks, args.seed)?;
-    let engine = args.plugins.engine()?;
     println!(
         "mfsched demo: paper-n5 (3 LLMs + 2 YOLO11) on the {}, workload '{}', {} ticks",
         sim::DEVICE_NAME,
@@ -253,8 +245,7 @@ pub fn demo(args: DemoArgs) -> Result<()> {
     }];
     let cmp = compare(
         "paper-n5",
-        engine,
-        args.plugins.dir.as_deref(),
+        &args.plugins,
         "utility",
         &loops,
         &traces,
@@ -275,7 +266,11 @@ pub fn demo(args: DemoArgs) -> Result<()> {
 }
 
 #[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct ReproArgs {
+    /// Another published result than Table II.
+    #[command(subcommand)]
+    what: Option<ReproWhat>,
     /// Directory for repro.md, results.json and the plots.
     #[arg(long, default_value = "repro-report")]
     out: PathBuf,
@@ -285,6 +280,13 @@ pub struct ReproArgs {
     seed: u64,
     #[command(flatten)]
     plugins: PluginOpts,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ReproWhat {
+    /// The accuracy study: n* per N (R² ≥ 0.95) with learning curves, and the
+    /// Joint MLP at N = 2.
+    SampleComplexity(super::repro::SampleComplexityArgs),
 }
 
 /// Table II's rows: (label, policy spec).
@@ -297,8 +299,10 @@ const TABLE2: [(&str, &str); 5] = [
 ];
 
 pub fn repro(args: ReproArgs) -> Result<()> {
+    if let Some(ReproWhat::SampleComplexity(args)) = args.what {
+        return super::repro::sample_complexity(args);
+    }
     let traces = trace_list("all", args.ticks, args.seed)?;
-    let engine = args.plugins.engine()?;
     let loops: Vec<Loop> = TABLE2.iter().map(|(l, s)| Loop::alone(l, s)).collect();
     println!(
         "Table II: {} policies × {} workload scenarios × {} ticks on the {} (paper-n5)",
@@ -309,8 +313,7 @@ pub fn repro(args: ReproArgs) -> Result<()> {
     );
     let cmp = compare(
         "paper-n5",
-        engine,
-        args.plugins.dir.as_deref(),
+        &args.plugins,
         "utility",
         &loops,
         &traces,

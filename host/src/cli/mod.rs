@@ -4,11 +4,14 @@ mod bench;
 mod data;
 mod decide;
 mod eval;
+mod models;
 mod plugins;
 mod profile;
+mod repro;
 mod scenario;
 mod sim;
 mod surrogate;
+mod train;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -49,11 +52,17 @@ enum Command {
     /// simulated 24 GB card, bundled models and plugins; writes a report with plots.
     Demo(eval::DemoArgs),
     /// Regenerates the published tables on the simulator (Table II: GA, exhaustive,
-    /// StaticFull, StaticBudgetK at K = 500 and 5000 over the eight dynamic scenarios).
+    /// StaticFull, StaticBudgetK at K = 500 and 5000 over the eight dynamic scenarios;
+    /// `repro sample-complexity`: the surrogate's accuracy study).
     Repro(eval::ReproArgs),
-    /// The MeanField surrogate's inference backends.
+    /// The MeanField surrogate: scoring bundles on profile data, backend agreement.
     #[command(subcommand)]
     Surrogate(surrogate::SurrogateCommand),
+    /// Trains a MeanField bundle (one predictor per model) on a profile CSV.
+    Train(train::TrainArgs),
+    /// The MeanField bundles shipped with the binary: list, regenerate.
+    #[command(subcommand)]
+    Models(models::ModelsCommand),
     /// Performance, measured side by side in one process.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -70,6 +79,8 @@ pub fn main() -> ExitCode {
         Command::Plugins(cmd) => plugins::run(cmd),
         Command::Surrogate(cmd) => surrogate::run(cmd),
         Command::Bench(cmd) => bench::run(cmd),
+        Command::Train(args) => train::run(args),
+        Command::Models(cmd) => models::run(cmd),
         Command::Ab(args) => eval::ab(args),
         Command::Demo(args) => eval::demo(args),
         Command::Repro(args) => eval::repro(args),

@@ -1,13 +1,16 @@
 //! `mfsched plugins ...` and the plugin options other commands share.
 
 use anyhow::{Context as _, Result, bail};
-use clap::{Args, Subcommand};
+use clap::{Args, Subcommand, ValueEnum};
 use mfsched::analytic::AnalyticPredictor;
+use mfsched::domain::Problem;
 use mfsched::plugin::check::{CheckInputs, check_file};
 use mfsched::plugin::registry;
 use mfsched::plugin::setup;
 use mfsched::plugin::{CompileCache, PluginEngine, PluginLimits};
 use mfsched::predict::Predictor;
+use mfsched::scenario::Scenario;
+use mfsched::surrogate::bundled;
 use mfsched::{scenario, template};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -31,6 +34,13 @@ pub struct PluginOpts {
     /// Compile every plugin afresh.
     #[arg(long)]
     pub no_cache: bool,
+    /// The throughput predictor the plugins are served.
+    #[arg(long, value_enum, default_value_t = PredictorKind::Meanfield)]
+    pub predictor: PredictorKind,
+    /// A MeanField bundle directory, or a directory of `<scenario>/` bundles like
+    /// `models/`, instead of the bundle embedded for the scenario.
+    #[arg(long, value_name = "DIR")]
+    pub models: Option<PathBuf>,
 }
 
 impl PluginOpts {
@@ -69,12 +79,60 @@ impl PluginOpts {
     }
 }
 
-/// The predictor plugins are served by, and how to name it to a user.
-pub fn predictor() -> (Arc<dyn Predictor>, &'static str) {
-    (
-        Arc::new(AnalyticPredictor),
-        "analytic closed-form stand-in (not the MeanField surrogate)",
-    )
+/// Which throughput predictor serves the plugins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PredictorKind {
+    /// The trained MeanField surrogate (the scenario's embedded bundle, or --models).
+    Meanfield,
+    /// The closed-form stand-in (for comparisons; not a trained model).
+    Analytic,
+}
+
+/// What the plugins are served: the predictor, the problem with its SLA floors
+/// and per-variant throughput ranges filled in, and how to name the predictor.
+pub struct Served {
+    pub predictor: Arc<dyn Predictor>,
+    pub name: String,
+    pub problem: Problem,
+}
+
+impl PluginOpts {
+    /// The predictor for `scenario` and the problem it fills in: the MeanField
+    /// bundle's profiled floors (P25, where the scenario sets none) and ranges,
+    /// or, for the analytic stand-in, floors and ranges swept from it.
+    pub fn served(&self, scenario: &Scenario) -> Result<Served> {
+        let mut problem = scenario.problem.clone();
+        match self.predictor {
+            PredictorKind::Meanfield => {
+                let bundle = bundled::load(scenario, self.models.as_deref())?;
+                bundle.apply(&mut problem, &scenario.explicit_floors);
+                let meanfield = bundle.meanfield(&problem)?;
+                let origin = match &self.models {
+                    Some(dir) => format!(
+                        "bundle {}",
+                        bundled::bundle_dir(dir, &scenario.name).display()
+                    ),
+                    None => format!("embedded bundle {}", scenario.name),
+                };
+                Ok(Served {
+                    predictor: Arc::new(meanfield),
+                    name: format!("MeanField surrogate, CPU ({origin})"),
+                    problem,
+                })
+            }
+            PredictorKind::Analytic => {
+                if self.models.is_some() {
+                    bail!("--models applies to --predictor meanfield, not analytic");
+                }
+                setup::fill_defaults(&mut problem, &scenario.explicit_floors, &AnalyticPredictor);
+                Ok(Served {
+                    predictor: Arc::new(AnalyticPredictor),
+                    name: "analytic closed-form stand-in (not the MeanField surrogate)".into(),
+                    problem,
+                })
+            }
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -195,9 +253,11 @@ fn check(
         bail!("{}: no such component file", file.display());
     }
     let scenario = scenario::load(scenario_name)?;
-    let (predictor, predictor_name) = predictor();
-    let mut problem = scenario.problem.clone();
-    setup::fill_defaults(&mut problem, &scenario.explicit_floors, predictor.as_ref());
+    let Served {
+        predictor,
+        name: predictor_name,
+        problem,
+    } = opts.served(&scenario)?;
     let inputs = CheckInputs {
         engine: opts.engine()?,
         predictor,
