@@ -168,8 +168,9 @@ fn policies(args: PoliciesArgs) -> Result<()> {
                 row["predict_p50_ms"].as_f64().unwrap_or(f64::NAN),
                 row["evaluate_p50_ms"].as_f64().unwrap_or(f64::NAN),
                 row["candidates_p50"].as_f64().unwrap_or(f64::NAN),
-                row["gap_p50_pct"].as_f64().unwrap_or(f64::NAN),
-                row["gap_max_pct"].as_f64().unwrap_or(f64::NAN),
+                // JSON has no infinity: null is a tick whose configuration scored −∞.
+                row["gap_p50_pct"].as_f64().unwrap_or(f64::INFINITY),
+                row["gap_max_pct"].as_f64().unwrap_or(f64::INFINITY),
                 row["failed"].as_u64().unwrap_or(0),
             );
         }
@@ -180,6 +181,9 @@ fn policies(args: PoliciesArgs) -> Result<()> {
         );
         println!(
             "gaps are to exhaustive (table) on the same tick: (J_exhaustive - J) / |J_exhaustive|"
+        );
+        println!(
+            "failed: ticks whose decision was not used (the last valid one was kept; inf gap if it scores -inf)"
         );
     }
     if let Some(path) = &args.svg {

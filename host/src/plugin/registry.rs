@@ -136,7 +136,7 @@ pub fn load(engine: &PluginEngine, name: &str, origin: Origin, bytes: &[u8]) -> 
     let looks_like_wat = bytes.trim_ascii_start().starts_with(b"(");
     if !bytes.starts_with(b"\0asm") && !looks_like_wat {
         bail!(
-            "not a Wasm component: the file ({} bytes) starts with neither the \\0asm magic nor WAT text",
+            "not a valid Wasm component: the file ({} bytes) starts with neither the \\0asm magic nor WAT text",
             bytes.len()
         );
     }
