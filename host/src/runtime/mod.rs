@@ -92,13 +92,10 @@ pub async fn run(mut config: DaemonConfig, overrides: Overrides) -> Result<RunSu
     // The MeanField bundle (embedded for the scenario, or policy.bundle_dir):
     // its profiled floors and ranges fill the problem; inference on a hardware
     // GPU when there is one, else the CPU reference.
-    let bundle =
-        crate::surrogate::bundled::load(&scenario, config.policy.bundle_dir.as_deref())?;
+    let bundle = crate::surrogate::bundled::load(&scenario, config.policy.bundle_dir.as_deref())?;
     bundle.apply(&mut problem, &scenario.explicit_floors);
-    let meanfield = bundle.meanfield_on(
-        &problem,
-        crate::surrogate::backend::BackendChoice::Auto,
-    )?;
+    let meanfield =
+        bundle.meanfield_on(&problem, crate::surrogate::backend::BackendChoice::Auto)?;
     eprintln!(
         "predictor: MeanField surrogate ({})",
         meanfield.backend_reason()

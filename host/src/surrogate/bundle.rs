@@ -14,9 +14,9 @@
 //! Loading validates everything against the scenario it is used with and fails
 //! with one clear message (what, where, what to do); it never panics.
 
+use super::backend::BackendChoice;
 use super::features;
 use super::fold::fold;
-use super::backend::BackendChoice;
 use super::meanfield::MeanField;
 use crate::domain::{ModelKind, Problem, ThroughputRange};
 use crate::fsutil::write_atomically;
