@@ -4,15 +4,15 @@
 // Owned by host/src/surrogate/gpu.rs, which builds the buffers below; the
 // struct layouts here and the #[repr(C)] structs there must stay identical.
 //
-// Two modes share one pipeline:
-// - TABLE: row r is local configuration r − first_table_row of the model whose
-//   block holds r (every configuration of every model, model-major).
-// - JOINT: rows are model-major over the candidates of this dispatch (so a
-//   workgroup reads one model's weights), row = model · candidates + c. The
-//   model's configuration is the mixed-radix digit of candidate c's joint index,
-//   decoded here; the features are gathered from the uploaded local tables and
-//   the state, so only indices and the state travel. Output is candidate-major:
-//   outputs[c · n_models + model].
+// The dispatch's z coordinate is the model; x (and y, past the per-dimension
+// workgroup limit) count that model's rows. Two modes share one pipeline:
+// - TABLE: row r is local configuration r of the model; the output is
+//   model-major, outputs[first_table_row + r] (every configuration of every model).
+// - JOINT: row r is candidate r of this dispatch; the model's configuration is
+//   the mixed-radix digit of the candidate's joint index, decoded here, and the
+//   features are gathered from the uploaded local tables and the state, so only
+//   indices and the state travel. Output is candidate-major:
+//   outputs[r · n_models + model].
 //
 // The dot products accumulate in input order and add the bias last, like the
 // CPU reference (FoldedNet::predict_into), so the two agree to rounding.
@@ -26,10 +26,10 @@ const MODE_TABLE: u32 = 0u;
 struct Params {
     n_models: u32,
     mode: u32,
-    // Rows evaluated by this dispatch.
-    rows: u32,
     // Candidates in this dispatch (JOINT mode).
     candidates: u32,
+    // Keeps `state` at the 16-byte offset uniform arrays need.
+    pad: u32,
     // The six state features, padded to two vec4 (uniform arrays need 16-byte strides).
     state: array<vec4<f32>, 2>,
 }
@@ -43,7 +43,7 @@ struct ModelDesc {
     table_offset: u32,
     // Grid size: this model's digit radix in the joint index.
     radix: u32,
-    // First row of this model's block in TABLE mode.
+    // First row of this model's block in TABLE mode's output.
     first_table_row: u32,
     out_offset: f32,
     out_scale: f32,
@@ -93,29 +93,31 @@ fn digit(index: vec2<u32>, model: u32) -> u32 {
 @compute @workgroup_size(64)
 fn main(
     @builtin(global_invocation_id) gid: vec3<u32>,
+    @builtin(workgroup_id) group: vec3<u32>,
     @builtin(num_workgroups) groups: vec3<u32>,
 ) {
-    // Dispatches are two-dimensional when one dimension's workgroup limit is too small.
-    let row = gid.y * groups.x * WORKGROUP + gid.x;
-    if row >= params.rows {
-        return;
-    }
-
-    var model = 0u;
-    var config = 0u;
-    var out_index = row;
-    if params.mode == MODE_TABLE {
-        while model + 1u < params.n_models && row >= models[model + 1u].first_table_row {
-            model = model + 1u;
-        }
-        config = row - models[model].first_table_row;
-    } else {
-        model = row / params.candidates;
-        let c = row % params.candidates;
-        config = digit(candidates[c], model);
-        out_index = c * params.n_models + model;
-    }
+    // The model is the dispatch's z coordinate: uniform across the workgroup, so
+    // every weight and descriptor address below is uniform too (broadcast loads
+    // instead of per-invocation gathers).
+    let model = group.z;
     let m = models[model];
+    // x and y span this model's rows; y is used when one dimension's workgroup limit is too small.
+    let r = gid.y * groups.x * WORKGROUP + gid.x;
+    var config = 0u;
+    var out_index = 0u;
+    if params.mode == MODE_TABLE {
+        if r >= m.radix {
+            return;
+        }
+        config = r;
+        out_index = m.first_table_row + r;
+    } else {
+        if r >= params.candidates {
+            return;
+        }
+        config = digit(candidates[r], model);
+        out_index = r * params.n_models + model;
+    }
 
     // Input row: [local features of `config` | state features].
     var x: array<f32, MAX_WIDTH>;

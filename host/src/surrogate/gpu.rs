@@ -39,8 +39,8 @@ const _: () = assert!(cfg!(target_endian = "little"));
 struct Params {
     n_models: u32,
     mode: u32,
-    rows: u32,
     candidates: u32,
+    pad: u32,
     state: [f32; 8],
 }
 
@@ -298,14 +298,15 @@ impl GpuBackend {
             .max_storage_buffer_binding_size
             .min(limits.max_buffer_size);
         let max_groups = u64::from(limits.max_compute_workgroups_per_dimension);
+        // Rows per model in one dispatch: x and y workgroups (z is the model).
         let max_rows = (max_groups * max_groups * u64::from(WORKGROUP)).min(u64::from(u32::MAX));
         let max_dispatch_candidates = (binding_bytes / (4 * n as u64))
             .min(binding_bytes / 8)
-            .min(max_rows / n as u64)
+            .min(max_rows)
             .max(1) as usize;
-        if packed.table_rows as u64 > (binding_bytes / 4).min(max_rows) {
+        if n as u64 > max_groups || packed.table_rows as u64 > binding_bytes / 4 {
             bail!(
-                "the table of {} rows exceeds one dispatch on adapter {summary}",
+                "{n} models with {} table rows exceed one dispatch on adapter {summary}",
                 packed.table_rows
             );
         }
@@ -410,7 +411,22 @@ impl GpuBackend {
     pub fn predict_table(&self, state: &GpuState) -> Result<Vec<f32>> {
         let mut io = self.lock_io()?;
         let mut out = Vec::with_capacity(self.table_rows);
-        self.dispatch(&mut io, MODE_TABLE, state, &[], self.table_rows, &mut out)?;
+        let widest_grid = self
+            .problem
+            .models
+            .iter()
+            .map(|m| m.grid_size())
+            .max()
+            .unwrap_or(0);
+        self.dispatch(
+            &mut io,
+            MODE_TABLE,
+            state,
+            &[],
+            widest_grid,
+            self.table_rows,
+            &mut out,
+        )?;
         Ok(out)
     }
 
@@ -422,7 +438,15 @@ impl GpuBackend {
         let mut io = self.lock_io()?;
         let mut out = Vec::with_capacity(candidates.len() * n);
         for chunk in candidates.chunks(self.max_dispatch_candidates) {
-            self.dispatch(&mut io, MODE_JOINT, state, chunk, chunk.len() * n, &mut out)?;
+            self.dispatch(
+                &mut io,
+                MODE_JOINT,
+                state,
+                chunk,
+                chunk.len(),
+                chunk.len() * n,
+                &mut out,
+            )?;
         }
         Ok(out)
     }
@@ -533,20 +557,23 @@ impl GpuBackend {
         Ok(())
     }
 
-    /// One dispatch of `rows` rows; appends the outputs to `out`.
+    /// One dispatch of `rows_per_model` rows for each model (z = model), which
+    /// writes `outputs` values; appends them to `out`.
+    #[allow(clippy::too_many_arguments)]
     fn dispatch(
         &self,
         io: &mut IoBuffers,
         mode: u32,
         state: &GpuState,
         candidates: &[u64],
-        rows: usize,
+        rows_per_model: usize,
+        outputs: usize,
         out: &mut Vec<f32>,
     ) -> Result<()> {
-        if rows == 0 {
+        if outputs == 0 {
             return Ok(());
         }
-        self.ensure_capacity(io, candidates.len(), rows)?;
+        self.ensure_capacity(io, candidates.len(), outputs)?;
         let mut state_features = Vec::with_capacity(8);
         push_state(&self.problem, state, &mut state_features);
         debug_assert_eq!(state_features.len(), STATE_FEATURES);
@@ -554,17 +581,18 @@ impl GpuBackend {
         let params = Params {
             n_models: self.problem.models.len() as u32,
             mode,
-            rows: rows as u32,
             candidates: candidates.len() as u32,
+            pad: 0,
             state: state_features
                 .try_into()
                 .map_err(|_| anyhow!("state features do not fill the shader's 8 slots"))?,
         };
-        let groups = (rows as u32).div_ceil(WORKGROUP);
+        let groups = (rows_per_model as u32).div_ceil(WORKGROUP);
         let max_groups = self.device.limits().max_compute_workgroups_per_dimension;
         let groups_x = groups.min(max_groups);
         let groups_y = groups.div_ceil(groups_x);
-        let bytes = 4 * rows as u64;
+        let models = self.problem.models.len() as u32;
+        let bytes = 4 * outputs as u64;
 
         checked(&self.device, "MeanField dispatch failed", || {
             self.queue
@@ -585,7 +613,7 @@ impl GpuBackend {
                 });
                 pass.set_pipeline(&self.pipeline);
                 pass.set_bind_group(0, &io.bind_group, &[]);
-                pass.dispatch_workgroups(groups_x, groups_y, 1);
+                pass.dispatch_workgroups(groups_x, groups_y, models);
             }
             encoder.copy_buffer_to_buffer(&io.outputs, 0, &io.readback, 0, bytes);
             self.queue.submit([encoder.finish()]);
