@@ -58,12 +58,12 @@ struct ModelDesc {
     out_scale: f32,
 }
 
-/// `LayerDesc` in the shader.
+/// `LayerDesc` in the shader (widths in vec4 groups, offsets in vec4).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Pod, Zeroable)]
 struct LayerDesc {
-    inputs: u32,
-    outputs: u32,
+    input_groups: u32,
+    output_groups: u32,
     weight_offset: u32,
     bias_offset: u32,
 }
@@ -231,13 +231,29 @@ fn pack(problem: &Problem, nets: &[FoldedNet]) -> Result<Packed> {
             out_scale: net.out_scale,
         });
         for layer in &net.layers {
-            let weight_offset = to_u32(packed.weights.len(), "parameter count")?;
-            packed.weights.extend_from_slice(&layer.weights);
-            let bias_offset = to_u32(packed.weights.len(), "parameter count")?;
+            let (input_groups, output_groups) =
+                (layer.inputs.div_ceil(4), layer.outputs.div_ceil(4));
+            let weight_offset = to_u32(packed.weights.len() / 4, "parameter count")?;
+            // Rows padded to whole vec4 groups, then zero rows up to a whole group of outputs.
+            for row in layer.weights.chunks_exact(layer.inputs) {
+                packed.weights.extend_from_slice(row);
+                packed
+                    .weights
+                    .resize(packed.weights.len() + 4 * input_groups - layer.inputs, 0.0);
+            }
+            packed.weights.resize(
+                packed.weights.len() + 4 * input_groups * (4 * output_groups - layer.outputs),
+                0.0,
+            );
+            let bias_offset = to_u32(packed.weights.len() / 4, "parameter count")?;
             packed.weights.extend_from_slice(&layer.bias);
+            packed.weights.resize(
+                packed.weights.len() + 4 * output_groups - layer.outputs,
+                0.0,
+            );
             packed.layers.push(LayerDesc {
-                inputs: to_u32(layer.inputs, "layer width")?,
-                outputs: to_u32(layer.outputs, "layer width")?,
+                input_groups: to_u32(input_groups, "layer width")?,
+                output_groups: to_u32(output_groups, "layer width")?,
                 weight_offset,
                 bias_offset,
             });
@@ -673,7 +689,7 @@ mod tests {
     use crate::scenario;
     use crate::surrogate::agreement::{Agreement, TOLERANCE, check_backends, check_states};
     use crate::surrogate::cpu::CpuBackend;
-    use crate::surrogate::synthetic::synthetic_nets;
+    use crate::surrogate::synthetic::{synthetic_nets, synthetic_nets_with};
 
     fn gate(test: &str) -> bool {
         adapter_gate(test).expect("GPU adapter required").is_some()
@@ -734,6 +750,31 @@ mod tests {
             .expect("same length"),
             "table",
         );
+    }
+
+    #[test]
+    fn layer_widths_that_are_not_multiples_of_four_are_padded_exactly() {
+        if !gate("layer_widths_that_are_not_multiples_of_four_are_padded_exactly") {
+            return;
+        }
+        let problem = scenario::load("paper-n3").expect("bundled").problem;
+        let state = check_states(&problem)[3];
+        for hidden in [&[7, 5][..], &[1][..], &[64, 33, 3][..]] {
+            let nets = synthetic_nets_with(&problem, 9, hidden);
+            let cpu = CpuBackend::new(&problem, &nets).expect("cpu");
+            let gpu = GpuBackend::new(&problem, &nets).expect("an adapter was found");
+            let offsets = table_offsets(&problem);
+            let a = Agreement::measure(
+                &cpu.predict_table(&state),
+                &gpu.predict_table(&state).expect("gpu"),
+                |r| nets[offsets.partition_point(|&o| o <= r) - 1].out_scale,
+            )
+            .expect("same length");
+            assert_agrees(&a, &format!("hidden {hidden:?}"));
+        }
+        let too_wide = synthetic_nets_with(&problem, 9, &[65]);
+        let err = GpuBackend::new(&problem, &too_wide).expect_err("65 wide");
+        assert!(err.to_string().contains("up to 64 wide"), "{err}");
     }
 
     #[test]
