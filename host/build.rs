@@ -31,6 +31,7 @@ const PLUGINS: &[(&str, &str, &str)] = &[
         "mfsched-plugin-utility",
         "mfsched_plugin_utility",
     ),
+    ("exact", "mfsched-plugin-exact", "mfsched_plugin_exact"),
 ];
 
 /// Hostile plugins for the host's tests: (file name, cargo package, artifact stem).
@@ -60,6 +61,11 @@ const TEST_PLUGINS: &[(&str, &str, &str)] = &[
         "mfsched-test-plugin-vram-infeasible",
         "mfsched_test_plugin_vram_infeasible",
     ),
+    (
+        "wit-0-2-0",
+        "mfsched-test-plugin-wit-0-2-0",
+        "mfsched_test_plugin_wit_0_2_0",
+    ),
 ];
 
 const TARGET: &str = "wasm32-wasip2";
@@ -74,6 +80,7 @@ fn main() {
     for watched in [
         "plugins",
         "tests/plugins",
+        "tests/fixtures/wit-0.2.0",
         "wit",
         "Cargo.toml",
         "Cargo.lock",

@@ -45,6 +45,182 @@ fn unknown_scenario_is_one_clear_line_and_a_failure() {
     assert!(err.contains("unknown scenario 'paper-n9'"), "{err}");
 }
 
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+/// Copies a daemon config fixture into `dir` (its relative paths then land there).
+fn daemon_config(dir: &Path, fixture: &str) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/daemon")
+        .join(fixture);
+    let dst = dir.join("mfsched.toml");
+    std::fs::copy(&src, &dst).expect("copy the fixture");
+    dst
+}
+
+#[test]
+fn run_serves_the_api_and_stops_cleanly_on_sigterm_with_a_replayable_log() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = daemon_config(dir.path(), "fast-footprint.toml");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mfsched"))
+        .args(["run", "--config"])
+        .arg(&config)
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn mfsched run");
+    let mut daemon_err = BufReader::new(child.stderr.take().expect("piped"));
+    let mut line = String::new();
+    let addr: SocketAddr = loop {
+        line.clear();
+        assert!(
+            daemon_err.read_line(&mut line).expect("stderr") > 0,
+            "run exited before listening"
+        );
+        if let Some(a) = line.trim().strip_prefix("listening on http://") {
+            break a.parse().expect("an address");
+        }
+    };
+    // Let a few ticks run.
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    let (status, body) = common::http(addr, "GET", "/healthz", None);
+    assert_eq!(status, 200, "{body}");
+    let (status, metrics) = common::http(addr, "GET", "/metrics", None);
+    assert_eq!(status, 200);
+    assert!(
+        metrics.contains("# TYPE mfsched_ticks_total counter"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("mfsched_decisions_total{policy=\"hold\",role=\"active\"}"),
+        "{metrics}"
+    );
+    let (status, policies) = common::http(addr, "GET", "/v1/policies", None);
+    assert_eq!(status, 200);
+    assert!(policies.contains("\"active\":\"hold\""), "{policies}");
+    let (status, decision) = common::http(addr, "GET", "/v1/decision", None);
+    assert_eq!(status, 200);
+    assert!(decision.contains("applied_knobs"), "{decision}");
+    let (status, refused) = common::http(
+        addr,
+        "POST",
+        "/v1/policies/active",
+        Some(r#"{"policy":"no-such-policy"}"#),
+    );
+    assert_eq!(status, 400, "{refused}");
+
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(killed.success());
+    let status = child.wait().expect("wait");
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut daemon_err, &mut rest).expect("stderr");
+    assert!(status.success(), "exit {status:?}: {rest}");
+    assert!(rest.contains("stopped after"), "{rest}");
+
+    let log = dir.path().join("decisions.log");
+    let out = mfsched(&["replay", "--summary", log.to_str().expect("utf-8 path")]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let summary = stdout(&out);
+    assert!(summary.contains("tick gaps    0"), "{summary}");
+    assert!(summary.contains("hold"), "{summary}");
+    assert!(
+        stderr(&out).is_empty(),
+        "a clean shutdown leaves no torn tail"
+    );
+    let applied = std::fs::read_to_string(dir.path().join("applied.json"));
+    // `hold` never changes anything, so the file actuator had nothing to write.
+    assert!(applied.is_err(), "nothing changed, nothing written");
+
+    // A crash mid-record: the torn tail is reported, the rest is replayed.
+    let bytes = std::fs::read(&log).expect("log");
+    let torn = dir.path().join("torn.log");
+    std::fs::write(&torn, &bytes[..bytes.len() - 5]).expect("write");
+    let out = mfsched(&["replay", torn.to_str().expect("utf-8 path")]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("torn tail"), "{}", stderr(&out));
+    assert!(stdout(&out).contains("tick 0 "), "{}", stdout(&out));
+}
+
+#[test]
+fn a_bounded_run_decides_every_tick() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = daemon_config(dir.path(), "fast-footprint.toml");
+    let out = mfsched(&[
+        "run",
+        "--config",
+        config.to_str().expect("utf-8 path"),
+        "--max-ticks",
+        "5",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("stopped after 5 tick(s)"),
+        "{}",
+        stderr(&out)
+    );
+    let log = dir.path().join("decisions.log");
+    let out = mfsched(&["replay", log.to_str().expect("utf-8 path")]);
+    assert_eq!(stdout(&out).lines().count(), 5, "{}", stdout(&out));
+    // A second run continues the numbering in the same log.
+    let out = mfsched(&[
+        "run",
+        "--config",
+        config.to_str().expect("utf-8 path"),
+        "--max-ticks",
+        "2",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = mfsched(&["replay", "--summary", log.to_str().expect("utf-8 path")]);
+    assert!(
+        stdout(&out).contains("ticks        0..=6"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn an_unknown_config_key_is_one_clear_line() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = daemon_config(dir.path(), "unknown-key.toml");
+    let out = mfsched(&["run", "--config", config.to_str().expect("utf-8 path")]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("perod_ms"), "{err}");
+}
+
+#[test]
+fn nvml_sampler_without_nvml_fails_in_one_line_unless_fallback_is_allowed() {
+    let probe = mfsched(&["nvml", "probe"]);
+    if probe.status.success() {
+        // A machine with NVML: the probe reports the devices it found.
+        assert!(stdout(&probe).contains("devices"), "{}", stdout(&probe));
+        return;
+    }
+    assert_eq!(
+        stderr(&probe).trim().lines().count(),
+        1,
+        "{}",
+        stderr(&probe)
+    );
+    assert!(stderr(&probe).contains("NVML is not available"));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = daemon_config(dir.path(), "nvml-no-fallback.toml");
+    let out = mfsched(&["run", "--config", config.to_str().expect("utf-8 path")]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("NVML is not available"), "{err}");
+    assert!(err.contains("allow_fallback"), "{err}");
+}
+
 fn json(o: &Output) -> serde_json::Value {
     serde_json::from_slice(&o.stdout).expect("stdout is JSON")
 }
@@ -77,7 +253,7 @@ fn decide_works_for_each_bundled_policy_on_paper_n5() {
 }
 
 #[test]
-fn decide_text_names_the_stand_in_predictor_and_the_outcome() {
+fn decide_text_names_the_meanfield_predictor_and_the_outcome() {
     let out = mfsched(&[
         "decide",
         "--scenario",
@@ -92,10 +268,70 @@ fn decide_text_names_the_stand_in_predictor_and_the_outcome() {
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
     let text = stdout(&out);
-    assert!(text.contains("not the MeanField surrogate"), "{text}");
+    assert!(
+        text.contains("MeanField surrogate, CPU (embedded bundle paper-n3)"),
+        "{text}"
+    );
     assert!(text.contains("burst load"), "{text}");
     assert!(text.contains("population=16"), "{text}");
     assert!(text.contains("outcome            accepted"), "{text}");
+}
+
+#[test]
+fn decide_can_use_the_analytic_stand_in_or_a_models_dir() {
+    let out = mfsched(&[
+        "decide",
+        "--scenario",
+        "paper-n2",
+        "--policy",
+        "exhaustive",
+        "--predictor",
+        "analytic",
+        "--no-cache",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("not the MeanField surrogate"),
+        "{}",
+        stdout(&out)
+    );
+
+    let models = format!("{}/../models", env!("CARGO_MANIFEST_DIR"));
+    let out = mfsched(&[
+        "decide",
+        "--scenario",
+        "paper-n2",
+        "--policy",
+        "exhaustive",
+        "--models",
+        &models,
+        "--no-cache",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("models/paper-n2)"),
+        "{}",
+        stdout(&out)
+    );
+
+    let broken = format!(
+        "{}/../tests/fixtures/bundles/wrong-shape",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let out = mfsched(&[
+        "decide",
+        "--scenario",
+        "paper-n2",
+        "--policy",
+        "exhaustive",
+        "--models",
+        &broken,
+        "--no-cache",
+    ]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("has shape [32, 60]"), "{err}");
 }
 
 #[test]
@@ -179,7 +415,7 @@ fn plugins_list_shows_worlds_wit_version_and_broken_files() {
         assert!(line.contains("mfsched:scheduler@0.1.0"), "{line}");
     }
     assert!(text.contains("corrupt.wasm: cannot load"), "{text}");
-    assert!(text.contains("--param population=48"), "{text}");
+    assert!(text.contains("--param population=96"), "{text}");
 }
 
 #[test]
@@ -204,6 +440,326 @@ fn bench_policies_reports_latency_and_gaps() {
         assert!(r["latency_p50_ms"].as_f64().is_some_and(|l| l > 0.0), "{r}");
         assert!(r["gap_p50_pct"].as_f64().is_some_and(|g| g >= 0.0), "{r}");
     }
+}
+
+#[test]
+fn models_list_shows_every_shipped_bundle_with_its_accuracy() {
+    let out = mfsched(&["models", "list"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    for n in 2..=6 {
+        assert!(text.contains(&format!("paper-n{n}")), "{text}");
+    }
+    assert!(text.contains("llama7b 0.9"), "{text}");
+}
+
+/// profile → train → eval, as a user would, on a small stratified paper-n3 profile.
+#[test]
+fn train_then_eval_a_bundle_from_a_fresh_profile() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let csv = dir.path().join("p.csv");
+    let bundle = dir.path().join("bundle");
+    let csv_s = csv.to_str().expect("utf-8 path");
+    let out = mfsched(&[
+        "profile",
+        "--scenario",
+        "paper-n3",
+        "--samples",
+        "160",
+        "--seed",
+        "3",
+        "--out",
+        csv_s,
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = mfsched(&[
+        "train",
+        "--data",
+        csv_s,
+        "--scenario",
+        "paper-n3",
+        "--out",
+        bundle.to_str().expect("utf-8 path"),
+        "--seed",
+        "5",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("qwen1.5b"), "{}", stdout(&out));
+    assert!(bundle.join("weights.safetensors").exists());
+    let out = mfsched(&[
+        "surrogate",
+        "eval",
+        "--model",
+        bundle.to_str().expect("utf-8 path"),
+        "--data",
+        csv_s,
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let mean: f64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("mean"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("a mean R² line: {text}"));
+    // Scored on its own profile (train + held-out rows): a trained bundle fits it.
+    assert!(mean > 0.9, "{text}");
+}
+
+#[test]
+fn a_broken_bundle_is_one_clear_line_and_a_failure() {
+    for (fixture, expected) in [
+        ("truncated", "truncated or corrupt"),
+        ("wrong-shape", "has shape [32, 60], expected [32, 64]"),
+        ("wrong-layout", "was trained on features"),
+    ] {
+        let dir = format!(
+            "{}/../tests/fixtures/bundles/{fixture}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let data = format!(
+            "{}/../tests/fixtures/profiles/good.csv",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let out = mfsched(&[
+            "surrogate",
+            "eval",
+            "--model",
+            &dir,
+            "--scenario",
+            "paper-n2",
+            "--data",
+            &data,
+        ]);
+        assert!(!out.status.success(), "{fixture}");
+        let err = stderr(&out);
+        assert_eq!(err.trim().lines().count(), 1, "{fixture}: {err}");
+        assert!(err.contains(expected), "{fixture}: {err}");
+    }
+}
+
+#[test]
+fn sample_complexity_writes_the_table_json_and_plot() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = mfsched(&[
+        "repro",
+        "sample-complexity",
+        "--scenarios",
+        "paper-n2",
+        "--sizes",
+        "20,60",
+        "--seeds",
+        "1",
+        "--folds",
+        "2",
+        "--out",
+        dir.path().to_str().expect("utf-8 path"),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains("MeanField") && text.contains("Joint MLP"),
+        "{text}"
+    );
+    assert!(text.contains("simulated 24 GB card"), "{text}");
+    let json: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(dir.path().join("results.json")).expect("results.json"),
+    )
+    .expect("valid JSON");
+    let curves = json["curves"].as_array().expect("curves");
+    assert_eq!(curves.len(), 2, "MeanField and Joint MLP at N = 2");
+    for c in curves {
+        let points = c["points"].as_array().expect("points");
+        assert_eq!(points.len(), 2);
+        for p in points {
+            let r2 = p["mean_r2"].as_f64().expect("a number");
+            assert!(r2 > 0.0 && r2 <= 1.0, "{p}");
+            assert_eq!(p["evaluations"], 2);
+        }
+    }
+    let svg = std::fs::read_to_string(dir.path().join("learning-curves.svg")).expect("svg");
+    assert!(
+        svg.starts_with("<svg") && svg.contains("Joint MLP"),
+        "{svg}"
+    );
+}
+
+fn fixture(name: &str) -> String {
+    format!(
+        "{}/../tests/fixtures/profiles/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    )
+}
+
+#[test]
+fn profile_paper_n2_writes_648_rows_that_data_check_accepts() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = dir.path().join("p.csv");
+    let out_s = out.to_str().expect("utf-8 path");
+    let run = mfsched(&[
+        "profile",
+        "--scenario",
+        "paper-n2",
+        "--seed",
+        "1",
+        "--out",
+        out_s,
+    ]);
+    assert!(run.status.success(), "{}", stderr(&run));
+    assert!(stdout(&run).contains("wrote 648 rows"), "{}", stdout(&run));
+    assert!(
+        stderr(&run).contains("on the simulator"),
+        "{}",
+        stderr(&run)
+    );
+    let text = std::fs::read_to_string(&out).expect("profile written");
+    assert_eq!(text.lines().count(), 649, "header + 648 rows");
+
+    let check = mfsched(&["data", "check", out_s]);
+    assert!(check.status.success(), "{}", stderr(&check));
+    let summary = stdout(&check);
+    assert!(
+        summary.contains("scenario  paper-n2 (named in the file)"),
+        "{summary}"
+    );
+    assert!(summary.contains("rows      648"), "{summary}");
+    assert!(
+        summary.contains("regimes   low 162, medium 162, high 162, burst 162"),
+        "{summary}"
+    );
+    assert!(summary.contains("llama3b.throughput"), "{summary}");
+}
+
+#[test]
+fn profiling_is_reproducible_and_stratified_beyond_two_models() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let write = |name: &str, seed: &str| {
+        let path = dir.path().join(name);
+        let path_s = path.to_str().expect("utf-8 path").to_string();
+        let run = mfsched(&[
+            "profile",
+            "--scenario",
+            "paper-n4",
+            "--samples",
+            "24",
+            "--repeats",
+            "2",
+            "--seed",
+            seed,
+            "--out",
+            &path_s,
+        ]);
+        assert!(run.status.success(), "{}", stderr(&run));
+        std::fs::read_to_string(path).expect("written")
+    };
+    let a = write("a.csv", "5");
+    assert_eq!(a, write("b.csv", "5"), "same seed, same file");
+    assert_ne!(a, write("c.csv", "6"), "another seed, other numbers");
+    assert_eq!(a.lines().count(), 25);
+    for w in ["low", "medium", "high", "burst"] {
+        assert_eq!(
+            a.matches(&format!(",{w},")).count(),
+            6,
+            "{w}: balanced regimes"
+        );
+    }
+}
+
+#[test]
+fn every_bad_profile_is_one_clear_line_and_a_failure() {
+    let cases = [
+        ("unknown-column.csv", "column llama3b.batch"),
+        ("missing-column.csv", "missing column"),
+        (
+            "empty-value.csv",
+            "line 3, column llama3b.throughput: empty value",
+        ),
+        ("non-numeric.csv", "line 2, column utilization"),
+        (
+            "negative-throughput.csv",
+            "line 4, column yolo-a.throughput",
+        ),
+        ("unknown-variant.csv", "'int8' is not a variant of llama3b"),
+        ("wrong-version.csv", "format version '2' is not supported"),
+        ("off-grid.csv", "line 2, column llama3b.concurrency"),
+        ("bad-workload.csv", "line 2, column workload"),
+        ("ragged.csv", "line 3"),
+        ("empty.csv", "the file is empty"),
+        ("header-only.csv", "no data rows"),
+    ];
+    for (file, what) in cases {
+        let out = mfsched(&["data", "check", &fixture(file)]);
+        assert!(!out.status.success(), "{file} was accepted");
+        let err = stderr(&out);
+        assert_eq!(err.trim().lines().count(), 1, "{file}: {err}");
+        assert!(err.contains(what), "{file}: {err}");
+        assert!(!err.contains("panicked"), "{file}: {err}");
+    }
+    // A model the scenario does not know, with --scenario given.
+    let out = mfsched(&[
+        "data",
+        "check",
+        &fixture("unknown-model.csv"),
+        "--scenario",
+        "paper-n2",
+    ]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains("model 'qwen9' is not in the scenario"),
+        "{err}"
+    );
+    // …and without: no scenario can be inferred.
+    let out = mfsched(&["data", "check", &fixture("unknown-model.csv")]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("pass --scenario"), "{}", stderr(&out));
+}
+
+#[test]
+fn data_check_infers_the_scenario_from_the_models() {
+    let out = mfsched(&["data", "check", &fixture("other-scenario-name.csv")]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("scenario  paper-n2 (its models match"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn sim_calibration_shows_measured_against_published() {
+    let out = mfsched(&["sim", "calibration", "--seed", "3"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("measured on the simulator"), "{text}");
+    for figure in [
+        "AWQ LLM throughput loss",
+        "YOLO11n FPS loss",
+        "YOLO11m FPS loss",
+        "largest ANOVA effect, LLM",
+    ] {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(figure))
+            .unwrap_or_else(|| panic!("no line for {figure}: {text}"));
+        assert!(line.trim_end().ends_with("ok"), "{line}");
+    }
+}
+
+#[test]
+fn profiling_an_unknown_scenario_is_one_clear_line() {
+    let out = mfsched(&[
+        "profile",
+        "--scenario",
+        "paper-n9",
+        "--seed",
+        "1",
+        "--out",
+        "x.csv",
+    ]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("unknown scenario 'paper-n9'"), "{err}");
 }
 
 /// Whether a GPU adapter is there; without one the test skips, unless

@@ -1,6 +1,6 @@
 //! `mfsched bench ...`: performance measured side by side in one process.
 
-use super::plugins::{PluginOpts, predictor};
+use super::plugins::{PluginOpts, Served};
 use super::surrogate::PredictorArgs;
 use anyhow::{Context as _, Result, bail};
 use clap::{Args, Subcommand};
@@ -9,7 +9,6 @@ use mfsched::domain::{GpuState, WorkloadLevel};
 use mfsched::fsutil::write_atomically;
 use mfsched::plugin::bench::{self, Contender, ContenderResult};
 use mfsched::plugin::registry::{resolve_policy, resolve_utility};
-use mfsched::plugin::setup;
 use mfsched::scenario;
 use mfsched::surrogate::backend::auto_uses;
 use mfsched::surrogate::bench::{self as surrogate_bench, Timing};
@@ -28,6 +27,8 @@ pub enum BenchCommand {
     /// candidate batches of rising size, and one full decision from the table vs
     /// from every feasible candidate.
     Surrogate(SurrogateArgs),
+    /// Training time of one MeanField predictor (median per size).
+    Train(super::train::BenchTrainArgs),
 }
 
 #[derive(Debug, Args)]
@@ -53,6 +54,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
     match cmd {
         BenchCommand::Policies(args) => policies(args),
         BenchCommand::Surrogate(args) => surrogate(args),
+        BenchCommand::Train(args) => super::train::bench(args),
     }
 }
 
@@ -61,9 +63,11 @@ fn policies(args: PoliciesArgs) -> Result<()> {
         bail!("--decisions must be positive");
     }
     let scenario = scenario::load(&args.scenario)?;
-    let (predictor, predictor_name) = predictor();
-    let mut problem = scenario.problem.clone();
-    setup::fill_defaults(&mut problem, &scenario.explicit_floors, predictor.as_ref());
+    let Served {
+        predictor,
+        name: predictor_name,
+        problem,
+    } = args.opts.served(&scenario)?;
     let engine = args.opts.engine()?;
     let dir = args.opts.dir.as_deref();
     let utility = resolve_utility(&engine, "utility", dir)?;
@@ -265,7 +269,7 @@ fn surrogate(args: SurrogateArgs) -> Result<()> {
     }
     let scenario = scenario::load(&args.scenario)?;
     let problem = &scenario.problem;
-    let (nets, what) = args.predictors.load(problem);
+    let (nets, what) = args.predictors.load(&scenario)?;
     let n = problem.models.len();
     let feasible = problem.count_feasible() as usize;
     let mut sizes = if args.rows.is_empty() {

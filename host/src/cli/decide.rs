@@ -1,6 +1,6 @@
 //! `mfsched decide`: one decision tick through a policy component.
 
-use super::plugins::{PluginOpts, predictor};
+use super::plugins::{PluginOpts, Served};
 use anyhow::{Context as _, Result, bail};
 use clap::Args;
 use mfsched::domain::GpuState;
@@ -72,7 +72,7 @@ struct Output {
     candidates_evaluated: u64,
 }
 
-fn parse_params(raw: &[String], seed: u64) -> Result<Vec<(String, String)>> {
+pub(super) fn parse_params(raw: &[String], seed: u64) -> Result<Vec<(String, String)>> {
     let mut params = Vec::new();
     for p in raw {
         let (k, v) = p
@@ -92,9 +92,11 @@ fn parse_params(raw: &[String], seed: u64) -> Result<Vec<(String, String)>> {
 
 pub fn run(args: DecideArgs) -> Result<()> {
     let scenario = scenario::load(&args.scenario)?;
-    let (predictor, predictor_name) = predictor();
-    let mut problem = scenario.problem.clone();
-    setup::fill_defaults(&mut problem, &scenario.explicit_floors, predictor.as_ref());
+    let Served {
+        predictor,
+        name: predictor_name,
+        problem,
+    } = args.opts.served(&scenario)?;
     let state = match &args.state {
         None => setup::default_state(&problem),
         Some(json) => parse_state(json)?,
@@ -127,7 +129,7 @@ pub fn run(args: DecideArgs) -> Result<()> {
     };
     let out = Output {
         scenario: scenario.name.clone(),
-        predictor: predictor_name.into(),
+        predictor: predictor_name,
         policy: policy.info.name.clone(),
         policy_title: policy.info.title.clone(),
         utility: utility.info.name.clone(),

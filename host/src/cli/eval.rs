@@ -1,18 +1,17 @@
 //! `ab`, `demo` and `repro policies`: closed-loop policy comparisons on the simulator.
 
-use super::plugins::{PluginOpts, predictor};
+use super::plugins::{PluginOpts, Served};
 use super::profile::progress_bar;
 use anyhow::{Context as _, Result, bail};
-use clap::Args;
+use clap::{Args, Subcommand};
 use mfsched::eval::closed_loop::{Harness, PolicySpec};
 use mfsched::eval::published;
 use mfsched::eval::report::Comparison;
 use mfsched::eval::traces::{self, DEFAULT_TICKS, TRACE_NAMES, Trace};
+use mfsched::plugin::PluginEngine;
 use mfsched::plugin::registry::{resolve_policy, resolve_utility};
-use mfsched::plugin::{PluginEngine, setup};
 use mfsched::{scenario, sim};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 /// What every comparison command shares.
 #[derive(Debug, Args)]
@@ -109,44 +108,81 @@ fn trace_list(spec: &str, ticks: usize, seed: u64) -> Result<Vec<Trace>> {
         .collect()
 }
 
-/// Loads the problem and the plugins and runs every policy over every trace.
+/// A closed loop to run: the active policy (label, spec) and its shadows.
+struct Loop {
+    active: (String, String),
+    shadows: Vec<(String, String)>,
+}
+
+impl Loop {
+    fn alone(label: &str, spec: &str) -> Self {
+        Self {
+            active: (label.to_string(), spec.to_string()),
+            shadows: Vec::new(),
+        }
+    }
+}
+
+fn load_spec(
+    engine: &PluginEngine,
+    plugin_dir: Option<&Path>,
+    (label, spec): &(String, String),
+) -> Result<PolicySpec> {
+    let (name, params) = parse_policy(spec)?;
+    Ok(PolicySpec {
+        label: label.clone(),
+        plugin: resolve_policy(engine, &name, plugin_dir)?,
+        params,
+    })
+}
+
+/// Loads the problem and the plugins and runs every loop over every trace.
 fn compare(
     problem_name: &str,
-    engine: Arc<PluginEngine>,
-    plugin_dir: Option<&Path>,
+    plugins: &PluginOpts,
     utility: &str,
-    policies: &[(String, String)],
+    loops: &[Loop],
     traces: &[Trace],
     seed: u64,
 ) -> Result<Comparison> {
     let scenario = scenario::load(problem_name)?;
-    let (predictor, predictor_name) = predictor();
-    let mut problem = scenario.problem.clone();
-    setup::fill_defaults(&mut problem, &scenario.explicit_floors, predictor.as_ref());
+    let Served {
+        predictor,
+        name: predictor_name,
+        problem,
+    } = plugins.served(&scenario)?;
+    let engine = plugins.engine()?;
+    let plugin_dir = plugins.dir.as_deref();
     let utility = resolve_utility(&engine, utility, plugin_dir)?;
-    let specs: Vec<PolicySpec> = policies
+    let loaded: Vec<(PolicySpec, Vec<PolicySpec>)> = loops
         .iter()
-        .map(|(label, spec)| {
-            let (name, params) = parse_policy(spec)?;
-            Ok(PolicySpec {
-                label: label.clone(),
-                plugin: resolve_policy(&engine, &name, plugin_dir)?,
-                params,
-            })
+        .map(|l| {
+            let shadows = l
+                .shadows
+                .iter()
+                .map(|s| load_spec(&engine, plugin_dir, s))
+                .collect::<Result<_>>()?;
+            Ok((load_spec(&engine, plugin_dir, &l.active)?, shadows))
         })
         .collect::<Result<_>>()?;
     let utility_title = utility.info.title.clone();
     let harness = Harness::new(engine, utility, predictor, problem);
-    let total: usize = traces.iter().map(|t| t.levels.len()).sum::<usize>() * specs.len();
+    let total: usize = traces.iter().map(|t| t.levels.len()).sum::<usize>() * loaded.len();
     let bar = progress_bar(total, "closed-loop runs on the simulator");
     let mut runs = Vec::new();
     for trace in traces {
-        for spec in &specs {
-            bar.set_message(format!("{} / {}", trace.name, spec.label));
-            runs.push(harness.run(spec, trace, seed, || bar.inc(1))?);
+        for (active, shadows) in &loaded {
+            bar.set_message(format!("{} / {}", trace.name, active.label));
+            runs.extend(harness.run(active, shadows, trace, seed, || bar.inc(1))?);
         }
     }
     bar.finish_and_clear();
+    let mut policies: Vec<String> = Vec::new();
+    for run in &runs {
+        if !policies.contains(&run.policy) {
+            policies.push(run.policy.clone());
+        }
+    }
     Ok(Comparison {
         device: format!("{} (mfsched simulator)", sim::DEVICE_NAME),
         scenario: scenario.name,
@@ -154,7 +190,7 @@ fn compare(
         utility: utility_title,
         seed,
         feasible_configurations: harness.feasible_count(),
-        policies: specs.iter().map(|s| s.label.clone()).collect(),
+        policies,
         traces: traces.iter().map(|t| t.name.clone()).collect(),
         runs,
     })
@@ -178,20 +214,8 @@ pub fn ab(args: AbArgs) -> Result<()> {
     }
     let e = &args.eval;
     let traces = trace_list(&e.scenarios, e.ticks, e.seed)?;
-    let engine = e.plugins.engine()?;
-    let policies = vec![
-        (args.a.clone(), args.a.clone()),
-        (args.b.clone(), args.b.clone()),
-    ];
-    let cmp = compare(
-        &e.problem,
-        engine,
-        e.plugins.dir.as_deref(),
-        &e.utility,
-        &policies,
-        &traces,
-        e.seed,
-    )?;
+    let loops = [Loop::alone(&args.a, &args.a), Loop::alone(&args.b, &args.b)];
+    let cmp = compare(&e.problem, &e.plugins, &e.utility, &loops, &traces, e.seed)?;
     println!(
         "A/B on the {} — {} vs {}, seed {}",
         cmp.device, args.a, args.b, e.seed
@@ -208,7 +232,6 @@ pub fn ab(args: AbArgs) -> Result<()> {
 
 pub fn demo(args: DemoArgs) -> Result<()> {
     let traces = trace_list(&args.scenario, args.ticks, args.seed)?;
-    let engine = args.plugins.engine()?;
     println!(
         "mfsched demo: paper-n5 (3 LLMs + 2 YOLO11) on the {}, workload '{}', {} ticks",
         sim::DEVICE_NAME,
@@ -216,16 +239,15 @@ pub fn demo(args: DemoArgs) -> Result<()> {
         args.ticks
     );
     println!("active policy: ga; shadow: exhaustive (per-step argmax, never applied)\n");
-    let policies = vec![
-        ("ga".to_string(), "ga".to_string()),
-        ("exhaustive".to_string(), "exhaustive".to_string()),
-    ];
+    let loops = [Loop {
+        active: ("ga".into(), "ga".into()),
+        shadows: vec![("exhaustive".into(), "exhaustive".into())],
+    }];
     let cmp = compare(
         "paper-n5",
-        engine,
-        args.plugins.dir.as_deref(),
+        &args.plugins,
         "utility",
-        &policies,
+        &loops,
         &traces,
         args.seed,
     )?;
@@ -244,7 +266,11 @@ pub fn demo(args: DemoArgs) -> Result<()> {
 }
 
 #[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct ReproArgs {
+    /// Another published result than Table II.
+    #[command(subcommand)]
+    what: Option<ReproWhat>,
     /// Directory for repro.md, results.json and the plots.
     #[arg(long, default_value = "repro-report")]
     out: PathBuf,
@@ -254,6 +280,13 @@ pub struct ReproArgs {
     seed: u64,
     #[command(flatten)]
     plugins: PluginOpts,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ReproWhat {
+    /// The accuracy study: n* per N (R² ≥ 0.95) with learning curves, and the
+    /// Joint MLP at N = 2.
+    SampleComplexity(super::repro::SampleComplexityArgs),
 }
 
 /// Table II's rows: (label, policy spec).
@@ -266,25 +299,23 @@ const TABLE2: [(&str, &str); 5] = [
 ];
 
 pub fn repro(args: ReproArgs) -> Result<()> {
+    if let Some(ReproWhat::SampleComplexity(args)) = args.what {
+        return super::repro::sample_complexity(args);
+    }
     let traces = trace_list("all", args.ticks, args.seed)?;
-    let engine = args.plugins.engine()?;
-    let policies: Vec<(String, String)> = TABLE2
-        .iter()
-        .map(|(l, s)| ((*l).to_string(), (*s).to_string()))
-        .collect();
+    let loops: Vec<Loop> = TABLE2.iter().map(|(l, s)| Loop::alone(l, s)).collect();
     println!(
         "Table II: {} policies × {} workload scenarios × {} ticks on the {} (paper-n5)",
-        policies.len(),
+        loops.len(),
         traces.len(),
         args.ticks,
         sim::DEVICE_NAME
     );
     let cmp = compare(
         "paper-n5",
-        engine,
-        args.plugins.dir.as_deref(),
+        &args.plugins,
         "utility",
-        &policies,
+        &loops,
         &traces,
         args.seed,
     )?;

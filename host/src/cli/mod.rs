@@ -1,14 +1,18 @@
 //! Argument parsing and dispatch. Each subcommand family lives in its own file.
 
 mod bench;
+mod daemon;
 mod data;
 mod decide;
 mod eval;
+mod models;
 mod plugins;
 mod profile;
+mod repro;
 mod scenario;
 mod sim;
 mod surrogate;
+mod train;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -29,6 +33,13 @@ enum Command {
     /// Bundled and user scenarios: models, knobs, grid sizes, feasible counts.
     #[command(subcommand)]
     Scenario(scenario::ScenarioCommand),
+    /// Runs the scheduling daemon: decision loop, actuators, decision log, HTTP API.
+    Run(daemon::RunArgs),
+    /// Prints or summarises a decision log written by `run`.
+    Replay(daemon::ReplayArgs),
+    /// NVML diagnostics.
+    #[command(subcommand)]
+    Nvml(daemon::NvmlCommand),
     /// Profiles a scenario on the simulator and writes the profile CSV.
     Profile(profile::ProfileArgs),
     /// Profile data files: validation and summaries.
@@ -49,11 +60,17 @@ enum Command {
     /// simulated 24 GB card, bundled models and plugins; writes a report with plots.
     Demo(eval::DemoArgs),
     /// Regenerates the published tables on the simulator (Table II: GA, exhaustive,
-    /// StaticFull, StaticBudgetK at K = 500 and 5000 over the eight dynamic scenarios).
+    /// StaticFull, StaticBudgetK at K = 500 and 5000 over the eight dynamic scenarios;
+    /// `repro sample-complexity`: the surrogate's accuracy study).
     Repro(eval::ReproArgs),
-    /// The MeanField surrogate's inference backends.
+    /// The MeanField surrogate: scoring bundles on profile data, backend agreement.
     #[command(subcommand)]
     Surrogate(surrogate::SurrogateCommand),
+    /// Trains a MeanField bundle (one predictor per model) on a profile CSV.
+    Train(train::TrainArgs),
+    /// The MeanField bundles shipped with the binary: list, regenerate.
+    #[command(subcommand)]
+    Models(models::ModelsCommand),
     /// Performance, measured side by side in one process.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -63,6 +80,9 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Scenario(cmd) => scenario::run(cmd),
+        Command::Run(args) => daemon::run(args),
+        Command::Replay(args) => daemon::replay(args),
+        Command::Nvml(cmd) => daemon::nvml(cmd),
         Command::Profile(args) => profile::run(args),
         Command::Data(cmd) => data::run(cmd),
         Command::Sim(cmd) => sim::run(cmd),
@@ -70,6 +90,8 @@ pub fn main() -> ExitCode {
         Command::Plugins(cmd) => plugins::run(cmd),
         Command::Surrogate(cmd) => surrogate::run(cmd),
         Command::Bench(cmd) => bench::run(cmd),
+        Command::Train(args) => train::run(args),
+        Command::Models(cmd) => models::run(cmd),
         Command::Ab(args) => eval::ab(args),
         Command::Demo(args) => eval::demo(args),
         Command::Repro(args) => eval::repro(args),

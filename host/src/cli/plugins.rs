@@ -1,11 +1,17 @@
 //! `mfsched plugins ...` and the plugin options other commands share.
 
 use anyhow::{Context as _, Result, bail};
-use clap::{Args, Subcommand};
+use clap::{Args, Subcommand, ValueEnum};
 use mfsched::analytic::AnalyticPredictor;
+use mfsched::domain::Problem;
+use mfsched::plugin::check::{CheckInputs, check_file};
 use mfsched::plugin::registry;
+use mfsched::plugin::setup;
 use mfsched::plugin::{CompileCache, PluginEngine, PluginLimits};
 use mfsched::predict::Predictor;
+use mfsched::scenario::Scenario;
+use mfsched::surrogate::bundled;
+use mfsched::{scenario, template};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,6 +34,13 @@ pub struct PluginOpts {
     /// Compile every plugin afresh.
     #[arg(long)]
     pub no_cache: bool,
+    /// The throughput predictor the plugins are served.
+    #[arg(long, value_enum, default_value_t = PredictorKind::Meanfield)]
+    pub predictor: PredictorKind,
+    /// A MeanField bundle directory, or a directory of `<scenario>/` bundles like
+    /// `models/`, instead of the bundle embedded for the scenario.
+    #[arg(long, value_name = "DIR")]
+    pub models: Option<PathBuf>,
 }
 
 impl PluginOpts {
@@ -66,16 +79,91 @@ impl PluginOpts {
     }
 }
 
-/// The predictor plugins are served by, and how to name it to a user.
-pub fn predictor() -> (Arc<dyn Predictor>, &'static str) {
-    (
-        Arc::new(AnalyticPredictor),
-        "analytic closed-form stand-in (not the MeanField surrogate)",
-    )
+/// Which throughput predictor serves the plugins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PredictorKind {
+    /// The trained MeanField surrogate (the scenario's embedded bundle, or --models).
+    Meanfield,
+    /// The closed-form stand-in (for comparisons; not a trained model).
+    Analytic,
+}
+
+/// What the plugins are served: the predictor, the problem with its SLA floors
+/// and per-variant throughput ranges filled in, and how to name the predictor.
+pub struct Served {
+    pub predictor: Arc<dyn Predictor>,
+    pub name: String,
+    pub problem: Problem,
+}
+
+impl PluginOpts {
+    /// The predictor for `scenario` and the problem it fills in: the MeanField
+    /// bundle's profiled floors (P25, where the scenario sets none) and ranges,
+    /// or, for the analytic stand-in, floors and ranges swept from it.
+    pub fn served(&self, scenario: &Scenario) -> Result<Served> {
+        let mut problem = scenario.problem.clone();
+        match self.predictor {
+            PredictorKind::Meanfield => {
+                let bundle = bundled::load(scenario, self.models.as_deref())?;
+                bundle.apply(&mut problem, &scenario.explicit_floors);
+                let meanfield = bundle.meanfield(&problem)?;
+                let origin = match &self.models {
+                    Some(dir) => format!(
+                        "bundle {}",
+                        bundled::bundle_dir(dir, &scenario.name).display()
+                    ),
+                    None => format!("embedded bundle {}", scenario.name),
+                };
+                Ok(Served {
+                    predictor: Arc::new(meanfield),
+                    name: format!("MeanField surrogate, CPU ({origin})"),
+                    problem,
+                })
+            }
+            PredictorKind::Analytic => {
+                if self.models.is_some() {
+                    bail!("--models applies to --predictor meanfield, not analytic");
+                }
+                setup::fill_defaults(&mut problem, &scenario.explicit_floors, &AnalyticPredictor);
+                Ok(Served {
+                    predictor: Arc::new(AnalyticPredictor),
+                    name: "analytic closed-form stand-in (not the MeanField surrogate)".into(),
+                    problem,
+                })
+            }
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
 pub enum PluginsCommand {
+    /// Checks a component before shipping it: WIT version and world, sandboxed
+    /// instantiation, a run on a bundled problem within the limits, and the
+    /// host's validation of its answer. One line per finding; fails on any error.
+    Check {
+        /// The component to check (a .wasm file).
+        file: PathBuf,
+        /// A bundled scenario name or a scenario .toml file to decide on.
+        #[arg(long, default_value = "paper-n5")]
+        scenario: String,
+        /// A policy parameter (repeatable).
+        #[arg(long = "param", value_name = "KEY=VALUE")]
+        params: Vec<String>,
+        /// Seed passed to the policy.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        #[command(flatten)]
+        opts: PluginOpts,
+    },
+    /// Writes a new Rust policy crate (standalone, with the WIT files) that
+    /// builds to a component with `cargo build --target wasm32-wasip2 --release`.
+    New {
+        /// Crate name: lowercase letters, digits, '-' or '_'.
+        name: String,
+        /// Directory to create (default: ./NAME); it must not exist or be empty.
+        #[arg(long, value_name = "PATH")]
+        dir: Option<PathBuf>,
+    },
     /// Lists the embedded plugins and those of --plugin-dir, with world and WIT version.
     List {
         #[command(flatten)]
@@ -88,6 +176,14 @@ pub enum PluginsCommand {
 
 pub fn run(cmd: PluginsCommand) -> Result<()> {
     match cmd {
+        PluginsCommand::Check {
+            file,
+            scenario,
+            params,
+            seed,
+            opts,
+        } => check(&file, &scenario, &params, seed, &opts),
+        PluginsCommand::New { name, dir } => new_policy(&name, dir),
         PluginsCommand::List { opts, json } => {
             let engine = opts.engine()?;
             let listed = registry::list(&engine, opts.dir.as_deref())?;
@@ -144,4 +240,64 @@ pub fn run(cmd: PluginsCommand) -> Result<()> {
             Ok(())
         }
     }
+}
+
+fn check(
+    file: &std::path::Path,
+    scenario_name: &str,
+    raw_params: &[String],
+    seed: u64,
+    opts: &PluginOpts,
+) -> Result<()> {
+    if !file.is_file() {
+        bail!("{}: no such component file", file.display());
+    }
+    let scenario = scenario::load(scenario_name)?;
+    let Served {
+        predictor,
+        name: predictor_name,
+        problem,
+    } = opts.served(&scenario)?;
+    let inputs = CheckInputs {
+        engine: opts.engine()?,
+        predictor,
+        problem: &problem,
+        problem_name: &scenario.name,
+        state: setup::default_state(&problem),
+        params: super::decide::parse_params(raw_params, seed)?,
+    };
+    println!(
+        "checking {} on {} (predictor: {predictor_name})",
+        file.display(),
+        scenario.name
+    );
+    let findings = check_file(&inputs, file);
+    for f in &findings {
+        println!("{} {}", if f.ok { "ok   " } else { "ERROR" }, f.text);
+    }
+    let failed = findings.iter().filter(|f| !f.ok).count();
+    if failed > 0 {
+        bail!(
+            "{}: {failed} check(s) failed (the ERROR lines above)",
+            file.display()
+        );
+    }
+    println!("passed: {} is ready to ship", file.display());
+    Ok(())
+}
+
+fn new_policy(name: &str, dir: Option<PathBuf>) -> Result<()> {
+    let dir = dir.unwrap_or_else(|| PathBuf::from(name));
+    let written = template::write_policy(name, &dir)?;
+    for path in &written {
+        println!("wrote {}", path.display());
+    }
+    let component = template::component_path(name);
+    println!();
+    println!("next:");
+    println!("  cd {}", dir.display());
+    println!("  cargo build --target wasm32-wasip2 --release");
+    println!("  mfsched plugins check {}", component.display());
+    println!("  mfsched ab --a {} --b ga", component.display());
+    Ok(())
 }

@@ -1,5 +1,6 @@
 use anyhow::{Result, bail};
 use clap::Subcommand;
+use mfsched::fsutil::write_atomically;
 use mfsched::profile::{self, DEFAULT_REPEATS, SamplingPlan};
 use mfsched::scenario;
 use mfsched::sim::{self, Simulator, calibration, calibration_plot, ceiling};
@@ -118,8 +119,7 @@ fn run_calibration(seed: u64, seeds: u64, repeats: u32, svg: Option<PathBuf>) ->
         }
     }
     if let Some(path) = svg {
-        std::fs::write(&path, calibration_plot::svg(&runs))
-            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+        write_atomically(&path, calibration_plot::svg(&runs).as_bytes())?;
         println!();
         println!("chart written to {}", path.display());
     }

@@ -1,11 +1,15 @@
-//! `mfsched surrogate ...`: the MeanField surrogate's inference backends.
+//! `mfsched surrogate ...`: scoring MeanField bundles on profile data and
+//! checking the inference backends against each other.
 
 use anyhow::{Result, bail};
 use clap::{Args, Subcommand};
-use mfsched::scenario;
+use mfsched::profile;
+use mfsched::scenario::{self, Scenario};
 use mfsched::surrogate::agreement::{Agreement, TOLERANCE, check_backends};
 use mfsched::surrogate::net::FoldedNet;
 use mfsched::surrogate::synthetic::{HIDDEN_WIDTHS, synthetic_nets};
+use mfsched::surrogate::{bundled, training};
+use std::path::PathBuf;
 
 #[derive(Debug, Subcommand)]
 pub enum SurrogateCommand {
@@ -13,6 +17,20 @@ pub enum SurrogateCommand {
     /// each) on the CPU reference and on the wgpu backend, prints the adapter and
     /// the largest differences, and fails above 1e-5 on the normalised output.
     CheckBackends(CheckBackendsArgs),
+    /// R² per model of a bundle on a profile CSV (measured by the folded
+    /// inference nets the scheduler uses).
+    Eval {
+        /// A bundle directory (or a directory of `<scenario>/` bundles); default:
+        /// the bundle embedded for the scenario.
+        #[arg(long)]
+        model: Option<PathBuf>,
+        /// The profile CSV to score on.
+        #[arg(long)]
+        data: PathBuf,
+        /// The scenario (bundled name or .toml path); default: the bundle's.
+        #[arg(long)]
+        scenario: Option<String>,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -30,29 +48,49 @@ pub struct CheckBackendsArgs {
 /// Where the predictors come from.
 #[derive(Debug, Args)]
 pub struct PredictorArgs {
-    /// Seed of the synthetic predictors: untrained, with the real layer shapes and
-    /// feature widths (enough for backend agreement and speed).
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
+    /// A bundle directory (or a directory of `<scenario>/` bundles); default: the
+    /// bundle embedded for the scenario.
+    #[arg(long, value_name = "DIR", conflicts_with = "synthetic")]
+    pub models: Option<PathBuf>,
+    /// Use seeded synthetic predictors instead: untrained, with the real layer
+    /// shapes and feature widths (enough for backend agreement and speed).
+    #[arg(long, value_name = "SEED")]
+    pub synthetic: Option<u64>,
 }
 
 impl PredictorArgs {
     /// The predictors and a line saying what they are.
-    pub fn load(&self, problem: &mfsched::domain::Problem) -> (Vec<FoldedNet>, String) {
-        let [h1, h2] = HIDDEN_WIDTHS;
-        (
-            synthetic_nets(problem, self.seed),
-            format!(
-                "synthetic (seed {}; untrained, real shapes input-{h1}-{h2}-1: timing and agreement only)",
-                self.seed
+    pub fn load(&self, scenario: &Scenario) -> Result<(Vec<FoldedNet>, String)> {
+        if let Some(seed) = self.synthetic {
+            let [h1, h2] = HIDDEN_WIDTHS;
+            return Ok((
+                synthetic_nets(&scenario.problem, seed),
+                format!(
+                    "synthetic (seed {seed}; untrained, real shapes input-{h1}-{h2}-1: timing and agreement only)"
+                ),
+            ));
+        }
+        let bundle = bundled::load(scenario, self.models.as_deref())?;
+        let meanfield = bundle.meanfield(&scenario.problem)?;
+        let origin = match &self.models {
+            Some(dir) => format!(
+                "bundle {}",
+                bundled::bundle_dir(dir, &scenario.name).display()
             ),
-        )
+            None => format!("embedded bundle {}", scenario.name),
+        };
+        Ok((meanfield.nets().to_vec(), format!("MeanField, {origin}")))
     }
 }
 
 pub fn run(cmd: SurrogateCommand) -> Result<()> {
     match cmd {
         SurrogateCommand::CheckBackends(args) => check(args),
+        SurrogateCommand::Eval {
+            model,
+            data,
+            scenario,
+        } => eval(model, data, scenario),
     }
 }
 
@@ -71,7 +109,7 @@ fn spread(all: Vec<u64>, count: Option<usize>) -> Result<Vec<u64>> {
 fn check(args: CheckBackendsArgs) -> Result<()> {
     let scenario = scenario::load(&args.scenario)?;
     let problem = &scenario.problem;
-    let (nets, what) = args.predictors.load(problem);
+    let (nets, what) = args.predictors.load(&scenario)?;
     let feasible = problem.feasible_indices();
     let total = feasible.len();
     let candidates = spread(feasible, args.sample)?;
@@ -113,6 +151,47 @@ fn check(args: CheckBackendsArgs) -> Result<()> {
         bail!("the backends disagree: max |Δσ| = {worst:.3e} > {TOLERANCE:.0e}");
     }
     println!("PASS: max |Δσ| = {worst:.3e} ≤ {TOLERANCE:.0e}");
+    Ok(())
+}
+
+fn eval(model: Option<PathBuf>, data: PathBuf, scenario: Option<String>) -> Result<()> {
+    let name = match (&scenario, &model) {
+        (Some(s), _) => s.clone(),
+        (None, Some(dir)) => {
+            // The bundle names its scenario.
+            let dir = bundled::bundle_dir(dir, "");
+            mfsched::surrogate::Bundle::read(&dir)?.meta.scenario
+        }
+        (None, None) => bail!("give --model DIR, --scenario NAME, or both"),
+    };
+    let scenario = scenario::load(&name)?;
+    let bundle = bundled::load(&scenario, model.as_deref())?;
+    let profile = profile::read_csv(&data, &scenario.problem)?;
+    let scores = training::evaluate(&bundle, &scenario, &profile);
+    println!(
+        "{} rows of {} scored by the {} bundle (trained on data {}…)",
+        profile.rows.len(),
+        data.display(),
+        scenario.name,
+        &bundle.meta.training.data_sha256[..bundle.meta.training.data_sha256.len().min(12)]
+    );
+    println!("{:<10} {:>10} {:>16}", "model", "R²", "R² at training");
+    let mut defined = Vec::new();
+    for (m, r2) in bundle.meta.models.iter().zip(&scores) {
+        let shown = r2.map_or_else(|| "undefined".to_string(), |v| format!("{v:.4}"));
+        println!(
+            "{:<10} {:>10} {:>16.4}",
+            m.name, shown, m.metrics.r2_holdout
+        );
+        defined.extend(*r2);
+    }
+    if !defined.is_empty() {
+        println!(
+            "{:<10} {:>10.4}",
+            "mean",
+            defined.iter().sum::<f64>() / defined.len() as f64
+        );
+    }
     Ok(())
 }
 

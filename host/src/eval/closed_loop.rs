@@ -241,85 +241,103 @@ impl Harness {
             .map_err(|e| anyhow::anyhow!("the utility failed on the exhaustive reference: {e}"))
     }
 
-    /// One closed-loop run of `policy` over `trace`, the simulator seeded with `seed`.
-    /// `on_tick` is called after every tick (progress).
-    pub fn run(
-        &self,
-        policy: &PolicySpec,
-        trace: &Trace,
-        seed: u64,
-        mut on_tick: impl FnMut(),
-    ) -> Result<Run> {
-        let mut sim = Simulator::new(&self.problem, seed).context("starting the simulator")?;
-        let mut decider = Decider::new(
+    fn decider(&self, policy: &PolicySpec, seed: u64) -> Decider {
+        Decider::new(
             Arc::clone(&self.engine),
             Arc::new(Slot::new(Arc::clone(&policy.plugin))),
             Arc::new(Slot::new(Arc::clone(&self.utility))),
             Arc::clone(&self.predictor),
             with_seed(&policy.params, seed),
-        );
+        )
+    }
+
+    /// One closed-loop run of `active` over `trace`, the simulator seeded with
+    /// `seed`. Each `shadow` decides on the same state in the same tick (online
+    /// A/B) and is recorded, never applied. Returns the active run, then one run
+    /// per shadow (labelled "NAME (shadow)"). `on_tick` is called after every tick.
+    pub fn run(
+        &self,
+        active: &PolicySpec,
+        shadows: &[PolicySpec],
+        trace: &Trace,
+        seed: u64,
+        mut on_tick: impl FnMut(),
+    ) -> Result<Vec<Run>> {
+        let mut sim = Simulator::new(&self.problem, seed).context("starting the simulator")?;
+        let mut deciders: Vec<Decider> = std::iter::once(active)
+            .chain(shadows)
+            .map(|p| self.decider(p, seed))
+            .collect();
         let mut scorer = Scorer::new(Arc::clone(&self.engine), Arc::clone(&self.utility));
         let mut problem = self.problem.clone();
-        let floors = problem.sla_floors.clone();
-        let space = problem.space();
-        let mut ticks = Vec::with_capacity(trace.levels.len());
+        let mut lifted = problem.clone();
+        lifted.sla_floors.iter_mut().for_each(|f| *f = 0.0);
+        let mut runs: Vec<Run> = std::iter::once(active.label.clone())
+            .chain(shadows.iter().map(|s| format!("{} (shadow)", s.label)))
+            .map(|policy| Run {
+                policy,
+                trace: trace.name.clone(),
+                seed,
+                ticks: Vec::with_capacity(trace.levels.len()),
+            })
+            .collect();
         for (tick, &workload) in trace.levels.iter().enumerate() {
             let state = sim.measure(&problem.current, workload, 1).state;
-            let report = decider.decide(&problem, &state);
             let best = self
                 .landscape(&mut scorer, &problem, &state)?
                 .into_iter()
                 .fold(f64::NEG_INFINITY, f64::max);
-            let truth = sim.expected_throughput(&report.config, workload);
-            let mut lifted = problem.clone();
-            lifted.sla_floors.iter_mut().for_each(|f| *f = 0.0);
-            let index = space
-                .index(&report.config)
-                .context("the host returned a configuration outside the joint space")?;
-            let truth_f32: Vec<f32> = truth.iter().map(|&t| t as f32).collect();
-            let realised = scorer
-                .score(
-                    &wit::Problem::from(&lifted),
-                    &[index],
-                    &truth_f32,
-                    Instant::now() + self.engine.limits().deadline,
-                )
-                .map_err(|e| {
-                    anyhow::anyhow!("the utility failed on the realised throughput: {e}")
-                })?[0];
-            let (accepted, failure) = match &report.outcome {
-                DecisionOutcome::Accepted => (true, None),
-                DecisionOutcome::Kept(why) => (false, Some(why.to_string())),
-            };
-            ticks.push(TickRecord {
-                tick,
-                workload,
-                state,
-                predicted_utility: report.utility.unwrap_or(f64::NEG_INFINITY),
-                best_predicted_utility: best,
-                realised_utility: realised,
-                predicted_sla_violation: report
-                    .predictions
-                    .iter()
-                    .zip(&floors)
-                    .any(|(&p, &f)| f64::from(p) < f),
-                realised_sla_violation: truth.iter().zip(&floors).any(|(&t, &f)| t < f),
-                reconfigured: report.config != problem.current,
-                latency_ms: report.latency.as_secs_f64() * 1e3,
-                candidates_evaluated: report.candidates_evaluated,
-                accepted,
-                failure,
-                config: report.config.clone(),
-            });
-            problem.current = report.config;
+            lifted.current.clone_from(&problem.current);
+            let wit_lifted = wit::Problem::from(&lifted);
+            let mut applied = None;
+            for (decider, run) in deciders.iter_mut().zip(&mut runs) {
+                let report = decider.decide(&problem, &state);
+                let truth = sim.expected_throughput(&report.config, workload);
+                let index = problem
+                    .space()
+                    .index(&report.config)
+                    .context("the host returned a configuration outside the joint space")?;
+                let truth_f32: Vec<f32> = truth.iter().map(|&t| t as f32).collect();
+                let deadline = Instant::now() + self.engine.limits().deadline;
+                let realised = scorer
+                    .score(&wit_lifted, &[index], &truth_f32, deadline)
+                    .map_err(|e| {
+                        anyhow::anyhow!("the utility failed on the realised throughput: {e}")
+                    })?[0];
+                let floors = &problem.sla_floors;
+                let (accepted, failure) = match &report.outcome {
+                    DecisionOutcome::Accepted => (true, None),
+                    DecisionOutcome::Kept(why) => (false, Some(why.to_string())),
+                };
+                run.ticks.push(TickRecord {
+                    tick,
+                    workload,
+                    state,
+                    predicted_utility: report.utility.unwrap_or(f64::NEG_INFINITY),
+                    best_predicted_utility: best,
+                    realised_utility: realised,
+                    predicted_sla_violation: report
+                        .predictions
+                        .iter()
+                        .zip(floors)
+                        .any(|(&p, &f)| f64::from(p) < f),
+                    realised_sla_violation: truth.iter().zip(floors).any(|(&t, &f)| t < f),
+                    reconfigured: report.config != problem.current,
+                    latency_ms: report.latency.as_secs_f64() * 1e3,
+                    candidates_evaluated: report.candidates_evaluated,
+                    accepted,
+                    failure,
+                    config: report.config.clone(),
+                });
+                // Only the active policy's decision runs on the card.
+                applied.get_or_insert(report.config);
+            }
+            if let Some(config) = applied {
+                problem.current = config;
+            }
             on_tick();
         }
-        Ok(Run {
-            policy: policy.label.clone(),
-            trace: trace.name.clone(),
-            seed,
-            ticks,
-        })
+        Ok(runs)
     }
 }
 

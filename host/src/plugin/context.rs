@@ -5,7 +5,7 @@
 use super::bindings::policy::mfsched::scheduler::{objective, surrogate, types};
 use super::bindings::utility::Utility;
 use super::bindings::wit;
-use super::engine::{PluginEngine, ticks_until};
+use super::engine::{PluginEngine, arm_deadline};
 use super::failure::{PluginFailure, classify, describe};
 use super::registry::LoadedUtility;
 use crate::domain::{GpuState, Problem};
@@ -225,9 +225,9 @@ impl surrogate::Host for PolicyCtx {
         let call = self.call("predict")?;
         let size = call.problem.space().size();
         if let Some(bad) = candidates.iter().find(|&&c| c >= size) {
-            wasmtime::bail!(
+            return Err(wasmtime::Error::new(PluginFailure::Misuse(format!(
                 "predict: candidate {bad} is not a joint configuration (the space has {size})"
-            );
+            ))));
         }
         let started = Instant::now();
         let out = call
@@ -351,14 +351,14 @@ impl Scorer {
             empty => {
                 let mut store = Store::new(self.engine.engine(), UtilityCtx::new(&self.engine));
                 store.limiter(|ctx| &mut ctx.memory);
-                store.set_epoch_deadline(self.engine.limits().deadline_ticks());
+                arm_deadline(&mut store, deadline_at);
                 let utility = self.utility.pre.instantiate(&mut store).map_err(|e| {
                     PluginFailure::Utility(format!("{}: {}", self.utility.info.name, describe(&e)))
                 })?;
                 empty.insert((store, utility))
             }
         };
-        store.set_epoch_deadline(ticks_until(deadline_at));
+        arm_deadline(store, deadline_at);
         let name = &self.utility.info.name;
         let scores = utility
             .call_score(&mut *store, problem, candidates, predictions)

@@ -34,6 +34,21 @@ pub fn ticks_until(at: std::time::Instant) -> u64 {
     ticks_for(at.saturating_duration_since(std::time::Instant::now()))
 }
 
+/// Arms `store` to trap at `deadline_at`. The epoch only says when to look:
+/// on each epoch deadline the wall clock decides, so a lagging or catching-up
+/// ticker can make the trap late by a tick but never early.
+pub fn arm_deadline<T: 'static>(store: &mut wasmtime::Store<T>, deadline_at: std::time::Instant) {
+    store.set_epoch_deadline(ticks_until(deadline_at));
+    store.epoch_deadline_callback(move |_| {
+        let left = deadline_at.saturating_duration_since(std::time::Instant::now());
+        Ok(if left.is_zero() {
+            wasmtime::UpdateDeadline::Interrupt
+        } else {
+            wasmtime::UpdateDeadline::Continue(ticks_for(left))
+        })
+    });
+}
+
 /// Limits applied to every plugin call.
 #[derive(Debug, Clone)]
 pub struct PluginLimits {
@@ -52,12 +67,7 @@ impl Default for PluginLimits {
     }
 }
 
-impl PluginLimits {
-    /// Epoch ticks that cover the deadline.
-    pub fn deadline_ticks(&self) -> u64 {
-        ticks_for(self.deadline)
-    }
-}
+impl PluginLimits {}
 
 /// Where compiled code is cached between runs.
 #[derive(Debug, Clone, Default)]
@@ -188,9 +198,17 @@ impl Ticker {
         let thread = std::thread::Builder::new()
             .name("mfsched-epoch".into())
             .spawn(move || {
+                // Ticks follow the wall clock: a ticker starved by a busy
+                // machine catches up when it runs, so deadlines do not stretch.
+                let start = std::time::Instant::now();
+                let mut ticked = 0u128;
                 while !flag.load(Ordering::Relaxed) {
                     std::thread::sleep(EPOCH_TICK);
-                    engine.increment_epoch();
+                    let due = start.elapsed().as_nanos() / EPOCH_TICK.as_nanos();
+                    while ticked < due {
+                        engine.increment_epoch();
+                        ticked += 1;
+                    }
                 }
             })
             .context("cannot start the epoch ticker thread")?;

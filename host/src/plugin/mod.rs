@@ -11,9 +11,12 @@
 //! - [`validate`]: the checks every decision passes before use.
 //! - [`runner`]: one decision tick, keeping the last valid decision on failure.
 //! - [`reload`]: hot reload of a plugin directory.
+//! - [`version`]: which WIT versions the host accepts.
+//! - [`check`]: `plugins check`, every finding about one component.
 
 pub mod bench;
 pub mod bindings;
+pub mod check;
 pub mod context;
 pub mod engine;
 pub mod failure;
@@ -22,6 +25,7 @@ pub mod reload;
 pub mod runner;
 pub mod setup;
 pub mod validate;
+pub mod version;
 
 pub use context::{CallInputs, CallStats};
 pub use engine::{CompileCache, PluginEngine, PluginLimits};

@@ -5,8 +5,9 @@ use super::bindings::policy::PolicyPre;
 use super::bindings::utility::UtilityPre;
 use super::bindings::{PACKAGE, wit};
 use super::context::{PolicyCtx, UtilityCtx};
-use super::engine::PluginEngine;
+use super::engine::{PluginEngine, arm_deadline};
 use super::failure::describe;
+use super::version::check_component_versions;
 use anyhow::{Context as _, Result, anyhow, bail};
 use std::collections::BTreeMap;
 use std::fmt;
@@ -130,9 +131,26 @@ impl Loaded {
 /// Compiles a component, works out its world and WIT version, links it and asks
 /// it to describe itself (under the usual deadline and memory limit).
 pub fn load(engine: &PluginEngine, name: &str, origin: Origin, bytes: &[u8]) -> Result<Loaded> {
+    // Wasmtime would read anything else as WAT text and report a parse error
+    // that says little about a truncated or foreign file.
+    let looks_like_wat = bytes.trim_ascii_start().starts_with(b"(");
+    if !bytes.starts_with(b"\0asm") && !looks_like_wat {
+        bail!(
+            "not a Wasm component: the file ({} bytes) starts with neither the \\0asm magic nor WAT text",
+            bytes.len()
+        );
+    }
     let component = Component::new(engine.engine(), bytes)
         .map_err(|e| anyhow!("not a valid Wasm component: {}", describe(&e)))?;
     let ty = component.component_type();
+    // Before the world: a component of another WIT version would otherwise be
+    // refused with a bare missing-import error.
+    check_component_versions(
+        ty.imports(engine.engine())
+            .chain(ty.exports(engine.engine()))
+            .map(|(n, _)| n),
+    )
+    .map_err(|e| anyhow!(e))?;
     let exports: Vec<&str> = ty.exports(engine.engine()).map(|(n, _)| n).collect();
     let world = if exports.contains(&"decide") {
         World::Policy
@@ -165,7 +183,7 @@ pub fn load(engine: &PluginEngine, name: &str, origin: Origin, bytes: &[u8]) -> 
         title: String::new(),
         params: Vec::new(),
     };
-    let deadline = engine.limits().deadline_ticks();
+    let deadline_at = std::time::Instant::now() + engine.limits().deadline;
     match world {
         World::Policy => {
             let pre = engine
@@ -175,7 +193,7 @@ pub fn load(engine: &PluginEngine, name: &str, origin: Origin, bytes: &[u8]) -> 
                 .map_err(|e| anyhow!("does not fit the policy world: {}", describe(&e)))?;
             let mut store = Store::new(engine.engine(), PolicyCtx::describing(engine));
             store.limiter(|ctx| &mut ctx.memory);
-            store.set_epoch_deadline(deadline);
+            arm_deadline(&mut store, deadline_at);
             let instance = pre
                 .instantiate(&mut store)
                 .map_err(|e| anyhow!("cannot be instantiated: {}", describe(&e)))?;
@@ -198,7 +216,7 @@ pub fn load(engine: &PluginEngine, name: &str, origin: Origin, bytes: &[u8]) -> 
                 .map_err(|e| anyhow!("does not fit the utility world: {}", describe(&e)))?;
             let mut store = Store::new(engine.engine(), UtilityCtx::new(engine));
             store.limiter(|ctx| ctx.memory_mut());
-            store.set_epoch_deadline(deadline);
+            arm_deadline(&mut store, deadline_at);
             let instance = pre
                 .instantiate(&mut store)
                 .map_err(|e| anyhow!("cannot be instantiated: {}", describe(&e)))?;

@@ -3,7 +3,7 @@
 
 use super::bindings::wit;
 use super::context::{CallInputs, CallStats, PolicyCtx, Scorer};
-use super::engine::PluginEngine;
+use super::engine::{PluginEngine, arm_deadline};
 use super::failure::{PluginFailure, classify, describe};
 use super::registry::{LoadedPolicy, LoadedUtility, Slot};
 use super::validate::{Rejection, validate};
@@ -33,7 +33,7 @@ pub fn run_policy(
     let deadline_at = Instant::now() + engine.limits().deadline;
     let mut store = Store::new(engine.engine(), PolicyCtx::for_call(inputs, deadline_at));
     store.limiter(|ctx| &mut ctx.memory);
-    store.set_epoch_deadline(engine.limits().deadline_ticks());
+    arm_deadline(&mut store, deadline_at);
     let instance = policy
         .pre
         .instantiate(&mut store)

@@ -47,7 +47,8 @@ pub fn validate(
         .zip(&problem.sla_floors)
     {
         let thr = f64::from(thr);
-        if !(thr >= floor) {
+        // NaN counts as under the floor.
+        if thr.is_nan() || thr < floor {
             return Err(Rejection::Floor {
                 model: model.name.clone(),
                 predicted: thr,

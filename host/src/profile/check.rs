@@ -202,7 +202,7 @@ mod tests {
 
     #[test]
     fn the_summary_counts_regimes_and_ranges() {
-        let problem = crate::scenario::load("paper-n2").expect("bundled").problem;
+        let problem = scenario::load("paper-n2").expect("bundled").problem;
         let profile = profile_csv::read_csv(&fixture("good.csv"), &problem).expect("good");
         let s = summarize(&profile, &problem);
         assert_eq!(s.rows, 4);

@@ -17,19 +17,21 @@
 //! one load generator drives them.
 //!
 //! **Contention.** Model i feels the others' aggregate pressure, not who they are:
-//! Cᵢ = ρ Σⱼ≠ᵢ cⱼ, Bᵢ = ρ Σⱼ≠ᵢ bⱼ, Xᵢ = ρ Σⱼ≠ᵢ xⱼ, and the total demand D = ρ Σⱼ xⱼ.
-//! Past saturation time slicing queues everyone: a smooth knee
-//! h(d) = w·softplus((d − d_sat)/w), of which model i pays the part co-runners cause,
-//! Kᵢ = h(D) − h(ρ xᵢ) (so a model alone is never slowed). Its step time stretches by
+//! their GPU-time share Xᵢ = ρ Σⱼ≠ᵢ xⱼ (the SM time their kernels hold) and their
+//! DRAM traffic Bᵢ = ρ Σⱼ≠ᵢ bⱼ; and the total demand D = ρ Σⱼ xⱼ. Past saturation
+//! time slicing queues everyone: a smooth knee h(d) = w·softplus((d − d_sat)/w), of
+//! which model i pays the part co-runners cause, Kᵢ = h(D) − h(ρ xᵢ) (so a model
+//! alone is never slowed). Its work stretches by
 //!
 //! - LLM (memory bound while decoding):
 //!   sᵢ = 1 + k_bw · bᵢ · Bᵢ + k_sync · eᵢ · Xᵢ + κ_llm · Kᵢ, where eᵢ = skip / step
 //!   length: early exit synchronises with the host every token, each sync waits for
 //!   the co-runners' kernels in flight, and that wait weighs more in a shorter step.
 //!   This is why skip rate dominates LLM slowdown.
-//! - vision (compute bound): sᵢ = 1 + k_c · cᵢ · Cᵢ + k_vb · bᵢ · Bᵢ + κ_vis · Kᵢ: the
-//!   more SMs the detector needs (larger variants and images), the more the co-runners'
-//!   compute costs it; the knee makes workload intensity the dominant factor.
+//! - vision (compute bound): sᵢ = 1 + k_c · cᵢ · Xᵢ + k_vb · bᵢ · Bᵢ + κ_vis · Kᵢ: a
+//!   frame waits while co-runners hold the SMs, the more so the more SMs the detector
+//!   needs (larger variants and images); the knee makes workload intensity the
+//!   dominant factor.
 //!
 //! and throughput is Tᵢ / sᵢ, times a log-normal measurement noise of mean 1.
 //!
@@ -208,7 +210,6 @@ impl Simulator {
                 .map(|(_, p)| f(p))
                 .sum::<f64>()
         };
-        let compute = others(|p| p.compute);
         let bandwidth = others(|p| p.bandwidth);
         let occupancy = others(|p| p.occupancy);
         let queueing = self.knee(rho * me.occupancy + occupancy) - self.knee(rho * me.occupancy);
@@ -220,7 +221,7 @@ impl Simulator {
                     + c.llm.knee * queueing
             }
             ModelKind::Vision => {
-                1.0 + c.vision.compute * me.compute * compute
+                1.0 + c.vision.compute * me.compute * occupancy
                     + c.vision.bandwidth * me.bandwidth * bandwidth
                     + c.vision.knee * queueing
             }

@@ -151,9 +151,11 @@ pub struct ConfigPhysics {
     pub kind: ModelKind,
     /// Throughput alone on the card (tokens/s or FPS).
     pub solo: f64,
-    /// Share of SM time it takes while it runs alone and saturated.
+    /// Share of the SMs its kernels need while they run (a vision model's
+    /// sensitivity to co-runners holding them).
     pub compute: f64,
-    /// Share of DRAM bandwidth it takes while it runs alone and saturated.
+    /// Share of DRAM bandwidth it takes while it runs alone and saturated (its
+    /// pressure on co-runners, and a memory-bound model's sensitivity to theirs).
     pub bandwidth: f64,
     /// Share of GPU time its kernels occupy (what utilisation sees).
     pub occupancy: f64,
@@ -260,7 +262,8 @@ fn llm_config(f: &LlmFamily, v: &LlmVariant, concurrency: f64, skip: f64) -> Con
 fn vision_config(f: &VisionFamily, v: &VisionVariant, size: u32, skip: f64) -> ConfigPhysics {
     let pixels = (f64::from(size) / f64::from(f.reference_image_size)).powi(2);
     let frame_time = v.fixed_time_fraction + (1.0 - v.fixed_time_fraction) * pixels;
-    // Skipped frames are never sent to the GPU: the detector keeps it busy less.
+    // Skipped frames are never sent to the GPU: the detector keeps it busy less
+    // (its SM need per frame is unchanged).
     let duty = 1.0 - skip;
     let compute = v.compute * (f.compute_fixed_share + (1.0 - f.compute_fixed_share) * pixels);
     let bandwidth =
@@ -268,7 +271,7 @@ fn vision_config(f: &VisionFamily, v: &VisionVariant, size: u32, skip: f64) -> C
     ConfigPhysics {
         kind: ModelKind::Vision,
         solo: v.fps / frame_time,
-        compute: compute * duty,
+        compute,
         bandwidth: bandwidth * duty,
         occupancy: compute.max(bandwidth).min(1.0) * duty,
         exit_sync: 0.0,

@@ -112,14 +112,28 @@ impl Predictor for InferenceBackend {
     }
 
     /// Candidates outside the joint space (callers such as the plugin host reject
-    /// them first) give NaN rows rather than a panic.
+    /// them first) give NaN rows rather than a panic; the others are predicted.
     fn predict_joint(&self, problem: &Problem, state: &GpuState, candidates: &[u64]) -> Vec<f32> {
-        let rows = candidates.len() * problem.models.len();
+        let n = problem.models.len();
+        let size = problem.space().size();
+        if candidates.iter().any(|&c| c >= size) {
+            let valid: Vec<u64> = candidates.iter().copied().filter(|&c| c < size).collect();
+            let mut predicted = self.predict_joint(problem, state, &valid).into_iter();
+            let mut out = Vec::with_capacity(candidates.len() * n);
+            for &c in candidates {
+                if c < size {
+                    out.extend(predicted.by_ref().take(n));
+                } else {
+                    out.extend(std::iter::repeat_n(f32::NAN, n));
+                }
+            }
+            return out;
+        }
         self.run(
             |g| g.predict_joint(state, candidates),
             |c| {
                 c.predict_joint(state, candidates)
-                    .unwrap_or_else(|_| vec![f32::NAN; rows])
+                    .unwrap_or_else(|_| vec![f32::NAN; candidates.len() * n])
             },
         )
     }

@@ -40,6 +40,43 @@ pub fn push_local(model: &Model, config: usize, out: &mut Vec<f32>) {
     }
 }
 
+/// Names of a model's local features, parallel to [`push_local`]'s output: the
+/// layout a trained predictor expects, recorded in bundles and checked on load.
+pub fn local_names(model: &Model) -> Vec<String> {
+    let mut names: Vec<String> = model
+        .variants
+        .iter()
+        .map(|v| format!("variant={}", v.name))
+        .collect();
+    if !model.concurrency.is_empty() {
+        names.push("log2(concurrency)/2".into());
+    }
+    if !model.skip_rate.is_empty() {
+        names.push("skip_rate".into());
+    }
+    if !model.image_size.is_empty() {
+        names.push("image_size/640".into());
+    }
+    names
+}
+
+/// Names of the state features, parallel to [`push_state`]'s output.
+pub const STATE_NAMES: [&str; STATE_FEATURES] = [
+    "workload=low",
+    "workload=medium",
+    "workload=high",
+    "workload=burst",
+    "vram_used/card_vram",
+    "utilization",
+];
+
+/// Names of model i's full input row.
+pub fn input_names(model: &Model) -> Vec<String> {
+    let mut names = local_names(model);
+    names.extend(STATE_NAMES.iter().map(|s| s.to_string()));
+    names
+}
+
 /// State features appended to `out`.
 pub fn push_state(problem: &Problem, state: &GpuState, out: &mut Vec<f32>) {
     let w = state.workload.ordinal();
@@ -64,4 +101,36 @@ pub fn input_row(problem: &Problem, i: usize, config: usize, state: &GpuState) -
     push_local(model, config, &mut row);
     push_state(problem, state, &mut row);
     row
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::WorkloadLevel;
+    use crate::scenario;
+
+    #[test]
+    fn names_match_the_rows_they_describe() {
+        let s = scenario::load("paper-n5").expect("bundled");
+        let state = GpuState {
+            workload: WorkloadLevel::High,
+            vram_used_mib: 12288.0,
+            utilization: 0.7,
+        };
+        for (i, m) in s.problem.models.iter().enumerate() {
+            let names = input_names(m);
+            assert_eq!(names.len(), input_len(m), "{}", m.name);
+            let row = input_row(&s.problem, i, m.grid_size() - 1, &state);
+            assert_eq!(row.len(), names.len());
+            // The last configuration has the last variant and the largest knob values.
+            let last_variant = format!("variant={}", m.variants.last().expect("variants").name);
+            let at = names
+                .iter()
+                .position(|n| *n == last_variant)
+                .expect("named");
+            assert_eq!(row[at], 1.0);
+            assert_eq!(row[names.len() - 4], 1.0, "workload=high");
+            assert_eq!(row[names.len() - 2], 0.5, "vram fraction");
+        }
+    }
 }

@@ -5,6 +5,7 @@
 //! dropout vanishes at inference. What remains is
 //! `y = out_offset + out_scale · σ(W₃ · relu(W₂ · relu(W₁ x + b₁) + b₂) + b₃)`.
 
+use mfsched_nn::kernels::dense_forward;
 use serde::{Deserialize, Serialize};
 
 /// A dense layer, weights row-major `[outputs][inputs]`.
@@ -18,24 +19,21 @@ pub struct DenseLayer {
 
 impl DenseLayer {
     /// `out[r][o] = bias[o] + Σ_k w[o][k] · x[r][k]` for a batch of rows.
-    /// Written as a row-outer, output-middle, input-inner loop over contiguous
-    /// slices so it auto-vectorises; `out` is reused, never reallocated per row.
+    /// Row-outer, output-middle, input-inner over contiguous slices; the dot
+    /// product keeps eight partial sums so it vectorises (see
+    /// `mfsched_nn::kernels`). `out` is reused, never reallocated per row.
     fn forward(&self, x: &[f32], rows: usize, relu: bool, out: &mut Vec<f32>) {
         out.clear();
         out.resize(rows * self.outputs, 0.0);
-        for (xr, yr) in x
-            .chunks_exact(self.inputs)
-            .zip(out.chunks_exact_mut(self.outputs))
-        {
-            for ((y, w), b) in yr
-                .iter_mut()
-                .zip(self.weights.chunks_exact(self.inputs))
-                .zip(&self.bias)
-            {
-                let dot: f32 = w.iter().zip(xr).map(|(a, b)| a * b).sum();
-                let z = dot + b;
-                *y = if relu { z.max(0.0) } else { z };
-            }
+        dense_forward(
+            &x[..rows * self.inputs],
+            &self.weights,
+            &self.bias,
+            self.inputs,
+            out,
+        );
+        if relu {
+            out.iter_mut().for_each(|v| *v = v.max(0.0));
         }
     }
 }

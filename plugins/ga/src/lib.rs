@@ -3,10 +3,13 @@
 //! Genome: one integer gene per model, its local configuration index. Each
 //! generation keeps the elites, breeds the rest from parents picked by
 //! tournament (or linear rank) selection with uniform crossover and per-gene
-//! mutation, and repairs any child over the card's VRAM by moving random
-//! models to cheaper configurations. Fitness is the host's utility over the
-//! surrogate table (the field held fixed during search, as published); every
-//! distinct genome is scored once. The seed comes from the host.
+//! mutation, and repairs every child: a gene whose predicted throughput is
+//! under the model's SLA floor is redrawn among the genes that meet it (when
+//! any does), then, while the genome is over the card's VRAM, random models
+//! move to cheaper configurations (floor-meeting ones first). Fitness is the
+//! host's utility over the surrogate table (the field held fixed during
+//! search, as published); every distinct genome is scored once. The seed
+//! comes from the host.
 
 use mfsched_guest::params::spec;
 use mfsched_guest::types::{Decision, GpuState, Param, ParamSpec, Problem};
@@ -54,11 +57,11 @@ impl mfsched_guest::Guest for Ga {
 
     fn parameters() -> Vec<ParamSpec> {
         vec![
-            spec("population", "48", "genomes per generation"),
+            spec("population", "96", "genomes per generation"),
             spec("generations", "40", "generations after the initial one"),
             spec(
                 "patience",
-                "12",
+                "20",
                 "stop after this many generations without improvement (0: never)",
             ),
             spec(
@@ -95,9 +98,11 @@ impl mfsched_guest::Guest for Ga {
             return Err("no joint configuration fits in the card's VRAM".into());
         }
         let table = surrogate::predict_table(state);
+        let allowed = floor_meeting_genes(&space, &table, &problem.sla_floors);
         let mut search = Search {
             space: &space,
             table: &table,
+            allowed,
             cache: HashMap::new(),
         };
         Ok(search.run(&problem.current, &settings, &mut rng))
@@ -111,9 +116,29 @@ fn cheapest(space: &Space, i: usize) -> u32 {
         .unwrap_or(0)
 }
 
+/// Per model, the local configurations predicted at or above its floor; all
+/// of them when none is (the utility then scores every genome −∞ anyway).
+fn floor_meeting_genes(space: &Space, table: &[f32], floors: &[f64]) -> Vec<Vec<bool>> {
+    (0..space.models())
+        .map(|i| {
+            let floor = floors.get(i).copied().unwrap_or(0.0);
+            let ok: Vec<bool> = (0..space.radix(i) as usize)
+                .map(|c| f64::from(table[space.table_offset(i) + c]) >= floor)
+                .collect();
+            if ok.contains(&true) {
+                ok
+            } else {
+                vec![true; ok.len()]
+            }
+        })
+        .collect()
+}
+
 struct Search<'a> {
     space: &'a Space,
     table: &'a [f32],
+    /// `allowed[i][c]`: gene c of model i meets the model's floor.
+    allowed: Vec<Vec<bool>>,
     /// Fitness of every genome scored so far, by joint index.
     cache: HashMap<u64, f64>,
 }
@@ -135,9 +160,7 @@ impl Search<'_> {
             population.push(g);
         }
         while population.len() < s.population {
-            let mut g: Vec<u32> = (0..n)
-                .map(|i| rng.below(u64::from(self.space.radix(i))) as u32)
-                .collect();
+            let mut g: Vec<u32> = (0..n).map(|i| self.random_gene(i, rng)).collect();
             self.repair(&mut g, rng);
             population.push(g);
         }
@@ -164,7 +187,7 @@ impl Search<'_> {
                 }
                 for (i, gene) in child.iter_mut().enumerate() {
                     if rng.bernoulli(s.mutation) {
-                        *gene = rng.below(u64::from(self.space.radix(i))) as u32;
+                        *gene = self.random_gene(i, rng);
                     }
                 }
                 self.repair(&mut child, rng);
@@ -235,10 +258,25 @@ impl Search<'_> {
         }
     }
 
-    /// Moves random models to strictly cheaper configurations until the genome
-    /// fits; each step lowers the VRAM, so it ends (the all-cheapest genome fits).
+    /// A uniformly random floor-meeting gene of model `i`.
+    fn random_gene(&self, i: usize, rng: &mut Rng) -> u32 {
+        let ok: Vec<u32> = (0..self.space.radix(i))
+            .filter(|&c| self.allowed[i][c as usize])
+            .collect();
+        ok[rng.below(ok.len() as u64) as usize]
+    }
+
+    /// Redraws genes under their floor, then moves random models to strictly
+    /// cheaper configurations (floor-meeting ones when there are) until the
+    /// genome fits; each step lowers the VRAM, so it ends (the all-cheapest
+    /// genome fits).
     fn repair(&self, genome: &mut [u32], rng: &mut Rng) {
         let space = self.space;
+        for (i, gene) in genome.iter_mut().enumerate() {
+            if !self.allowed[i][*gene as usize] {
+                *gene = self.random_gene(i, rng);
+            }
+        }
         while !space.fits(genome) {
             let reducible: Vec<usize> = (0..genome.len())
                 .filter(|&i| space.vram_of(i, genome[i]) > space.vram_of(i, cheapest(space, i)))
@@ -250,7 +288,17 @@ impl Search<'_> {
             let cheaper: Vec<u32> = (0..space.radix(i))
                 .filter(|&c| space.vram_of(i, c) < now)
                 .collect();
-            genome[i] = cheaper[rng.below(cheaper.len() as u64) as usize];
+            let cheaper_ok: Vec<u32> = cheaper
+                .iter()
+                .copied()
+                .filter(|&c| self.allowed[i][c as usize])
+                .collect();
+            let pool = if cheaper_ok.is_empty() {
+                &cheaper
+            } else {
+                &cheaper_ok
+            };
+            genome[i] = pool[rng.below(pool.len() as u64) as usize];
         }
     }
 }

@@ -1,0 +1,735 @@
+//! The training loop: mini-batch Adam on the mean squared error of the sigmoid
+//! output against the normalised target, with manual backpropagation.
+//!
+//! Everything random comes from three independent streams of the seeded RNG
+//! (initialisation, epoch shuffles, dropout masks), and every loop has a fixed
+//! order, so the same data, configuration and seed give bit-identical weights.
+
+use crate::kernels::{axpy, dense_forward};
+use crate::mlp::{BatchNorm, Hidden, Linear, Mlp, Standardize, TargetScale, sigmoid};
+use mfsched_rng::Rng;
+
+/// Hyper-parameters. The defaults are the published architecture (64-32,
+/// Dropout 0.1) with PyTorch's defaults where the paper is silent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrainConfig {
+    /// Widths of the hidden (Linear → BatchNorm → ReLU → Dropout) blocks.
+    pub hidden: Vec<usize>,
+    pub dropout: f32,
+    pub epochs: usize,
+    pub batch_size: usize,
+    pub learning_rate: f32,
+    pub beta1: f32,
+    pub beta2: f32,
+    pub adam_eps: f32,
+    /// BatchNorm running-statistics momentum (PyTorch's convention: weight of the new batch).
+    pub bn_momentum: f32,
+    pub bn_eps: f32,
+}
+
+impl Default for TrainConfig {
+    fn default() -> Self {
+        Self {
+            hidden: vec![64, 32],
+            dropout: 0.1,
+            epochs: 300,
+            batch_size: 32,
+            learning_rate: 3e-3,
+            beta1: 0.9,
+            beta2: 0.999,
+            adam_eps: 1e-8,
+            bn_momentum: 0.1,
+            bn_eps: 1e-5,
+        }
+    }
+}
+
+/// Why training could not start.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum TrainError {
+    #[error("need at least 2 training rows (BatchNorm needs a batch variance), got {0}")]
+    TooFewRows(usize),
+    #[error("{values} input values do not make whole rows of width {width} for {rows} targets")]
+    Shape {
+        values: usize,
+        width: usize,
+        rows: usize,
+    },
+    #[error("row {row} has a non-finite input or target")]
+    NonFinite { row: usize },
+    #[error("invalid configuration: {0}")]
+    Config(String),
+}
+
+/// Trains one network on `rows = y.len()` rows of `width` inputs (`x` row-major).
+/// `on_epoch` is called after every epoch with the number of epochs done.
+pub fn train(
+    x: &[f32],
+    y: &[f32],
+    width: usize,
+    config: &TrainConfig,
+    seed: u64,
+    on_epoch: &mut dyn FnMut(usize),
+) -> Result<Mlp, TrainError> {
+    let rows = y.len();
+    if width == 0 || x.len() != rows * width {
+        return Err(TrainError::Shape {
+            values: x.len(),
+            width,
+            rows,
+        });
+    }
+    if rows < 2 {
+        return Err(TrainError::TooFewRows(rows));
+    }
+    if let Some(row) = (0..rows).find(|&r| {
+        !y[r].is_finite() || x[r * width..(r + 1) * width].iter().any(|v| !v.is_finite())
+    }) {
+        return Err(TrainError::NonFinite { row });
+    }
+    if config.batch_size < 2 || config.hidden.contains(&0) || !(0.0..1.0).contains(&config.dropout)
+    {
+        return Err(TrainError::Config(format!(
+            "batch size must be ≥ 2, hidden widths > 0 and dropout in [0, 1) (got {}, {:?}, {})",
+            config.batch_size, config.hidden, config.dropout
+        )));
+    }
+
+    let input = fit_standardize(x, width);
+    let xs: Vec<f32> = x
+        .chunks_exact(width)
+        .flat_map(|r| {
+            r.iter()
+                .zip(&input.mean)
+                .zip(&input.std)
+                .map(|((v, m), s)| (v - m) / s)
+        })
+        .collect();
+    let target = TargetScale::fit(y);
+    let t: Vec<f32> = y.iter().map(|&v| target.normalise(v)).collect();
+
+    let mut init_rng = Rng::derive(seed, 1);
+    let mut shuffle_rng = Rng::derive(seed, 2);
+    let mut dropout_rng = Rng::derive(seed, 3);
+
+    let max_batch = config.batch_size.min(rows) + 1; // a merged trailing row
+    let mut hidden: Vec<HiddenTrain> = Vec::with_capacity(config.hidden.len());
+    let mut inputs = width;
+    for &outputs in &config.hidden {
+        hidden.push(HiddenTrain::new(inputs, outputs, max_batch, &mut init_rng));
+        inputs = outputs;
+    }
+    let mut head = DenseTrain::new(inputs, 1, &mut init_rng);
+
+    // acts[0] is the batch input, acts[l + 1] the output of hidden block l;
+    // grads[l] the loss gradient with respect to acts[l].
+    let widths: Vec<usize> = std::iter::once(width)
+        .chain(config.hidden.iter().copied())
+        .collect();
+    let mut acts: Vec<Vec<f32>> = widths.iter().map(|&w| vec![0.0; w * max_batch]).collect();
+    let mut grads: Vec<Vec<f32>> = acts.clone();
+    let mut head_out = vec![0.0f32; max_batch];
+    let mut head_grad = vec![0.0f32; max_batch];
+    let mut tb = vec![0.0f32; max_batch];
+
+    let adam = Adam::new(config);
+    let mut step = 0i32;
+    let mut order: Vec<usize> = (0..rows).collect();
+    for epoch in 0..config.epochs {
+        shuffle(&mut order, &mut shuffle_rng);
+        for batch in batches(&order, config.batch_size) {
+            let b = batch.len();
+            for (k, &r) in batch.iter().enumerate() {
+                acts[0][k * width..(k + 1) * width]
+                    .copy_from_slice(&xs[r * width..(r + 1) * width]);
+                tb[k] = t[r];
+            }
+            // Forward.
+            for (l, layer) in hidden.iter_mut().enumerate() {
+                let (before, after) = acts.split_at_mut(l + 1);
+                layer.forward(&before[l], &mut after[0], b, config, &mut dropout_rng);
+            }
+            let last = &acts[hidden.len()];
+            dense_forward(
+                &last[..b * head.inputs],
+                &head.w.value,
+                &head.b.value,
+                head.inputs,
+                &mut head_out[..b],
+            );
+            // d(mean squared error)/d(pre-sigmoid output).
+            for k in 0..b {
+                let p = sigmoid(head_out[k]);
+                head_grad[k] = 2.0 * (p - tb[k]) / b as f32 * p * (1.0 - p);
+            }
+            // Backward.
+            let top = hidden.len();
+            head.backward(&acts[top], &head_grad[..b], Some(&mut grads[top]), b);
+            for l in (0..top).rev() {
+                let (g_before, g_after) = grads.split_at_mut(l + 1);
+                let prev_grad = (l > 0).then(|| &mut g_before[l]);
+                hidden[l].backward(&acts[l], &g_after[0], prev_grad, b);
+            }
+            // Update.
+            step += 1;
+            let (bc1, bc2) = adam.corrections(step);
+            for layer in &mut hidden {
+                for p in [
+                    &mut layer.dense.w,
+                    &mut layer.dense.b,
+                    &mut layer.gamma,
+                    &mut layer.beta,
+                ] {
+                    adam.step(p, bc1, bc2);
+                }
+            }
+            adam.step(&mut head.w, bc1, bc2);
+            adam.step(&mut head.b, bc1, bc2);
+        }
+        on_epoch(epoch + 1);
+    }
+
+    Ok(Mlp {
+        input,
+        hidden: hidden
+            .into_iter()
+            .map(|h| Hidden {
+                linear: h.dense.into_linear(),
+                norm: BatchNorm {
+                    gamma: h.gamma.value,
+                    beta: h.beta.value,
+                    running_mean: h.running_mean,
+                    running_var: h.running_var,
+                    batches_tracked: h.batches_tracked,
+                    eps: config.bn_eps,
+                },
+            })
+            .collect(),
+        head: head.into_linear(),
+        target,
+    })
+}
+
+/// Per-feature mean and population standard deviation; a constant feature (e.g.
+/// the one-hot of a model's only variant) gets std 1 so it standardises to 0.
+fn fit_standardize(x: &[f32], width: usize) -> Standardize {
+    let rows = (x.len() / width) as f64;
+    let mut mean = vec![0.0f64; width];
+    for r in x.chunks_exact(width) {
+        for (m, &v) in mean.iter_mut().zip(r) {
+            *m += f64::from(v);
+        }
+    }
+    mean.iter_mut().for_each(|m| *m /= rows);
+    let mut var = vec![0.0f64; width];
+    for r in x.chunks_exact(width) {
+        for ((s, &v), m) in var.iter_mut().zip(r).zip(&mean) {
+            *s += (f64::from(v) - m).powi(2);
+        }
+    }
+    Standardize {
+        mean: mean.iter().map(|&m| m as f32).collect(),
+        std: var
+            .iter()
+            .map(|&s| {
+                let sd = (s / rows).sqrt();
+                if sd > 1e-6 { sd as f32 } else { 1.0 }
+            })
+            .collect(),
+    }
+}
+
+/// Fisher–Yates.
+fn shuffle(order: &mut [usize], rng: &mut Rng) {
+    for i in (1..order.len()).rev() {
+        let j = rng.below(i as u64 + 1) as usize;
+        order.swap(i, j);
+    }
+}
+
+/// Consecutive batches of `size`; a trailing batch of one row joins the previous
+/// batch (BatchNorm's batch variance needs two rows).
+fn batches(order: &[usize], size: usize) -> impl Iterator<Item = &[usize]> {
+    let n = order.len();
+    let mut count = n.div_ceil(size);
+    if count > 1 && n % size == 1 {
+        count -= 1;
+    }
+    (0..count).map(move |i| {
+        let end = if i + 1 == count { n } else { (i + 1) * size };
+        &order[i * size..end]
+    })
+}
+
+/// A trainable tensor with its gradient and Adam moments.
+#[derive(Debug, Clone)]
+struct Param {
+    value: Vec<f32>,
+    grad: Vec<f32>,
+    m: Vec<f32>,
+    v: Vec<f32>,
+}
+
+impl Param {
+    fn new(value: Vec<f32>) -> Self {
+        let n = value.len();
+        Self {
+            value,
+            grad: vec![0.0; n],
+            m: vec![0.0; n],
+            v: vec![0.0; n],
+        }
+    }
+
+    /// PyTorch's default initialisation of `Linear`: U(−1/√fan_in, 1/√fan_in).
+    fn uniform(n: usize, fan_in: usize, rng: &mut Rng) -> Self {
+        let bound = 1.0 / (fan_in as f64).sqrt();
+        Self::new(
+            (0..n)
+                .map(|_| ((rng.next_f64() * 2.0 - 1.0) * bound) as f32)
+                .collect(),
+        )
+    }
+}
+
+/// Adam exactly as `torch.optim.Adam` writes it (no weight decay).
+#[derive(Debug)]
+struct Adam {
+    lr: f32,
+    beta1: f32,
+    beta2: f32,
+    eps: f32,
+}
+
+impl Adam {
+    fn new(c: &TrainConfig) -> Self {
+        Self {
+            lr: c.learning_rate,
+            beta1: c.beta1,
+            beta2: c.beta2,
+            eps: c.adam_eps,
+        }
+    }
+
+    /// Bias corrections 1 − β₁ᵗ and √(1 − β₂ᵗ).
+    fn corrections(&self, step: i32) -> (f32, f32) {
+        (
+            1.0 - self.beta1.powi(step),
+            (1.0 - self.beta2.powi(step)).sqrt(),
+        )
+    }
+
+    fn step(&self, p: &mut Param, bc1: f32, bc2_sqrt: f32) {
+        let step_size = self.lr / bc1;
+        for (((w, g), m), v) in p.value.iter_mut().zip(&p.grad).zip(&mut p.m).zip(&mut p.v) {
+            *m = self.beta1 * *m + (1.0 - self.beta1) * g;
+            *v = self.beta2 * *v + (1.0 - self.beta2) * g * g;
+            *w -= step_size * *m / (v.sqrt() / bc2_sqrt + self.eps);
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct DenseTrain {
+    inputs: usize,
+    outputs: usize,
+    w: Param,
+    b: Param,
+}
+
+impl DenseTrain {
+    fn new(inputs: usize, outputs: usize, rng: &mut Rng) -> Self {
+        Self {
+            inputs,
+            outputs,
+            w: Param::uniform(inputs * outputs, inputs, rng),
+            b: Param::uniform(outputs, inputs, rng),
+        }
+    }
+
+    /// Weight and bias gradients from `dz` (`b × outputs`), and, if asked, the
+    /// gradient with respect to the input `x` (`b × inputs`).
+    fn backward(&mut self, x: &[f32], dz: &[f32], dx: Option<&mut Vec<f32>>, b: usize) {
+        let (i, o) = (self.inputs, self.outputs);
+        self.w.grad.fill(0.0);
+        self.b.grad.fill(0.0);
+        for (xr, dzr) in x[..b * i].chunks_exact(i).zip(dz[..b * o].chunks_exact(o)) {
+            for ((gw, &d), gb) in self
+                .w
+                .grad
+                .chunks_exact_mut(i)
+                .zip(dzr)
+                .zip(&mut self.b.grad)
+            {
+                axpy(gw, d, xr);
+                *gb += d;
+            }
+        }
+        if let Some(dx) = dx {
+            for (dxr, dzr) in dx[..b * i]
+                .chunks_exact_mut(i)
+                .zip(dz[..b * o].chunks_exact(o))
+            {
+                dxr.fill(0.0);
+                for (w, &d) in self.w.value.chunks_exact(i).zip(dzr) {
+                    axpy(dxr, d, w);
+                }
+            }
+        }
+    }
+
+    fn into_linear(self) -> Linear {
+        Linear {
+            inputs: self.inputs,
+            outputs: self.outputs,
+            weight: self.w.value,
+            bias: self.b.value,
+        }
+    }
+}
+
+/// A hidden block with its parameters, running statistics and batch caches.
+#[derive(Debug, Clone)]
+struct HiddenTrain {
+    dense: DenseTrain,
+    gamma: Param,
+    beta: Param,
+    running_mean: Vec<f32>,
+    running_var: Vec<f32>,
+    batches_tracked: u64,
+    /// Pre-normalisation output, then reused for the gradient with respect to it.
+    z: Vec<f32>,
+    xhat: Vec<f32>,
+    /// BatchNorm output before the ReLU (its sign gates the gradient).
+    bn: Vec<f32>,
+    /// Dropout multiplier per unit: 0 or 1 / (1 − p).
+    mask: Vec<f32>,
+    mean: Vec<f32>,
+    inv_std: Vec<f32>,
+    sum1: Vec<f32>,
+    sum2: Vec<f32>,
+}
+
+impl HiddenTrain {
+    fn new(inputs: usize, outputs: usize, max_batch: usize, rng: &mut Rng) -> Self {
+        let cache = vec![0.0; outputs * max_batch];
+        Self {
+            dense: DenseTrain::new(inputs, outputs, rng),
+            gamma: Param::new(vec![1.0; outputs]),
+            beta: Param::new(vec![0.0; outputs]),
+            running_mean: vec![0.0; outputs],
+            running_var: vec![1.0; outputs],
+            batches_tracked: 0,
+            z: cache.clone(),
+            xhat: cache.clone(),
+            bn: cache.clone(),
+            mask: cache,
+            mean: vec![0.0; outputs],
+            inv_std: vec![0.0; outputs],
+            sum1: vec![0.0; outputs],
+            sum2: vec![0.0; outputs],
+        }
+    }
+
+    /// Training-mode forward of `b` rows from `x` into `out`.
+    fn forward(&mut self, x: &[f32], out: &mut [f32], b: usize, c: &TrainConfig, rng: &mut Rng) {
+        let (i, o) = (self.dense.inputs, self.dense.outputs);
+        let z = &mut self.z[..b * o];
+        dense_forward(&x[..b * i], &self.dense.w.value, &self.dense.b.value, i, z);
+
+        // Batch statistics (biased variance in the forward pass, as PyTorch).
+        self.mean.fill(0.0);
+        for zr in z.chunks_exact(o) {
+            axpy(&mut self.mean, 1.0, zr);
+        }
+        let inv_b = 1.0 / b as f32;
+        self.mean.iter_mut().for_each(|m| *m *= inv_b);
+        self.inv_std.fill(0.0); // holds the variance until inverted below
+        for zr in z.chunks_exact(o) {
+            for ((v, &zj), &m) in self.inv_std.iter_mut().zip(zr).zip(&self.mean) {
+                *v += (zj - m) * (zj - m);
+            }
+        }
+        let unbias = b as f32 / (b as f32 - 1.0);
+        let mom = c.bn_momentum;
+        for (((var, rm), rv), &m) in self
+            .inv_std
+            .iter_mut()
+            .zip(&mut self.running_mean)
+            .zip(&mut self.running_var)
+            .zip(&self.mean)
+        {
+            *var *= inv_b;
+            *rm = (1.0 - mom) * *rm + mom * m;
+            *rv = (1.0 - mom) * *rv + mom * *var * unbias;
+            *var = 1.0 / (*var + c.bn_eps).sqrt();
+        }
+        self.batches_tracked += 1;
+
+        let keep = 1.0 - c.dropout;
+        let dropping = c.dropout > 0.0;
+        for k in 0..b {
+            let span = k * o..(k + 1) * o;
+            let zr = &z[span.clone()];
+            let xh = &mut self.xhat[span.clone()];
+            let bn = &mut self.bn[span.clone()];
+            let mask = &mut self.mask[span.clone()];
+            for j in 0..o {
+                xh[j] = (zr[j] - self.mean[j]) * self.inv_std[j];
+                bn[j] = self.gamma.value[j] * xh[j] + self.beta.value[j];
+                mask[j] = if !dropping || rng.next_f64() < f64::from(keep) {
+                    1.0 / keep
+                } else {
+                    0.0
+                };
+            }
+            for ((y, &v), &m) in out[span].iter_mut().zip(bn.iter()).zip(mask.iter()) {
+                *y = v.max(0.0) * m;
+            }
+        }
+    }
+
+    /// Backward of `b` rows given the gradient `dout` of this block's output.
+    fn backward(&mut self, x: &[f32], dout: &[f32], dx: Option<&mut Vec<f32>>, b: usize) {
+        let o = self.dense.outputs;
+        // Through dropout and ReLU: dy = dout · mask · [bn > 0] (stored in `bn`).
+        for ((d, bn), &m) in dout[..b * o]
+            .iter()
+            .zip(&mut self.bn[..b * o])
+            .zip(&self.mask[..b * o])
+        {
+            *bn = if *bn > 0.0 { d * m } else { 0.0 };
+        }
+        let dy = &self.bn[..b * o];
+        let xhat = &self.xhat[..b * o];
+        self.gamma.grad.fill(0.0);
+        self.beta.grad.fill(0.0);
+        for (dyr, xr) in dy.chunks_exact(o).zip(xhat.chunks_exact(o)) {
+            for j in 0..o {
+                self.gamma.grad[j] += dyr[j] * xr[j];
+                self.beta.grad[j] += dyr[j];
+            }
+        }
+        // dxhat = dy · γ; Σ dxhat = γ · Σ dy = γ · dβ; Σ dxhat · xhat = γ · dγ.
+        for j in 0..o {
+            self.sum1[j] = self.gamma.value[j] * self.beta.grad[j];
+            self.sum2[j] = self.gamma.value[j] * self.gamma.grad[j];
+        }
+        // dz = inv_std / B · (B · dxhat − Σ dxhat − xhat · Σ(dxhat · xhat)).
+        let bf = b as f32;
+        let inv_b = 1.0 / bf;
+        let dz = &mut self.z[..b * o];
+        for ((dzr, dyr), xr) in dz
+            .chunks_exact_mut(o)
+            .zip(dy.chunks_exact(o))
+            .zip(xhat.chunks_exact(o))
+        {
+            for j in 0..o {
+                let dxhat = dyr[j] * self.gamma.value[j];
+                dzr[j] =
+                    self.inv_std[j] * inv_b * (bf * dxhat - self.sum1[j] - xr[j] * self.sum2[j]);
+            }
+        }
+        self.dense.backward(x, &self.z, dx, b);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::r2;
+
+    /// A smooth test function of three inputs, plus a little seeded noise.
+    fn smooth_data(rows: usize, seed: u64) -> (Vec<f32>, Vec<f32>) {
+        let mut rng = Rng::new(seed);
+        let mut x = Vec::with_capacity(rows * 3);
+        let mut y = Vec::with_capacity(rows);
+        for _ in 0..rows {
+            let a = rng.next_f64();
+            let b = rng.next_f64();
+            let c = if rng.bernoulli(0.5) { 1.0 } else { 0.0 };
+            x.extend([a as f32, b as f32, c as f32]);
+            let v = 50.0 + 30.0 * (2.0 * a).sin() - 20.0 * a * b + 15.0 * c + rng.normal();
+            y.push(v as f32);
+        }
+        (x, y)
+    }
+
+    #[test]
+    fn same_seed_same_bits_other_seed_other_bits() {
+        let (x, y) = smooth_data(50, 1);
+        let config = TrainConfig {
+            epochs: 20,
+            ..TrainConfig::default()
+        };
+        let a = train(&x, &y, 3, &config, 7, &mut |_| {}).expect("trains");
+        let b = train(&x, &y, 3, &config, 7, &mut |_| {}).expect("trains");
+        let c = train(&x, &y, 3, &config, 8, &mut |_| {}).expect("trains");
+        assert_eq!(a, b);
+        assert_ne!(a.hidden[0].linear.weight, c.hidden[0].linear.weight);
+    }
+
+    #[test]
+    fn learns_a_smooth_function() {
+        let (x, y) = smooth_data(300, 2);
+        let (xt, yt) = smooth_data(200, 3);
+        let mut epochs = 0;
+        let net =
+            train(&x, &y, 3, &TrainConfig::default(), 1, &mut |e| epochs = e).expect("trains");
+        assert_eq!(epochs, TrainConfig::default().epochs);
+        let fit = r2(&net.predict(&xt), &yt).expect("defined");
+        assert!(fit > 0.95, "held-out R² {fit}");
+    }
+
+    /// Two hidden blocks and a head, for checking gradients on one batch.
+    #[derive(Clone)]
+    struct SmallNet {
+        l1: HiddenTrain,
+        l2: HiddenTrain,
+        head: DenseTrain,
+    }
+
+    /// What one training-mode forward pass leaves behind.
+    struct Pass {
+        loss: f64,
+        a1: Vec<f32>,
+        a2: Vec<f32>,
+        head_grad: Vec<f32>,
+    }
+
+    impl SmallNet {
+        fn forward(&mut self, xs: &[f32], t: &[f32], c: &TrainConfig) -> Pass {
+            let b = t.len();
+            let mut rng = Rng::new(0); // dropout is off: unused
+            let mut a1 = vec![0.0; b * self.l1.dense.outputs];
+            let mut a2 = vec![0.0; b * self.l2.dense.outputs];
+            self.l1.forward(xs, &mut a1, b, c, &mut rng);
+            self.l2.forward(&a1, &mut a2, b, c, &mut rng);
+            let mut s = vec![0.0; b];
+            dense_forward(
+                &a2,
+                &self.head.w.value,
+                &self.head.b.value,
+                self.head.inputs,
+                &mut s,
+            );
+            let mut loss = 0.0f64;
+            let mut head_grad = vec![0.0; b];
+            for ((&z, &tk), g) in s.iter().zip(t).zip(&mut head_grad) {
+                let p = sigmoid(z);
+                loss += f64::from((p - tk) * (p - tk));
+                *g = 2.0 * (p - tk) / b as f32 * p * (1.0 - p);
+            }
+            Pass {
+                loss: loss / b as f64,
+                a1,
+                a2,
+                head_grad,
+            }
+        }
+    }
+
+    /// The analytic gradient of one batch against central differences of the loss.
+    #[test]
+    fn gradients_match_finite_differences() {
+        let (x, y) = smooth_data(6, 4);
+        let config = TrainConfig {
+            dropout: 0.0,
+            ..TrainConfig::default()
+        };
+        let input = fit_standardize(&x, 3);
+        let xs: Vec<f32> = x
+            .chunks_exact(3)
+            .flat_map(|r| {
+                (0..3)
+                    .map(|k| (r[k] - input.mean[k]) / input.std[k])
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        let t: Vec<f32> = y.iter().map(|v| v / 100.0).collect();
+        let mut rng = Rng::new(5);
+        let mut net = SmallNet {
+            l1: HiddenTrain::new(3, 5, 6, &mut rng),
+            l2: HiddenTrain::new(5, 4, 6, &mut rng),
+            head: DenseTrain::new(4, 1, &mut rng),
+        };
+        // Non-trivial γ and β so their terms in the BatchNorm gradient count.
+        for (j, g) in net.l1.gamma.value.iter_mut().enumerate() {
+            *g = 0.5 + 0.2 * j as f32;
+        }
+        for (j, b) in net.l2.beta.value.iter_mut().enumerate() {
+            *b = 0.1 * j as f32 - 0.15;
+        }
+
+        let mut analytic = net.clone();
+        let pass = analytic.forward(&xs, &t, &config);
+        assert!(pass.loss > 0.0);
+        let mut g2 = vec![0.0; 6 * 4];
+        let mut g1 = vec![0.0; 6 * 5];
+        analytic
+            .head
+            .backward(&pass.a2, &pass.head_grad, Some(&mut g2), 6);
+        analytic.l2.backward(&pass.a1, &g2, Some(&mut g1), 6);
+        analytic.l1.backward(&xs, &g1, None, 6);
+
+        let h = 1e-2f32;
+        let numeric = |perturb: &dyn Fn(&mut SmallNet, f32)| {
+            let mut up = net.clone();
+            perturb(&mut up, h);
+            let mut down = net.clone();
+            perturb(&mut down, -h);
+            (up.forward(&xs, &t, &config).loss - down.forward(&xs, &t, &config).loss)
+                / (2.0 * f64::from(h))
+        };
+        let close = |numeric: f64, analytic: f32, what: &str| {
+            let scale = numeric.abs().max(f64::from(analytic.abs())).max(1e-4);
+            assert!(
+                (numeric - f64::from(analytic)).abs() / scale < 0.05,
+                "{what}: numeric {numeric} analytic {analytic}"
+            );
+        };
+        for idx in [0, 4, 7, 14] {
+            let n = numeric(&|m, d| m.l1.dense.w.value[idx] += d);
+            close(n, analytic.l1.dense.w.grad[idx], &format!("W1[{idx}]"));
+        }
+        for (idx, &g) in analytic.l1.gamma.grad.iter().enumerate() {
+            let n = numeric(&|m, d| m.l1.gamma.value[idx] += d);
+            close(n, g, &format!("gamma1[{idx}]"));
+        }
+        for idx in [0, 3, 11, 19] {
+            let n = numeric(&|m, d| m.l2.dense.w.value[idx] += d);
+            close(n, analytic.l2.dense.w.grad[idx], &format!("W2[{idx}]"));
+        }
+        for idx in 0..4 {
+            let n = numeric(&|m, d| m.head.w.value[idx] += d);
+            close(n, analytic.head.w.grad[idx], &format!("head[{idx}]"));
+        }
+    }
+
+    #[test]
+    fn bad_inputs_are_errors() {
+        let c = TrainConfig::default();
+        assert_eq!(
+            train(&[1.0], &[1.0], 1, &c, 0, &mut |_| {}),
+            Err(TrainError::TooFewRows(1))
+        );
+        assert!(matches!(
+            train(&[1.0, 2.0, 3.0], &[1.0, 2.0], 2, &c, 0, &mut |_| {}),
+            Err(TrainError::Shape { .. })
+        ));
+        assert_eq!(
+            train(&[1.0, f32::NAN], &[1.0, 2.0], 1, &c, 0, &mut |_| {}),
+            Err(TrainError::NonFinite { row: 1 })
+        );
+    }
+
+    #[test]
+    fn batches_never_leave_a_single_row() {
+        let order: Vec<usize> = (0..65).collect();
+        let sizes: Vec<usize> = batches(&order, 32).map(<[usize]>::len).collect();
+        assert_eq!(sizes, vec![32, 33]);
+        let order: Vec<usize> = (0..70).collect();
+        let sizes: Vec<usize> = batches(&order, 32).map(<[usize]>::len).collect();
+        assert_eq!(sizes, vec![32, 32, 6]);
+    }
+}
