@@ -4,32 +4,38 @@
 // Owned by host/src/surrogate/gpu.rs, which builds the buffers below; the
 // struct layouts here and the #[repr(C)] structs there must stay identical.
 //
-// Two modes share one pipeline:
-// - TABLE: row r is local configuration r − first_table_row of the model whose
-//   block holds r (every configuration of every model, model-major).
-// - JOINT: rows are model-major over the candidates of this dispatch (so a
-//   workgroup reads one model's weights), row = model · candidates + c. The
-//   model's configuration is the mixed-radix digit of candidate c's joint index,
-//   decoded here; the features are gathered from the uploaded local tables and
-//   the state, so only indices and the state travel. Output is candidate-major:
-//   outputs[c · n_models + model].
+// The dispatch's z coordinate is the model; x (and y, past the per-dimension
+// workgroup limit) count that model's rows. Two modes share one pipeline:
+// - TABLE: row r is local configuration r of the model; the output is
+//   model-major, outputs[first_table_row + r] (every configuration of every model).
+// - JOINT: row r is candidate r of this dispatch; the model's configuration is
+//   the mixed-radix digit of the candidate's joint index, decoded here, and the
+//   features are gathered from the uploaded local tables and the state, so only
+//   indices and the state travel. Output is candidate-major:
+//   outputs[r · n_models + model].
 //
-// The dot products accumulate in input order and add the bias last, like the
-// CPU reference (FoldedNet::predict_into), so the two agree to rounding.
+// Layers run on vec4 groups: the host pads every layer's inputs and outputs to
+// multiples of four with zero weights and biases (a padded output is relu(0) = 0
+// and meets zero weights downstream, so padding changes no value). Four lanes per
+// access quarter the dynamically indexed private-array traffic, which dominates
+// on compilers that lower such arrays to scratch memory or branch ladders. The
+// summation order differs from the CPU reference's, so the two agree to
+// rounding, not bit for bit.
 
 const WORKGROUP: u32 = 64u;
-// Widest layer input or output the private arrays hold; the host checks it.
+// Widest layer input or output (in floats) the private arrays hold; the host checks it.
 const MAX_WIDTH: u32 = 64u;
+const MAX_GROUPS: u32 = MAX_WIDTH / 4u;
 const STATE_FEATURES: u32 = 6u;
 const MODE_TABLE: u32 = 0u;
 
 struct Params {
     n_models: u32,
     mode: u32,
-    // Rows evaluated by this dispatch.
-    rows: u32,
     // Candidates in this dispatch (JOINT mode).
     candidates: u32,
+    // Keeps `state` at the 16-byte offset uniform arrays need.
+    pad: u32,
     // The six state features, padded to two vec4 (uniform arrays need 16-byte strides).
     state: array<vec4<f32>, 2>,
 }
@@ -43,16 +49,18 @@ struct ModelDesc {
     table_offset: u32,
     // Grid size: this model's digit radix in the joint index.
     radix: u32,
-    // First row of this model's block in TABLE mode.
+    // First row of this model's block in TABLE mode's output.
     first_table_row: u32,
     out_offset: f32,
     out_scale: f32,
 }
 
 struct LayerDesc {
-    inputs: u32,
-    outputs: u32,
-    // Offsets (in f32) into `weights`: row-major [outputs][inputs], then the biases.
+    // Padded widths, in vec4 groups.
+    input_groups: u32,
+    output_groups: u32,
+    // Offsets (in vec4) into `weights`: row-major [outputs][input_groups], then
+    // output_groups of biases.
     weight_offset: u32,
     bias_offset: u32,
 }
@@ -60,7 +68,7 @@ struct LayerDesc {
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<storage, read> models: array<ModelDesc>;
 @group(0) @binding(2) var<storage, read> layers: array<LayerDesc>;
-@group(0) @binding(3) var<storage, read> weights: array<f32>;
+@group(0) @binding(3) var<storage, read> weights: array<vec4<f32>>;
 @group(0) @binding(4) var<storage, read> tables: array<f32>;
 // Joint indices as (low word, high word): u64 indices without 64-bit integers.
 @group(0) @binding(5) var<storage, read> candidates: array<vec2<u32>>;
@@ -93,57 +101,69 @@ fn digit(index: vec2<u32>, model: u32) -> u32 {
 @compute @workgroup_size(64)
 fn main(
     @builtin(global_invocation_id) gid: vec3<u32>,
+    @builtin(workgroup_id) group: vec3<u32>,
     @builtin(num_workgroups) groups: vec3<u32>,
 ) {
-    // Dispatches are two-dimensional when one dimension's workgroup limit is too small.
-    let row = gid.y * groups.x * WORKGROUP + gid.x;
-    if row >= params.rows {
-        return;
-    }
-
-    var model = 0u;
-    var config = 0u;
-    var out_index = row;
-    if params.mode == MODE_TABLE {
-        while model + 1u < params.n_models && row >= models[model + 1u].first_table_row {
-            model = model + 1u;
-        }
-        config = row - models[model].first_table_row;
-    } else {
-        model = row / params.candidates;
-        let c = row % params.candidates;
-        config = digit(candidates[c], model);
-        out_index = c * params.n_models + model;
-    }
+    // The model is the dispatch's z coordinate: uniform across the workgroup, so
+    // every weight and descriptor address below is uniform too (broadcast loads
+    // instead of per-invocation gathers).
+    let model = group.z;
     let m = models[model];
+    // x and y span this model's rows; y is used when one dimension's workgroup limit is too small.
+    let r = gid.y * groups.x * WORKGROUP + gid.x;
+    var config = 0u;
+    var out_index = 0u;
+    if params.mode == MODE_TABLE {
+        if r >= m.radix {
+            return;
+        }
+        config = r;
+        out_index = m.first_table_row + r;
+    } else {
+        if r >= params.candidates {
+            return;
+        }
+        config = digit(candidates[r], model);
+        out_index = r * params.n_models + model;
+    }
 
-    // Input row: [local features of `config` | state features].
-    var x: array<f32, MAX_WIDTH>;
-    var y: array<f32, MAX_WIDTH>;
+    // Input row: [local features of `config` | state features | zero padding].
+    var x: array<vec4<f32>, MAX_GROUPS>;
+    var y: array<vec4<f32>, MAX_GROUPS>;
     let base = m.table_offset + config * m.local_len;
     for (var k = 0u; k < m.local_len; k = k + 1u) {
-        x[k] = tables[base + k];
+        x[k / 4u][k % 4u] = tables[base + k];
     }
     for (var k = 0u; k < STATE_FEATURES; k = k + 1u) {
-        x[m.local_len + k] = params.state[k / 4u][k % 4u];
+        let at = m.local_len + k;
+        x[at / 4u][at % 4u] = params.state[k / 4u][k % 4u];
     }
 
     for (var l = 0u; l < m.n_layers; l = l + 1u) {
         let layer = layers[m.first_layer + l];
         let hidden = l + 1u < m.n_layers;
-        for (var o = 0u; o < layer.outputs; o = o + 1u) {
-            let w = layer.weight_offset + o * layer.inputs;
-            var dot = 0.0;
-            for (var k = 0u; k < layer.inputs; k = k + 1u) {
-                dot = dot + weights[w + k] * x[k];
+        let n = layer.input_groups;
+        for (var o = 0u; o < layer.output_groups; o = o + 1u) {
+            // Output neurons 4o … 4o+3: four weight rows of n groups each.
+            let row = layer.weight_offset + 4u * o * n;
+            var dot4 = vec4<f32>(0.0);
+            for (var k = 0u; k < n; k = k + 1u) {
+                let xk = x[k];
+                dot4 = dot4 + vec4<f32>(
+                    dot(weights[row + k], xk),
+                    dot(weights[row + n + k], xk),
+                    dot(weights[row + 2u * n + k], xk),
+                    dot(weights[row + 3u * n + k], xk),
+                );
             }
-            let z = dot + weights[layer.bias_offset + o];
-            y[o] = select(z, max(z, 0.0), hidden);
+            let z = dot4 + weights[layer.bias_offset + o];
+            y[o] = select(z, max(z, vec4<f32>(0.0)), hidden);
         }
-        for (var o = 0u; o < layer.outputs; o = o + 1u) {
+        for (var o = 0u; o < layer.output_groups; o = o + 1u) {
             x[o] = y[o];
         }
     }
+    let z = x[0].x;
 
-    outputs[out_index] = m.out_offset + m.out_scale * (1.0 / (1.0 + exp(-x[0])));
+    outputs[out_index] = m.out_offset + m.out_scale * (1.0 / (1.0 + exp(-z)));
 }

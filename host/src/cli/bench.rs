@@ -395,13 +395,13 @@ fn surrogate(args: SurrogateArgs) -> Result<()> {
             )
         };
         let mut lines = vec![series("CPU", &|t| Some(t.cpu_rows_per_s()))];
+        let mut title = format!("MeanField inference throughput, {}", scenario.name);
         if let Some(gpu) = &gpu {
-            lines.push(series(&format!("wgpu ({})", gpu.adapter().name), &|t| {
-                t.gpu_rows_per_s()
-            }));
+            lines.push(series("wgpu", &|t| t.gpu_rows_per_s()));
+            title.push_str(&format!(" (wgpu on {})", gpu.adapter().name));
         }
         let chart = LineChart {
-            title: format!("MeanField inference throughput, {}", scenario.name),
+            title,
             x_label: "rows per call (log scale)".into(),
             y_label: "million rows/s".into(),
             series: lines,

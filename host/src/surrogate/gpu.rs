@@ -39,8 +39,8 @@ const _: () = assert!(cfg!(target_endian = "little"));
 struct Params {
     n_models: u32,
     mode: u32,
-    rows: u32,
     candidates: u32,
+    pad: u32,
     state: [f32; 8],
 }
 
@@ -58,12 +58,12 @@ struct ModelDesc {
     out_scale: f32,
 }
 
-/// `LayerDesc` in the shader.
+/// `LayerDesc` in the shader (widths in vec4 groups, offsets in vec4).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Pod, Zeroable)]
 struct LayerDesc {
-    inputs: u32,
-    outputs: u32,
+    input_groups: u32,
+    output_groups: u32,
     weight_offset: u32,
     bias_offset: u32,
 }
@@ -231,13 +231,29 @@ fn pack(problem: &Problem, nets: &[FoldedNet]) -> Result<Packed> {
             out_scale: net.out_scale,
         });
         for layer in &net.layers {
-            let weight_offset = to_u32(packed.weights.len(), "parameter count")?;
-            packed.weights.extend_from_slice(&layer.weights);
-            let bias_offset = to_u32(packed.weights.len(), "parameter count")?;
+            let (input_groups, output_groups) =
+                (layer.inputs.div_ceil(4), layer.outputs.div_ceil(4));
+            let weight_offset = to_u32(packed.weights.len() / 4, "parameter count")?;
+            // Rows padded to whole vec4 groups, then zero rows up to a whole group of outputs.
+            for row in layer.weights.chunks_exact(layer.inputs) {
+                packed.weights.extend_from_slice(row);
+                packed
+                    .weights
+                    .resize(packed.weights.len() + 4 * input_groups - layer.inputs, 0.0);
+            }
+            packed.weights.resize(
+                packed.weights.len() + 4 * input_groups * (4 * output_groups - layer.outputs),
+                0.0,
+            );
+            let bias_offset = to_u32(packed.weights.len() / 4, "parameter count")?;
             packed.weights.extend_from_slice(&layer.bias);
+            packed.weights.resize(
+                packed.weights.len() + 4 * output_groups - layer.outputs,
+                0.0,
+            );
             packed.layers.push(LayerDesc {
-                inputs: to_u32(layer.inputs, "layer width")?,
-                outputs: to_u32(layer.outputs, "layer width")?,
+                input_groups: to_u32(input_groups, "layer width")?,
+                output_groups: to_u32(output_groups, "layer width")?,
                 weight_offset,
                 bias_offset,
             });
@@ -298,14 +314,15 @@ impl GpuBackend {
             .max_storage_buffer_binding_size
             .min(limits.max_buffer_size);
         let max_groups = u64::from(limits.max_compute_workgroups_per_dimension);
+        // Rows per model in one dispatch: x and y workgroups (z is the model).
         let max_rows = (max_groups * max_groups * u64::from(WORKGROUP)).min(u64::from(u32::MAX));
         let max_dispatch_candidates = (binding_bytes / (4 * n as u64))
             .min(binding_bytes / 8)
-            .min(max_rows / n as u64)
+            .min(max_rows)
             .max(1) as usize;
-        if packed.table_rows as u64 > (binding_bytes / 4).min(max_rows) {
+        if n as u64 > max_groups || packed.table_rows as u64 > binding_bytes / 4 {
             bail!(
-                "the table of {} rows exceeds one dispatch on adapter {summary}",
+                "{n} models with {} table rows exceed one dispatch on adapter {summary}",
                 packed.table_rows
             );
         }
@@ -410,7 +427,22 @@ impl GpuBackend {
     pub fn predict_table(&self, state: &GpuState) -> Result<Vec<f32>> {
         let mut io = self.lock_io()?;
         let mut out = Vec::with_capacity(self.table_rows);
-        self.dispatch(&mut io, MODE_TABLE, state, &[], self.table_rows, &mut out)?;
+        let widest_grid = self
+            .problem
+            .models
+            .iter()
+            .map(|m| m.grid_size())
+            .max()
+            .unwrap_or(0);
+        self.dispatch(
+            &mut io,
+            MODE_TABLE,
+            state,
+            &[],
+            widest_grid,
+            self.table_rows,
+            &mut out,
+        )?;
         Ok(out)
     }
 
@@ -422,7 +454,15 @@ impl GpuBackend {
         let mut io = self.lock_io()?;
         let mut out = Vec::with_capacity(candidates.len() * n);
         for chunk in candidates.chunks(self.max_dispatch_candidates) {
-            self.dispatch(&mut io, MODE_JOINT, state, chunk, chunk.len() * n, &mut out)?;
+            self.dispatch(
+                &mut io,
+                MODE_JOINT,
+                state,
+                chunk,
+                chunk.len(),
+                chunk.len() * n,
+                &mut out,
+            )?;
         }
         Ok(out)
     }
@@ -533,20 +573,23 @@ impl GpuBackend {
         Ok(())
     }
 
-    /// One dispatch of `rows` rows; appends the outputs to `out`.
+    /// One dispatch of `rows_per_model` rows for each model (z = model), which
+    /// writes `outputs` values; appends them to `out`.
+    #[allow(clippy::too_many_arguments)]
     fn dispatch(
         &self,
         io: &mut IoBuffers,
         mode: u32,
         state: &GpuState,
         candidates: &[u64],
-        rows: usize,
+        rows_per_model: usize,
+        outputs: usize,
         out: &mut Vec<f32>,
     ) -> Result<()> {
-        if rows == 0 {
+        if outputs == 0 {
             return Ok(());
         }
-        self.ensure_capacity(io, candidates.len(), rows)?;
+        self.ensure_capacity(io, candidates.len(), outputs)?;
         let mut state_features = Vec::with_capacity(8);
         push_state(&self.problem, state, &mut state_features);
         debug_assert_eq!(state_features.len(), STATE_FEATURES);
@@ -554,17 +597,18 @@ impl GpuBackend {
         let params = Params {
             n_models: self.problem.models.len() as u32,
             mode,
-            rows: rows as u32,
             candidates: candidates.len() as u32,
+            pad: 0,
             state: state_features
                 .try_into()
                 .map_err(|_| anyhow!("state features do not fill the shader's 8 slots"))?,
         };
-        let groups = (rows as u32).div_ceil(WORKGROUP);
+        let groups = (rows_per_model as u32).div_ceil(WORKGROUP);
         let max_groups = self.device.limits().max_compute_workgroups_per_dimension;
         let groups_x = groups.min(max_groups);
         let groups_y = groups.div_ceil(groups_x);
-        let bytes = 4 * rows as u64;
+        let models = self.problem.models.len() as u32;
+        let bytes = 4 * outputs as u64;
 
         checked(&self.device, "MeanField dispatch failed", || {
             self.queue
@@ -585,7 +629,7 @@ impl GpuBackend {
                 });
                 pass.set_pipeline(&self.pipeline);
                 pass.set_bind_group(0, &io.bind_group, &[]);
-                pass.dispatch_workgroups(groups_x, groups_y, 1);
+                pass.dispatch_workgroups(groups_x, groups_y, models);
             }
             encoder.copy_buffer_to_buffer(&io.outputs, 0, &io.readback, 0, bytes);
             self.queue.submit([encoder.finish()]);
@@ -645,7 +689,7 @@ mod tests {
     use crate::scenario;
     use crate::surrogate::agreement::{Agreement, TOLERANCE, check_backends, check_states};
     use crate::surrogate::cpu::CpuBackend;
-    use crate::surrogate::synthetic::synthetic_nets;
+    use crate::surrogate::synthetic::{synthetic_nets, synthetic_nets_with};
 
     fn gate(test: &str) -> bool {
         adapter_gate(test).expect("GPU adapter required").is_some()
@@ -706,6 +750,31 @@ mod tests {
             .expect("same length"),
             "table",
         );
+    }
+
+    #[test]
+    fn layer_widths_that_are_not_multiples_of_four_are_padded_exactly() {
+        if !gate("layer_widths_that_are_not_multiples_of_four_are_padded_exactly") {
+            return;
+        }
+        let problem = scenario::load("paper-n3").expect("bundled").problem;
+        let state = check_states(&problem)[3];
+        for hidden in [&[7, 5][..], &[1][..], &[64, 33, 3][..]] {
+            let nets = synthetic_nets_with(&problem, 9, hidden);
+            let cpu = CpuBackend::new(&problem, &nets).expect("cpu");
+            let gpu = GpuBackend::new(&problem, &nets).expect("an adapter was found");
+            let offsets = table_offsets(&problem);
+            let a = Agreement::measure(
+                &cpu.predict_table(&state),
+                &gpu.predict_table(&state).expect("gpu"),
+                |r| nets[offsets.partition_point(|&o| o <= r) - 1].out_scale,
+            )
+            .expect("same length");
+            assert_agrees(&a, &format!("hidden {hidden:?}"));
+        }
+        let too_wide = synthetic_nets_with(&problem, 9, &[65]);
+        let err = GpuBackend::new(&problem, &too_wide).expect_err("65 wide");
+        assert!(err.to_string().contains("up to 64 wide"), "{err}");
     }
 
     #[test]

@@ -13,6 +13,11 @@ pub const HIDDEN_WIDTHS: [usize; 2] = [64, 32];
 
 /// One synthetic predictor per model of `problem`; the same seed gives the same weights.
 pub fn synthetic_nets(problem: &Problem, seed: u64) -> Vec<FoldedNet> {
+    synthetic_nets_with(problem, seed, &HIDDEN_WIDTHS)
+}
+
+/// [`synthetic_nets`] with other hidden layer widths.
+pub fn synthetic_nets_with(problem: &Problem, seed: u64, hidden: &[usize]) -> Vec<FoldedNet> {
     problem
         .models
         .iter()
@@ -20,7 +25,7 @@ pub fn synthetic_nets(problem: &Problem, seed: u64) -> Vec<FoldedNet> {
         .map(|(i, model)| {
             let mut rng = Rng::derive(seed, i as u64);
             let mut widths = vec![input_len(model)];
-            widths.extend(HIDDEN_WIDTHS);
+            widths.extend_from_slice(hidden);
             widths.push(1);
             let layers = widths
                 .windows(2)
