@@ -12,7 +12,6 @@ use mfsched::plugin::PluginEngine;
 use mfsched::plugin::registry::{resolve_policy, resolve_utility};
 use mfsched::{scenario, sim};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 /// What every comparison command shares.
 #[derive(Debug, Args)]
@@ -141,13 +140,13 @@ fn load_spec(
 fn compare(
     problem_name: &str,
     plugins: &PluginOpts,
-    engine: Arc<PluginEngine>,
-    plugin_dir: Option<&Path>,
     utility: &str,
     loops: &[Loop],
     traces: &[Trace],
     seed: u64,
 ) -> Result<Comparison> {
+    let engine = plugins.engine()?;
+    let plugin_dir = plugins.dir.as_deref();
     let scenario = scenario::load(problem_name)?;
     let Served {
         predictor,
@@ -215,18 +214,8 @@ pub fn ab(args: AbArgs) -> Result<()> {
     }
     let e = &args.eval;
     let traces = trace_list(&e.scenarios, e.ticks, e.seed)?;
-    let engine = e.plugins.engine()?;
     let loops = [Loop::alone(&args.a, &args.a), Loop::alone(&args.b, &args.b)];
-    let cmp = compare(
-        &e.problem,
-        &e.plugins,
-        engine,
-        e.plugins.dir.as_deref(),
-        &e.utility,
-        &loops,
-        &traces,
-        e.seed,
-    )?;
+    let cmp = compare(&e.problem, &e.plugins, &e.utility, &loops, &traces, e.seed)?;
     println!(
         "A/B on the {} — {} vs {}, seed {}",
         cmp.device, args.a, args.b, e.seed
@@ -243,7 +232,6 @@ pub fn ab(args: AbArgs) -> Result<()> {
 
 pub fn demo(args: DemoArgs) -> Result<()> {
     let traces = trace_list(&args.scenario, args.ticks, args.seed)?;
-    let engine = args.plugins.engine()?;
     println!(
         "mfsched demo: paper-n5 (3 LLMs + 2 YOLO11) on the {}, workload '{}', {} ticks",
         sim::DEVICE_NAME,
@@ -258,8 +246,6 @@ pub fn demo(args: DemoArgs) -> Result<()> {
     let cmp = compare(
         "paper-n5",
         &args.plugins,
-        engine,
-        args.plugins.dir.as_deref(),
         "utility",
         &loops,
         &traces,
@@ -317,7 +303,6 @@ pub fn repro(args: ReproArgs) -> Result<()> {
         return super::repro::sample_complexity(args);
     }
     let traces = trace_list("all", args.ticks, args.seed)?;
-    let engine = args.plugins.engine()?;
     let loops: Vec<Loop> = TABLE2.iter().map(|(l, s)| Loop::alone(l, s)).collect();
     println!(
         "Table II: {} policies × {} workload scenarios × {} ticks on the {} (paper-n5)",
@@ -329,8 +314,6 @@ pub fn repro(args: ReproArgs) -> Result<()> {
     let cmp = compare(
         "paper-n5",
         &args.plugins,
-        engine,
-        args.plugins.dir.as_deref(),
         "utility",
         &loops,
         &traces,

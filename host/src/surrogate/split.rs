@@ -89,15 +89,7 @@ pub fn holdout(strata: &[Vec<usize>], fraction: f64, rng: &mut Rng) -> (Vec<usiz
         let pos = ((j as f64 + 0.5) * strata.len() as f64 / held as f64) as usize;
         is_held[order[pos.min(order.len() - 1)]] = true;
     }
-    let (mut train, mut test) = (Vec::new(), Vec::new());
-    for r in 0..strata.len() {
-        if is_held[r] {
-            test.push(r)
-        } else {
-            train.push(r)
-        }
-    }
-    (train, test)
+    (0..strata.len()).partition(|&r| !is_held[r])
 }
 
 #[cfg(test)]

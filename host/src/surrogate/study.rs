@@ -442,6 +442,13 @@ impl StudyResult {
                 "r2": published::R2,
             },
             "config": self.config,
+            "training": {
+                "hidden": self.config.train.hidden,
+                "dropout": self.config.train.dropout,
+                "epochs": self.config.train.epochs,
+                "batch_size": self.config.train.batch_size,
+                "learning_rate": self.config.train.learning_rate,
+            },
             "summary": self.curves.iter().map(|c| serde_json::json!({
                 "scenario": c.scenario,
                 "N": c.models,
