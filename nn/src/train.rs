@@ -247,17 +247,20 @@ fn shuffle(order: &mut [usize], rng: &mut Rng) {
     }
 }
 
-/// Consecutive batches of `size`; a trailing batch of one row joins the previous
-/// batch (BatchNorm's batch variance needs two rows).
+/// The fewest batches of at most `size` rows, all of (nearly) equal size: sizes
+/// differ by at most one row, and none has fewer than two (BatchNorm's batch
+/// variance needs two). Equal sizes matter: a small trailing batch (e.g. 4 rows
+/// after three of 32) gives noisy BatchNorm statistics and steps, and with a
+/// momentum of 0.1 its noise lands in the running statistics every epoch.
 fn batches(order: &[usize], size: usize) -> impl Iterator<Item = &[usize]> {
     let n = order.len();
-    let mut count = n.div_ceil(size);
-    if count > 1 && n % size == 1 {
-        count -= 1;
-    }
+    let count = n.div_ceil(size).min(n / 2).max(1);
+    let (base, extra) = (n / count, n % count);
     (0..count).map(move |i| {
-        let end = if i + 1 == count { n } else { (i + 1) * size };
-        &order[i * size..end]
+        // The first `extra` batches take one row more.
+        let start = i * base + i.min(extra);
+        let len = base + usize::from(i < extra);
+        &order[start..start + len]
     })
 }
 
@@ -724,12 +727,23 @@ mod tests {
     }
 
     #[test]
-    fn batches_never_leave_a_single_row() {
-        let order: Vec<usize> = (0..65).collect();
-        let sizes: Vec<usize> = batches(&order, 32).map(<[usize]>::len).collect();
-        assert_eq!(sizes, vec![32, 33]);
-        let order: Vec<usize> = (0..70).collect();
-        let sizes: Vec<usize> = batches(&order, 32).map(<[usize]>::len).collect();
-        assert_eq!(sizes, vec![32, 32, 6]);
+    fn batches_are_balanced_cover_every_row_and_never_hold_one() {
+        let sizes = |n: usize, size: usize| -> Vec<usize> {
+            let order: Vec<usize> = (0..n).collect();
+            let parts: Vec<&[usize]> = batches(&order, size).collect();
+            let flat: Vec<usize> = parts.iter().flat_map(|b| b.iter().copied()).collect();
+            assert_eq!(flat, order, "n = {n}: every row once, in order");
+            parts.iter().map(|b| b.len()).collect()
+        };
+        assert_eq!(sizes(100, 32), vec![25, 25, 25, 25]);
+        assert_eq!(sizes(65, 32), vec![22, 22, 21]);
+        assert_eq!(sizes(64, 32), vec![32, 32]);
+        assert_eq!(sizes(10, 32), vec![10]);
+        assert_eq!(sizes(3, 2), vec![3]);
+        assert_eq!(sizes(2, 2), vec![2]);
+        for n in 2..200 {
+            let s = sizes(n, 32);
+            assert!(s.iter().all(|&b| (2..=33).contains(&b)), "n = {n}: {s:?}");
+        }
     }
 }

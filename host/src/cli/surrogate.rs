@@ -1,14 +1,14 @@
 //! `mfsched surrogate ...`: scoring MeanField bundles on profile data and
 //! checking the inference backends against each other.
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use mfsched::profile;
 use mfsched::scenario::{self, Scenario};
 use mfsched::surrogate::agreement::{Agreement, TOLERANCE, check_backends};
 use mfsched::surrogate::net::FoldedNet;
 use mfsched::surrogate::synthetic::{HIDDEN_WIDTHS, synthetic_nets};
-use mfsched::surrogate::{bundled, training};
+use mfsched::surrogate::{Bundle, bundled, training};
 use std::path::PathBuf;
 
 #[derive(Debug, Subcommand)]
@@ -155,17 +155,24 @@ fn check(args: CheckBackendsArgs) -> Result<()> {
 }
 
 fn eval(model: Option<PathBuf>, data: PathBuf, scenario: Option<String>) -> Result<()> {
-    let name = match (&scenario, &model) {
-        (Some(s), _) => s.clone(),
+    let (scenario, bundle) = match (scenario, &model) {
+        (Some(name), _) => {
+            let scenario = scenario::load(&name)?;
+            let bundle = bundled::load(&scenario, model.as_deref())?;
+            (scenario, bundle)
+        }
         (None, Some(dir)) => {
-            // The bundle names its scenario.
-            let dir = bundled::bundle_dir(dir, "");
-            mfsched::surrogate::Bundle::read(&dir)?.meta.scenario
+            // A bundle directory names its scenario.
+            let bundle = Bundle::read(dir)?;
+            let scenario = scenario::load(&bundle.meta.scenario)
+                .with_context(|| format!("the scenario of model bundle {}", dir.display()))?;
+            let bundle = bundle
+                .checked(&scenario)
+                .with_context(|| format!("model bundle {}", dir.display()))?;
+            (scenario, bundle)
         }
         (None, None) => bail!("give --model DIR, --scenario NAME, or both"),
     };
-    let scenario = scenario::load(&name)?;
-    let bundle = bundled::load(&scenario, model.as_deref())?;
     let profile = profile::read_csv(&data, &scenario.problem)?;
     let scores = training::evaluate(&bundle, &scenario, &profile);
     println!(

@@ -221,6 +221,12 @@ impl Bundle {
         Ok(())
     }
 
+    /// The bundle, once [`Bundle::check_against`] accepts it.
+    pub fn checked(self, scenario: &Scenario) -> Result<Self> {
+        self.check_against(scenario)?;
+        Ok(self)
+    }
+
     /// The predictor for the scenario's problem (after [`Bundle::check_against`]),
     /// on the CPU reference backend.
     pub fn meanfield(&self, problem: &Problem) -> Result<MeanField> {

@@ -116,13 +116,6 @@ pub fn bundle_dir(dir: &Path, scenario: &str) -> PathBuf {
     }
 }
 
-impl Bundle {
-    fn checked(self, scenario: &Scenario) -> Result<Self> {
-        self.check_against(scenario)?;
-        Ok(self)
-    }
-}
-
 /// The profiling plan of a shipped bundle.
 pub fn regenerate_plan(scenario: &Scenario) -> SamplingPlan {
     let n = scenario.problem.models.len();

@@ -89,8 +89,7 @@ pub fn holdout(strata: &[Vec<usize>], fraction: f64, rng: &mut Rng) -> (Vec<usiz
         let pos = ((j as f64 + 0.5) * strata.len() as f64 / held as f64) as usize;
         is_held[order[pos.min(order.len() - 1)]] = true;
     }
-    let (test, train): (Vec<usize>, Vec<usize>) = (0..strata.len()).partition(|&r| is_held[r]);
-    (train, test)
+    (0..strata.len()).partition(|&r| !is_held[r])
 }
 
 #[cfg(test)]

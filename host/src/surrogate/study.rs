@@ -413,8 +413,11 @@ impl StudyResult {
             .collect();
         LineChart {
             title: format!(
-                "MeanField learning curves on the {} ({} seeds × {}-fold CV)",
-                self.device, self.config.seeds, self.config.folds
+                "MeanField learning curves on the {} ({} seed{} × {}-fold CV)",
+                self.device,
+                self.config.seeds,
+                if self.config.seeds == 1 { "" } else { "s" },
+                self.config.folds
             ),
             x_label: "training-set size n".into(),
             y_label: "mean R² over models".into(),
@@ -424,7 +427,7 @@ impl StudyResult {
                 y: self.config.target_r2,
             }],
             log_x: true,
-            y_range: Some((0.5, 1.0)),
+            y_range: None,
         }
         .render()
     }
@@ -442,6 +445,13 @@ impl StudyResult {
                 "r2": published::R2,
             },
             "config": self.config,
+            "training": {
+                "hidden": self.config.train.hidden,
+                "dropout": self.config.train.dropout,
+                "epochs": self.config.train.epochs,
+                "batch_size": self.config.train.batch_size,
+                "learning_rate": self.config.train.learning_rate,
+            },
             "summary": self.curves.iter().map(|c| serde_json::json!({
                 "scenario": c.scenario,
                 "N": c.models,
