@@ -145,8 +145,6 @@ fn compare(
     traces: &[Trace],
     seed: u64,
 ) -> Result<Comparison> {
-    let engine = plugins.engine()?;
-    let plugin_dir = plugins.dir.as_deref();
     let scenario = scenario::load(problem_name)?;
     let Served {
         predictor,
