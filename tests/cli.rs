@@ -1,21 +1,10 @@
 //! End-to-end tests: they run the `mfsched` binary as a user would.
 
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 
-fn mfsched(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_mfsched"))
-        .args(args)
-        .output()
-        .expect("the mfsched binary runs")
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
+#[path = "common/process.rs"]
+mod process;
+use process::{mfsched, stderr, stdout};
 
 #[test]
 fn scenario_show_paper_n5_prints_the_published_feasible_count() {
@@ -847,4 +836,85 @@ fn bench_surrogate_prints_batches_and_the_decision_comparison() {
         !has_gpu,
         "{text}"
     );
+}
+
+#[test]
+fn a_closed_stdout_ends_the_command_quietly() {
+    // The read end is dropped at once, long before the scenario's 236,196
+    // configurations are enumerated and the first line is printed.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mfsched"))
+        .args(["scenario", "show", "paper-n5"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the mfsched binary runs");
+    drop(child.stdout.take());
+    let out = child.wait_with_output().expect("it exits");
+    let err = stderr(&out);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(out.status.code(), Some(141), "{err}");
+}
+
+#[test]
+fn repro_quick_writes_both_tables_into_one_report() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = mfsched(&[
+        "repro",
+        "--quick",
+        "--ticks",
+        "2",
+        "--out",
+        dir.path().to_str().expect("utf-8 path"),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains("Table I") && text.contains("Table II"),
+        "{text}"
+    );
+    let json: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(dir.path().join("results.json")).expect("results.json"),
+    )
+    .expect("valid JSON");
+    assert_eq!(json["quick"], true);
+    assert!(
+        json["device"]
+            .as_str()
+            .is_some_and(|d| d.contains("simulator")),
+        "{}",
+        json["device"]
+    );
+    let curves = json["table1"]["curves"].as_array().expect("Table I curves");
+    assert_eq!(curves.len(), 3, "N = 2, N = 3 and the Joint MLP at N = 2");
+    let rows = json["table2"]["overall"].as_array().expect("Table II rows");
+    let policies: Vec<&str> = rows.iter().filter_map(|r| r["policy"].as_str()).collect();
+    assert_eq!(
+        policies,
+        [
+            "ga",
+            "exhaustive",
+            "static-full",
+            "static-budget-500",
+            "static-budget-5000"
+        ]
+    );
+    for row in rows {
+        let ticks = row["summary"]["ticks"].as_u64();
+        assert_eq!(ticks, Some(16), "8 scenarios × 2 ticks: {row}");
+    }
+    let md = std::fs::read_to_string(dir.path().join("repro.md")).expect("repro.md");
+    for needle in [
+        "Table I",
+        "Table II",
+        "−10.51 %",
+        "≈40",
+        "not a real GPU",
+        "--quick",
+    ] {
+        assert!(md.contains(needle), "{needle}: {md}");
+    }
+    for svg in ["table1/learning-curves.svg", "table2/latency.svg"] {
+        let text = std::fs::read_to_string(dir.path().join(svg)).expect(svg);
+        assert!(text.starts_with("<svg"), "{svg}");
+    }
 }

@@ -6,20 +6,9 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-fn mfsched(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_mfsched"))
-        .args(args)
-        .output()
-        .expect("the mfsched binary runs")
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
+#[path = "common/process.rs"]
+mod process;
+use process::{mfsched, stderr, stdout};
 
 /// The hostile and incompatible test components build.rs makes.
 fn test_plugin(name: &str) -> PathBuf {

@@ -9,6 +9,7 @@ pub mod fsutil;
 pub mod plugin;
 pub mod predict;
 pub mod profile;
+pub mod published;
 pub mod runtime;
 pub mod scenario;
 pub mod sim;

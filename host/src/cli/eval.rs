@@ -1,11 +1,11 @@
-//! `ab`, `demo` and `repro policies`: closed-loop policy comparisons on the simulator.
+//! `ab` and `demo`: closed-loop policy comparisons on the simulator (and the
+//! shared machinery `repro`'s Table II runs on).
 
 use super::plugins::{PluginOpts, Served};
 use super::profile::progress_bar;
 use anyhow::{Context as _, Result, bail};
-use clap::{Args, Subcommand};
+use clap::Args;
 use mfsched::eval::closed_loop::{Harness, PolicySpec};
-use mfsched::eval::published;
 use mfsched::eval::report::Comparison;
 use mfsched::eval::traces::{self, DEFAULT_TICKS, TRACE_NAMES, Trace};
 use mfsched::plugin::PluginEngine;
@@ -86,7 +86,7 @@ fn parse_policy(spec: &str) -> Result<(String, Vec<(String, String)>)> {
     Ok((name.to_string(), out))
 }
 
-fn trace_list(spec: &str, ticks: usize, seed: u64) -> Result<Vec<Trace>> {
+pub(super) fn trace_list(spec: &str, ticks: usize, seed: u64) -> Result<Vec<Trace>> {
     if ticks == 0 {
         bail!("--ticks must be at least 1");
     }
@@ -109,13 +109,13 @@ fn trace_list(spec: &str, ticks: usize, seed: u64) -> Result<Vec<Trace>> {
 }
 
 /// A closed loop to run: the active policy (label, spec) and its shadows.
-struct Loop {
+pub(super) struct Loop {
     active: (String, String),
     shadows: Vec<(String, String)>,
 }
 
 impl Loop {
-    fn alone(label: &str, spec: &str) -> Self {
+    pub(super) fn alone(label: &str, spec: &str) -> Self {
         Self {
             active: (label.to_string(), spec.to_string()),
             shadows: Vec::new(),
@@ -137,7 +137,7 @@ fn load_spec(
 }
 
 /// Loads the problem and the plugins and runs every loop over every trace.
-fn compare(
+pub(super) fn compare(
     problem_name: &str,
     plugins: &PluginOpts,
     utility: &str,
@@ -196,7 +196,7 @@ fn compare(
     })
 }
 
-fn print_written(files: &[PathBuf], dir: &Path) {
+pub(super) fn print_written(files: &[PathBuf], dir: &Path) {
     println!("\nreport written to {}/", dir.display());
     for f in files {
         if let Some(name) = f.file_name() {
@@ -263,101 +263,6 @@ pub fn demo(args: DemoArgs) -> Result<()> {
     )?;
     print_written(&files, &args.out);
     Ok(())
-}
-
-#[derive(Debug, Args)]
-#[command(args_conflicts_with_subcommands = true)]
-pub struct ReproArgs {
-    /// Another published result than Table II.
-    #[command(subcommand)]
-    what: Option<ReproWhat>,
-    /// Directory for repro.md, results.json and the plots.
-    #[arg(long, default_value = "repro-report")]
-    out: PathBuf,
-    #[arg(long, default_value_t = DEFAULT_TICKS)]
-    ticks: usize,
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
-    #[command(flatten)]
-    plugins: PluginOpts,
-}
-
-#[derive(Debug, Subcommand)]
-pub enum ReproWhat {
-    /// The accuracy study: n* per N (R² ≥ 0.95) with learning curves, and the
-    /// Joint MLP at N = 2.
-    SampleComplexity(super::repro::SampleComplexityArgs),
-}
-
-/// Table II's rows: (label, policy spec).
-const TABLE2: [(&str, &str); 5] = [
-    ("ga", "ga"),
-    ("exhaustive", "exhaustive"),
-    ("static-full", "static-budget:k=full"),
-    ("static-budget-500", "static-budget:k=500"),
-    ("static-budget-5000", "static-budget:k=5000"),
-];
-
-pub fn repro(args: ReproArgs) -> Result<()> {
-    if let Some(ReproWhat::SampleComplexity(args)) = args.what {
-        return super::repro::sample_complexity(args);
-    }
-    let traces = trace_list("all", args.ticks, args.seed)?;
-    let loops: Vec<Loop> = TABLE2.iter().map(|(l, s)| Loop::alone(l, s)).collect();
-    println!(
-        "Table II: {} policies × {} workload scenarios × {} ticks on the {} (paper-n5)",
-        loops.len(),
-        traces.len(),
-        args.ticks,
-        sim::DEVICE_NAME
-    );
-    let cmp = compare(
-        "paper-n5",
-        &args.plugins,
-        "utility",
-        &loops,
-        &traces,
-        args.seed,
-    )?;
-    let table = table2(&cmp);
-    print!("{table}");
-    let command = format!("mfsched repro --ticks {} --seed {}", args.ticks, args.seed);
-    let mut files = cmp.write(&args.out, "Reproduction: Table II (scheduling)", &command)?;
-    let md = format!(
-        "# Reproduction of the published tables\n\nMeasured on the **{}** (a seeded simulator, not a real GPU), `{command}`.\n\n## Table II — scheduling on paper-n5 over the eight dynamic scenarios\n\n{table}\nPer-scenario rows and plots: `report.md`, `utility-*.svg`, `latency.svg`; every number: `results.json`.\n",
-        cmp.device
-    );
-    let path = args.out.join("repro.md");
-    mfsched::fsutil::write_atomically(&path, md.as_bytes())?;
-    files.push(path);
-    print_written(&files, &args.out);
-    Ok(())
-}
-
-/// Table II as markdown: our measurement beside the published figure.
-fn table2(cmp: &Comparison) -> String {
-    use std::fmt::Write as _;
-    let mut t = String::new();
-    let _ = writeln!(
-        t,
-        "| policy | gap vs exhaustive % | SLA violations (pred / real) | p50 ms | p99 ms | published |"
-    );
-    let _ = writeln!(t, "|---|---:|---:|---:|---:|---|");
-    for row in cmp.overall() {
-        let s = &row.summary;
-        let _ = writeln!(
-            t,
-            "| {} | {:.3} | {} / {} | {:.2} | {:.2} | {} |",
-            row.policy,
-            s.utility_gap_pct,
-            s.predicted_sla_violations,
-            s.realised_sla_violations,
-            s.latency_p50_ms,
-            s.latency_p99_ms,
-            published::table2_row(&row.policy)
-        );
-    }
-    t
 }
 
 #[cfg(test)]

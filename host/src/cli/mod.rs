@@ -59,10 +59,10 @@ enum Command {
     /// The main job on the embedded default: GA with an exhaustive shadow on the
     /// simulated 24 GB card, bundled models and plugins; writes a report with plots.
     Demo(eval::DemoArgs),
-    /// Regenerates the published tables on the simulator (Table II: GA, exhaustive,
-    /// StaticFull, StaticBudgetK at K = 500 and 5000 over the eight dynamic scenarios;
-    /// `repro sample-complexity`: the surrogate's accuracy study).
-    Repro(eval::ReproArgs),
+    /// Regenerates the published tables on the simulator in one report: Table I (the
+    /// surrogate's sample complexity, N = 2..6) and Table II (GA, exhaustive, StaticFull,
+    /// StaticBudgetK at K = 500 and 5000 over the eight dynamic scenarios).
+    Repro(repro::ReproArgs),
     /// The MeanField surrogate: scoring bundles on profile data, backend agreement.
     #[command(subcommand)]
     Surrogate(surrogate::SurrogateCommand),
@@ -76,7 +76,28 @@ enum Command {
     Bench(bench::BenchCommand),
 }
 
+/// `mfsched … | head` closes stdout early and `println!` then panics on EPIPE
+/// (Rust ignores SIGPIPE, and `unsafe` is denied here, so it cannot be restored).
+/// Exit quietly with the status a Unix tool killed by SIGPIPE has (128 + 13)
+/// instead of printing a panic; every other panic goes to the default hook.
+fn exit_quietly_on_broken_pipe() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let message = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or_default();
+        if message.starts_with("failed printing to stdout") && message.contains("Broken pipe") {
+            std::process::exit(141);
+        }
+        default(info);
+    }));
+}
+
 pub fn main() -> ExitCode {
+    exit_quietly_on_broken_pipe();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Scenario(cmd) => scenario::run(cmd),
@@ -94,7 +115,7 @@ pub fn main() -> ExitCode {
         Command::Models(cmd) => models::run(cmd),
         Command::Ab(args) => eval::ab(args),
         Command::Demo(args) => eval::demo(args),
-        Command::Repro(args) => eval::repro(args),
+        Command::Repro(args) => repro::repro(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -2,6 +2,5 @@
 //! comparison and the reproduction report.
 
 pub mod closed_loop;
-pub mod published;
 pub mod report;
 pub mod traces;

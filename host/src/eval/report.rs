@@ -228,6 +228,25 @@ impl Comparison {
         .render()
     }
 
+    /// Every number the report prints, per tick included. JSON has no −∞:
+    /// serde_json writes a non-finite utility (a broken floor) as `null`.
+    pub fn json(&self, command: &str) -> serde_json::Value {
+        serde_json::json!({
+            "command": command,
+            "device": self.device,
+            "scenario": self.scenario,
+            "predictor": self.predictor,
+            "utility": self.utility,
+            "seed": self.seed,
+            "feasible_configurations": self.feasible_configurations,
+            "policies": self.policies,
+            "traces": self.traces,
+            "rows": self.rows(),
+            "overall": self.overall(),
+            "runs": self.runs,
+        })
+    }
+
     /// Writes `report.md`, `results.json` and the plots into `dir`; returns the files.
     pub fn write(&self, dir: &Path, title: &str, command: &str) -> Result<Vec<PathBuf>> {
         std::fs::create_dir_all(dir)
@@ -243,24 +262,9 @@ impl Comparison {
             "report.md".into(),
             self.markdown(title, command).into_bytes(),
         )?;
-        let json = serde_json::json!({
-            "device": self.device,
-            "scenario": self.scenario,
-            "predictor": self.predictor,
-            "utility": self.utility,
-            "seed": self.seed,
-            "feasible_configurations": self.feasible_configurations,
-            "policies": self.policies,
-            "traces": self.traces,
-            "rows": self.rows(),
-            "overall": self.overall(),
-            "runs": self.runs,
-        });
         put(
             "results.json".into(),
-            // JSON has no −∞: serde_json writes a non-finite utility (a broken
-            // floor) as `null`.
-            serde_json::to_vec_pretty(&json).context("serialising results")?,
+            serde_json::to_vec_pretty(&self.json(command)).context("serialising results")?,
         )?;
         for trace in &self.traces {
             put(

@@ -24,6 +24,7 @@ use super::split;
 use super::training::{model_seed, score, train_net};
 use crate::fsutil::write_atomically;
 use crate::profile::SamplingPlan;
+use crate::published;
 use crate::scenario;
 use crate::svg::{LineChart, Reference, Series};
 use anyhow::{Context, Result, bail};
@@ -328,14 +329,6 @@ fn evaluate(pool: &Pool, job: &Job, config: &StudyConfig) -> Result<f64> {
     Ok(r2s.iter().sum::<f64>() / r2s.len() as f64)
 }
 
-/// The published figures this study reproduces.
-pub mod published {
-    /// n* for N = 2..6.
-    pub const N_STAR: [(usize, usize); 5] = [(2, 40), (3, 60), (4, 80), (5, 100), (6, 120)];
-    /// The plateau R² reported for N = 2..6.
-    pub const R2: f64 = 0.96;
-}
-
 impl StudyResult {
     fn largest(&self) -> usize {
         self.config.sizes.iter().copied().max().unwrap_or(0)
@@ -432,12 +425,9 @@ impl StudyResult {
         .render()
     }
 
-    /// Writes `results.json`, `learning-curves.svg` and `sample-complexity.md`
-    /// into `dir`; returns their paths.
-    pub fn write(&self, dir: &Path, command: &str) -> Result<Vec<PathBuf>> {
-        std::fs::create_dir_all(dir)
-            .with_context(|| format!("cannot create directory {}", dir.display()))?;
-        let json = serde_json::json!({
+    /// Every number of the study, with the published figures beside them.
+    pub fn json(&self, command: &str) -> serde_json::Value {
+        serde_json::json!({
             "command": command,
             "device": self.device,
             "published": {
@@ -461,7 +451,15 @@ impl StudyResult {
                 "r2_at_largest_n": c.at(self.largest()),
             })).collect::<Vec<_>>(),
             "curves": self.curves,
-        });
+        })
+    }
+
+    /// Writes `results.json`, `learning-curves.svg` and `sample-complexity.md`
+    /// into `dir`; returns their paths.
+    pub fn write(&self, dir: &Path, command: &str) -> Result<Vec<PathBuf>> {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("cannot create directory {}", dir.display()))?;
+        let json = self.json(command);
         let mut text = serde_json::to_vec_pretty(&json).context("serialising results.json")?;
         text.push(b'\n');
         let files = [
