@@ -1,6 +1,6 @@
 //! End-to-end tests: they run the `mfsched` binary as a user would.
 
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 
 #[path = "common/process.rs"]
 mod process;
