@@ -13,6 +13,9 @@
 //   features are gathered from the uploaded local tables and the state, so only
 //   indices and the state travel. Output is candidate-major:
 //   outputs[r · n_models + model].
+// - JOINT_FIELDS: as JOINT, but candidate r brings its own field: fields[r] =
+//   (VRAM used / card VRAM, utilisation) replaces the state's last two features
+//   (the candidate-aware field of host/src/surrogate/field.rs).
 //
 // Layers run on vec4 groups: the host pads every layer's inputs and outputs to
 // multiples of four with zero weights and biases (a padded output is relu(0) = 0
@@ -28,6 +31,7 @@ const MAX_WIDTH: u32 = 64u;
 const MAX_GROUPS: u32 = MAX_WIDTH / 4u;
 const STATE_FEATURES: u32 = 6u;
 const MODE_TABLE: u32 = 0u;
+const MODE_JOINT_FIELDS: u32 = 2u;
 
 struct Params {
     n_models: u32,
@@ -73,6 +77,8 @@ struct LayerDesc {
 // Joint indices as (low word, high word): u64 indices without 64-bit integers.
 @group(0) @binding(5) var<storage, read> candidates: array<vec2<u32>>;
 @group(0) @binding(6) var<storage, read_write> outputs: array<f32>;
+// Per-candidate fields (JOINT_FIELDS mode only; unread otherwise).
+@group(0) @binding(7) var<storage, read> fields: array<vec2<f32>>;
 
 struct DivMod {
     quotient: vec2<u32>,
@@ -137,6 +143,13 @@ fn main(
     for (var k = 0u; k < STATE_FEATURES; k = k + 1u) {
         let at = m.local_len + k;
         x[at / 4u][at % 4u] = params.state[k / 4u][k % 4u];
+    }
+    if params.mode == MODE_JOINT_FIELDS {
+        let field = fields[r];
+        let vram_at = m.local_len + STATE_FEATURES - 2u;
+        let util_at = vram_at + 1u;
+        x[vram_at / 4u][vram_at % 4u] = field.x;
+        x[util_at / 4u][util_at % 4u] = field.y;
     }
 
     for (var l = 0u; l < m.n_layers; l = l + 1u) {

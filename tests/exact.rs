@@ -129,6 +129,7 @@ fn exact_has_no_gap_over_the_eight_dynamic_scenarios() {
         label: "exact".into(),
         plugin: resolve_policy(&engine, "exact", None).expect("exact"),
         params: vec![],
+        predictor: None,
     };
     for name in TRACE_NAMES {
         let trace = traces::generate(name, 12, 5).expect(name);

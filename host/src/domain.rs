@@ -371,6 +371,13 @@ impl JointSpace {
         ((index / self.strides[position]) % u64::from(self.radices[position])) as u32
     }
 
+    /// Writes the digits of `index` (below `size()`) into `out` (length N), without allocating.
+    pub fn decode(&self, index: u64, out: &mut [u32]) {
+        for (position, digit) in out.iter_mut().enumerate() {
+            *digit = self.digit(index, position);
+        }
+    }
+
     pub fn tuple(&self, index: u64) -> Option<JointConfig> {
         if index >= self.size {
             return None;

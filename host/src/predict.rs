@@ -3,6 +3,27 @@
 
 use crate::domain::{GpuState, Problem};
 
+/// Which aggregate state (the "field") a candidate's predictions are made under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Field {
+    /// The state observed now, for every candidate (the published design).
+    #[default]
+    Observed,
+    /// Each candidate's own predicted state, solved to a fixed point
+    /// (`surrogate::field`); only joint predictions carry it.
+    CandidateAware,
+}
+
+impl Field {
+    pub fn label(self) -> &'static str {
+        match self {
+            Field::Observed => "observed field",
+            Field::CandidateAware => "candidate-aware field",
+        }
+    }
+}
+
 /// Predicts each model's throughput, in the model's own unit (tokens/s, FPS).
 pub trait Predictor: Send + Sync {
     /// Every local configuration of every model under one state: a flat buffer,
@@ -14,6 +35,13 @@ pub trait Predictor: Send + Sync {
     /// N predictions per joint candidate (mixed-radix indices), row-major:
     /// `out[c * N + i]` is model i's throughput in candidate c.
     fn predict_joint(&self, problem: &Problem, state: &GpuState, candidates: &[u64]) -> Vec<f32>;
+
+    /// The field joint predictions are made under. With [`Field::CandidateAware`]
+    /// the table is only the observed field's, and exact predictions of a
+    /// candidate come from `predict_joint`.
+    fn field(&self) -> Field {
+        Field::Observed
+    }
 }
 
 /// Offsets of each model's block in a `predict_table` buffer (length N + 1).

@@ -67,6 +67,7 @@ fn policies(args: PoliciesArgs) -> Result<()> {
         predictor,
         name: predictor_name,
         problem,
+        ..
     } = args.opts.served(&scenario)?;
     let engine = args.opts.engine()?;
     let dir = args.opts.dir.as_deref();

@@ -96,6 +96,7 @@ pub fn run(args: DecideArgs) -> Result<()> {
         predictor,
         name: predictor_name,
         problem,
+        ..
     } = args.opts.served(&scenario)?;
     let state = match &args.state {
         None => setup::default_state(&problem),

@@ -10,8 +10,10 @@ use mfsched::eval::report::Comparison;
 use mfsched::eval::traces::{self, DEFAULT_TICKS, TRACE_NAMES, Trace};
 use mfsched::plugin::PluginEngine;
 use mfsched::plugin::registry::{resolve_policy, resolve_utility};
+use mfsched::predict::Field;
 use mfsched::{scenario, sim};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// What every comparison command shares.
 #[derive(Debug, Args)]
@@ -44,6 +46,13 @@ pub struct AbArgs {
     /// Policy B, same syntax.
     #[arg(long)]
     b: String,
+    /// The field policy A is served under [default: --field].
+    #[arg(long, value_enum)]
+    a_field: Option<Field>,
+    /// The field policy B is served under [default: --field]. `--a ga --b ga
+    /// --b-field candidate-aware` compares the two fields under one policy.
+    #[arg(long, value_enum)]
+    b_field: Option<Field>,
     /// Directory for report.md, results.json and the SVG plots.
     #[arg(long, default_value = "ab-report")]
     out: PathBuf,
@@ -108,31 +117,75 @@ pub(super) fn trace_list(spec: &str, ticks: usize, seed: u64) -> Result<Vec<Trac
         .collect()
 }
 
-/// A closed loop to run: the active policy (label, spec) and its shadows.
+/// One policy of a loop: its report label, its `NAME[:k=v,…]` spec, and the
+/// field it is served under (`None`: the `--field` of the plugin options).
+pub(super) struct Contestant {
+    label: String,
+    spec: String,
+    field: Option<Field>,
+}
+
+impl Contestant {
+    fn new(label: &str, spec: &str) -> Self {
+        Self {
+            label: label.to_string(),
+            spec: spec.to_string(),
+            field: None,
+        }
+    }
+}
+
+/// A closed loop to run: the active policy and its shadows.
 pub(super) struct Loop {
-    active: (String, String),
-    shadows: Vec<(String, String)>,
+    active: Contestant,
+    shadows: Vec<Contestant>,
 }
 
 impl Loop {
     pub(super) fn alone(label: &str, spec: &str) -> Self {
         Self {
-            active: (label.to_string(), spec.to_string()),
+            active: Contestant::new(label, spec),
             shadows: Vec::new(),
         }
     }
 }
 
+/// Loads `contestant`'s policy, served under its field. A policy that can ask
+/// for joint predictions (a `predictions` parameter) is switched to them under
+/// the candidate-aware field unless told otherwise; one that cannot is named,
+/// since it will not see that field.
 fn load_spec(
     engine: &PluginEngine,
     plugin_dir: Option<&Path>,
-    (label, spec): &(String, String),
+    served: &Served,
+    contestant: &Contestant,
 ) -> Result<PolicySpec> {
-    let (name, params) = parse_policy(spec)?;
+    let (name, mut params) = parse_policy(&contestant.spec)?;
+    let plugin = resolve_policy(engine, &name, plugin_dir)?;
+    let predictor = match contestant.field {
+        Some(field) => served.under(field)?,
+        None => Arc::clone(&served.predictor),
+    };
+    if predictor.field() == Field::CandidateAware && !params.iter().any(|(k, _)| k == "predictions")
+    {
+        if plugin.info.params.iter().any(|p| p.name == "predictions") {
+            params.push(("predictions".into(), "candidates".into()));
+            eprintln!(
+                "note: {}: predictions=candidates (the candidate-aware field lives in joint predictions)",
+                contestant.label
+            );
+        } else {
+            eprintln!(
+                "warning: {}: policy '{name}' has no `predictions` parameter; if it reads only the table it sees the observed field",
+                contestant.label
+            );
+        }
+    }
     Ok(PolicySpec {
-        label: label.clone(),
-        plugin: resolve_policy(engine, &name, plugin_dir)?,
+        label: contestant.label.clone(),
+        plugin,
         params,
+        predictor: Some(predictor),
     })
 }
 
@@ -146,11 +199,7 @@ pub(super) fn compare(
     seed: u64,
 ) -> Result<Comparison> {
     let scenario = scenario::load(problem_name)?;
-    let Served {
-        predictor,
-        name: predictor_name,
-        problem,
-    } = plugins.served(&scenario)?;
+    let served = plugins.served(&scenario)?;
     let engine = plugins.engine()?;
     let plugin_dir = plugins.dir.as_deref();
     let utility = resolve_utility(&engine, utility, plugin_dir)?;
@@ -160,13 +209,36 @@ pub(super) fn compare(
             let shadows = l
                 .shadows
                 .iter()
-                .map(|s| load_spec(&engine, plugin_dir, s))
+                .map(|s| load_spec(&engine, plugin_dir, &served, s))
                 .collect::<Result<_>>()?;
-            Ok((load_spec(&engine, plugin_dir, &l.active)?, shadows))
+            Ok((load_spec(&engine, plugin_dir, &served, &l.active)?, shadows))
         })
         .collect::<Result<_>>()?;
     let utility_title = utility.info.title.clone();
-    let harness = Harness::new(engine, utility, predictor, problem);
+    let fields: Vec<Field> = loaded
+        .iter()
+        .flat_map(|(a, shadows)| std::iter::once(a).chain(shadows))
+        .filter_map(|p| p.predictor.as_ref().map(|p| p.field()))
+        .fold(Vec::new(), |mut acc, f| {
+            if !acc.contains(&f) {
+                acc.push(f);
+            }
+            acc
+        });
+    let predictor_name = if fields.len() > 1 {
+        served.name.replace(
+            served.predictor.field().label(),
+            "observed and candidate-aware fields (per policy)",
+        )
+    } else {
+        served.name.clone()
+    };
+    let harness = Harness::new(
+        engine,
+        utility,
+        Arc::clone(&served.predictor),
+        served.problem.clone(),
+    );
     let total: usize = traces.iter().map(|t| t.levels.len()).sum::<usize>() * loaded.len();
     let bar = progress_bar(total, "closed-loop runs on the simulator");
     let mut runs = Vec::new();
@@ -186,7 +258,7 @@ pub(super) fn compare(
     Ok(Comparison {
         device: format!("{} (mfsched simulator)", sim::DEVICE_NAME),
         scenario: scenario.name,
-        predictor: predictor_name.to_string(),
+        predictor: predictor_name,
         utility: utility_title,
         seed,
         feasible_configurations: harness.feasible_count(),
@@ -206,25 +278,52 @@ pub(super) fn print_written(files: &[PathBuf], dir: &Path) {
 }
 
 pub fn ab(args: AbArgs) -> Result<()> {
-    if args.a == args.b {
+    let e = &args.eval;
+    let field_a = args.a_field.unwrap_or(e.plugins.field);
+    let field_b = args.b_field.unwrap_or(e.plugins.field);
+    if args.a == args.b && field_a == field_b {
         bail!(
-            "--a and --b are the same policy ('{}'): compare two different ones",
+            "--a and --b are the same policy ('{}') under the same field: compare two different ones, or set --b-field",
             args.a
         );
     }
-    let e = &args.eval;
+    // Same policy under two fields: the labels say which is which.
+    let label = |spec: &str, field: Field| {
+        if field_a == field_b {
+            spec.to_string()
+        } else {
+            format!("{spec} ({})", field.label())
+        }
+    };
+    let (label_a, label_b) = (label(&args.a, field_a), label(&args.b, field_b));
     let traces = trace_list(&e.scenarios, e.ticks, e.seed)?;
-    let loops = [Loop::alone(&args.a, &args.a), Loop::alone(&args.b, &args.b)];
+    let contestant = |label: &str, spec: &str, field: Field| Loop {
+        active: Contestant {
+            label: label.to_string(),
+            spec: spec.to_string(),
+            field: Some(field),
+        },
+        shadows: Vec::new(),
+    };
+    let loops = [
+        contestant(&label_a, &args.a, field_a),
+        contestant(&label_b, &args.b, field_b),
+    ];
     let cmp = compare(&e.problem, &e.plugins, &e.utility, &loops, &traces, e.seed)?;
     println!(
-        "A/B on the {} — {} vs {}, seed {}",
-        cmp.device, args.a, args.b, e.seed
+        "A/B on the {} — {label_a} vs {label_b}, seed {}",
+        cmp.device, e.seed
     );
     print!("{}", cmp.summary_table());
-    let command = format!(
+    let mut command = format!(
         "mfsched ab --a {} --b {} --problem {} --scenarios {} --ticks {} --seed {}",
         args.a, args.b, e.problem, e.scenarios, e.ticks, e.seed
     );
+    for (flag, field) in [("--a-field", field_a), ("--b-field", field_b)] {
+        if field != Field::Observed {
+            command.push_str(&format!(" {flag} candidate-aware"));
+        }
+    }
     let files = cmp.write(&args.out, "A/B policy comparison", &command)?;
     print_written(&files, &args.out);
     Ok(())
@@ -240,8 +339,8 @@ pub fn demo(args: DemoArgs) -> Result<()> {
     );
     println!("active policy: ga; shadow: exhaustive (per-step argmax, never applied)\n");
     let loops = [Loop {
-        active: ("ga".into(), "ga".into()),
-        shadows: vec![("exhaustive".into(), "exhaustive".into())],
+        active: Contestant::new("ga", "ga"),
+        shadows: vec![Contestant::new("exhaustive", "exhaustive")],
     }];
     let cmp = compare(
         "paper-n5",

@@ -8,9 +8,10 @@ use mfsched::plugin::check::{CheckInputs, check_file};
 use mfsched::plugin::registry;
 use mfsched::plugin::setup;
 use mfsched::plugin::{CompileCache, PluginEngine, PluginLimits};
-use mfsched::predict::Predictor;
+use mfsched::predict::{Field, Predictor};
 use mfsched::scenario::Scenario;
 use mfsched::surrogate::bundled;
+use mfsched::surrogate::field::CandidateAware;
 use mfsched::{scenario, template};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -41,6 +42,11 @@ pub struct PluginOpts {
     /// `models/`, instead of the bundle embedded for the scenario.
     #[arg(long, value_name = "DIR")]
     pub models: Option<PathBuf>,
+    /// The field MeanField's joint predictions are made under: the state observed
+    /// now (published), or each candidate's own, solved to a fixed point. Only
+    /// joint predictions carry it: use a policy's `predictions=candidates`.
+    #[arg(long, value_enum, default_value_t = Field::Observed)]
+    pub field: Field,
 }
 
 impl PluginOpts {
@@ -91,9 +97,28 @@ pub enum PredictorKind {
 /// What the plugins are served: the predictor, the problem with its SLA floors
 /// and per-variant throughput ranges filled in, and how to name the predictor.
 pub struct Served {
+    /// The predictor under `--field`.
     pub predictor: Arc<dyn Predictor>,
     pub name: String,
     pub problem: Problem,
+    /// The same surrogate under the other field, when it has one.
+    other_field: Option<(Field, Arc<dyn Predictor>)>,
+}
+
+impl Served {
+    /// The predictor under `field`: the served one or the same surrogate under the other field.
+    pub fn under(&self, field: Field) -> Result<Arc<dyn Predictor>> {
+        if self.predictor.field() == field {
+            return Ok(Arc::clone(&self.predictor));
+        }
+        match &self.other_field {
+            Some((f, p)) if *f == field => Ok(Arc::clone(p)),
+            _ => bail!(
+                "the {} is an option of the MeanField surrogate (--predictor meanfield)",
+                field.label()
+            ),
+        }
+    }
 }
 
 impl PluginOpts {
@@ -106,7 +131,7 @@ impl PluginOpts {
             PredictorKind::Meanfield => {
                 let bundle = bundled::load(scenario, self.models.as_deref())?;
                 bundle.apply(&mut problem, &scenario.explicit_floors);
-                let meanfield = bundle.meanfield(&problem)?;
+                let meanfield = Arc::new(bundle.meanfield(&problem)?);
                 let origin = match &self.models {
                     Some(dir) => format!(
                         "bundle {}",
@@ -114,21 +139,50 @@ impl PluginOpts {
                     ),
                     None => format!("embedded bundle {}", scenario.name),
                 };
+                // The candidate-aware field needs the bundle's training profile;
+                // a bundle without one still serves the observed field.
+                let candidate_aware =
+                    bundled::training_profile(scenario, self.models.as_deref(), &bundle).and_then(
+                        |profile| CandidateAware::new(Arc::clone(&meanfield), &problem, &profile),
+                    );
+                let observed: Arc<dyn Predictor> = meanfield;
+                let (predictor, other_field) = match (self.field, candidate_aware) {
+                    (Field::Observed, Ok(ca)) => (
+                        observed,
+                        Some((Field::CandidateAware, Arc::new(ca) as Arc<dyn Predictor>)),
+                    ),
+                    (Field::Observed, Err(_)) => (observed, None),
+                    (Field::CandidateAware, Ok(ca)) => (
+                        Arc::new(ca) as Arc<dyn Predictor>,
+                        Some((Field::Observed, observed)),
+                    ),
+                    (Field::CandidateAware, Err(e)) => {
+                        return Err(e.context("--field candidate-aware"));
+                    }
+                };
                 Ok(Served {
-                    predictor: Arc::new(meanfield),
-                    name: format!("MeanField surrogate, CPU ({origin})"),
+                    name: format!(
+                        "MeanField surrogate, CPU ({origin}), {}",
+                        predictor.field().label()
+                    ),
+                    predictor,
                     problem,
+                    other_field,
                 })
             }
             PredictorKind::Analytic => {
                 if self.models.is_some() {
                     bail!("--models applies to --predictor meanfield, not analytic");
                 }
+                if self.field != Field::Observed {
+                    bail!("--field candidate-aware is an option of --predictor meanfield");
+                }
                 setup::fill_defaults(&mut problem, &scenario.explicit_floors, &AnalyticPredictor);
                 Ok(Served {
                     predictor: Arc::new(AnalyticPredictor),
                     name: "analytic closed-form stand-in (not the MeanField surrogate)".into(),
                     problem,
+                    other_field: None,
                 })
             }
         }
@@ -257,6 +311,7 @@ fn check(
         predictor,
         name: predictor_name,
         problem,
+        ..
     } = opts.served(&scenario)?;
     let inputs = CheckInputs {
         engine: opts.engine()?,

@@ -19,7 +19,7 @@ use crate::eval::traces::Trace;
 use crate::plugin::bindings::wit;
 use crate::plugin::context::Scorer;
 use crate::plugin::{Decider, DecisionOutcome, LoadedPolicy, LoadedUtility, PluginEngine, Slot};
-use crate::predict::{Predictor, table_offsets};
+use crate::predict::{Field, Predictor, table_offsets};
 use crate::sim::Simulator;
 use anyhow::{Context, Result};
 use serde::Serialize;
@@ -32,6 +32,9 @@ pub struct PolicySpec {
     pub label: String,
     pub plugin: Arc<LoadedPolicy>,
     pub params: Vec<(String, String)>,
+    /// The predictor this policy is served, when not the harness's (e.g. the
+    /// same surrogate with the candidate-aware field, for a field A/B).
+    pub predictor: Option<Arc<dyn Predictor>>,
 }
 
 impl std::fmt::Debug for PolicySpec {
@@ -40,6 +43,7 @@ impl std::fmt::Debug for PolicySpec {
             .field("label", &self.label)
             .field("plugin", &self.plugin.info.name)
             .field("params", &self.params)
+            .field("field", &self.predictor.as_ref().map(|p| p.field().label()))
             .finish()
     }
 }
@@ -210,26 +214,33 @@ impl Harness {
         self.feasible.len()
     }
 
-    /// Utilities of every feasible candidate under `state`, for the problem as it
-    /// stands (its `current` sets the reconfiguration penalty).
+    /// Utilities of every feasible candidate under `state` as `predictor` sees
+    /// them, for the problem as it stands (its `current` sets the
+    /// reconfiguration penalty): from the table while the field is held fixed,
+    /// else from every candidate's joint prediction.
     fn landscape(
         &self,
+        predictor: &dyn Predictor,
         scorer: &mut Scorer,
         problem: &Problem,
         state: &GpuState,
     ) -> Result<Vec<f64>> {
-        let table = self.predictor.predict_table(problem, state);
-        let n = problem.models.len();
-        let predictions: Vec<f32> = self
-            .feasible_locals
-            .chunks_exact(n)
-            .flat_map(|locals| {
-                locals
-                    .iter()
-                    .zip(&self.offsets)
-                    .map(|(&c, &off)| table[off + c as usize])
-            })
-            .collect();
+        let predictions: Vec<f32> = match predictor.field() {
+            Field::Observed => {
+                let table = predictor.predict_table(problem, state);
+                let n = problem.models.len();
+                self.feasible_locals
+                    .chunks_exact(n)
+                    .flat_map(|locals| {
+                        locals
+                            .iter()
+                            .zip(&self.offsets)
+                            .map(|(&c, &off)| table[off + c as usize])
+                    })
+                    .collect()
+            }
+            Field::CandidateAware => predictor.predict_joint(problem, state, &self.feasible),
+        };
         let deadline = Instant::now() + self.engine.limits().deadline;
         scorer
             .score(
@@ -241,12 +252,17 @@ impl Harness {
             .map_err(|e| anyhow::anyhow!("the utility failed on the exhaustive reference: {e}"))
     }
 
+    /// The predictor `policy` is served.
+    fn predictor_of(&self, policy: &PolicySpec) -> Arc<dyn Predictor> {
+        Arc::clone(policy.predictor.as_ref().unwrap_or(&self.predictor))
+    }
+
     fn decider(&self, policy: &PolicySpec, seed: u64) -> Decider {
         Decider::new(
             Arc::clone(&self.engine),
             Arc::new(Slot::new(Arc::clone(&policy.plugin))),
             Arc::new(Slot::new(Arc::clone(&self.utility))),
-            Arc::clone(&self.predictor),
+            self.predictor_of(policy),
             with_seed(&policy.params, seed),
         )
     }
@@ -264,10 +280,12 @@ impl Harness {
         mut on_tick: impl FnMut(),
     ) -> Result<Vec<Run>> {
         let mut sim = Simulator::new(&self.problem, seed).context("starting the simulator")?;
-        let mut deciders: Vec<Decider> = std::iter::once(active)
-            .chain(shadows)
-            .map(|p| self.decider(p, seed))
-            .collect();
+        let specs: Vec<&PolicySpec> = std::iter::once(active).chain(shadows).collect();
+        let mut deciders: Vec<Decider> = specs.iter().map(|p| self.decider(p, seed)).collect();
+        // Each decider's gap is measured on its own predictor's landscape;
+        // deciders sharing a predictor share one reference per tick.
+        let predictors: Vec<Arc<dyn Predictor>> =
+            specs.iter().map(|p| self.predictor_of(p)).collect();
         let mut scorer = Scorer::new(Arc::clone(&self.engine), Arc::clone(&self.utility));
         let mut problem = self.problem.clone();
         let mut lifted = problem.clone();
@@ -283,14 +301,21 @@ impl Harness {
             .collect();
         for (tick, &workload) in trace.levels.iter().enumerate() {
             let state = sim.measure(&problem.current, workload, 1).state;
-            let best = self
-                .landscape(&mut scorer, &problem, &state)?
-                .into_iter()
-                .fold(f64::NEG_INFINITY, f64::max);
+            let mut best: Vec<f64> = Vec::with_capacity(predictors.len());
+            for (k, predictor) in predictors.iter().enumerate() {
+                let shared = (0..k).find(|&j| Arc::ptr_eq(&predictors[j], predictor));
+                best.push(match shared {
+                    Some(j) => best[j],
+                    None => self
+                        .landscape(predictor.as_ref(), &mut scorer, &problem, &state)?
+                        .into_iter()
+                        .fold(f64::NEG_INFINITY, f64::max),
+                });
+            }
             lifted.current.clone_from(&problem.current);
             let wit_lifted = wit::Problem::from(&lifted);
             let mut applied = None;
-            for (decider, run) in deciders.iter_mut().zip(&mut runs) {
+            for ((decider, run), &best) in deciders.iter_mut().zip(&mut runs).zip(&best) {
                 let report = decider.decide(&problem, &state);
                 let truth = sim.expected_throughput(&report.config, workload);
                 let index = problem

@@ -192,10 +192,13 @@ pub fn peek(path: &Path) -> Result<Peek> {
 fn open(path: &Path) -> Result<::csv::Reader<std::fs::File>> {
     let file =
         std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
-    Ok(::csv::ReaderBuilder::new()
-        .has_headers(true)
-        .trim(::csv::Trim::All)
-        .from_reader(file))
+    Ok(reader_builder().from_reader(file))
+}
+
+fn reader_builder() -> ::csv::ReaderBuilder {
+    let mut builder = ::csv::ReaderBuilder::new();
+    builder.has_headers(true).trim(::csv::Trim::All);
+    builder
 }
 
 /// Where each expected column sits in the file.
@@ -207,17 +210,32 @@ struct Layout {
 
 /// Reads and validates a profile against `problem`'s models.
 pub fn read_csv(path: &Path, problem: &Problem) -> Result<Profile> {
-    Ok(read(path, problem)?)
+    let reader = open(path).map_err(|e| FormatError {
+        path: path.to_path_buf(),
+        line: None,
+        column: None,
+        message: format!("{e:#}"),
+    })?;
+    Ok(read(path, reader, problem)?)
 }
 
-fn read(path: &Path, problem: &Problem) -> Result<Profile, FormatError> {
+/// [`read_csv`] of a file already in memory (an embedded profile); `path` names it in errors.
+pub fn read_csv_bytes(bytes: &[u8], path: &Path, problem: &Problem) -> Result<Profile> {
+    let reader = reader_builder().from_reader(bytes);
+    Ok(read(path, reader, problem)?)
+}
+
+fn read<R: std::io::Read>(
+    path: &Path,
+    mut reader: ::csv::Reader<R>,
+    problem: &Problem,
+) -> Result<Profile, FormatError> {
     let at = |line: Option<u64>, column: Option<&str>, message: String| FormatError {
         path: path.to_path_buf(),
         line,
         column: column.map(str::to_string),
         message,
     };
-    let mut reader = open(path).map_err(|e| at(None, None, format!("{e:#}")))?;
     let header: Vec<String> = reader
         .headers()
         .map_err(|e| at(Some(1), None, format!("unreadable header: {e}")))?

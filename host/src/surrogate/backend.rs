@@ -114,11 +114,37 @@ impl Predictor for InferenceBackend {
     /// Candidates outside the joint space (callers such as the plugin host reject
     /// them first) give NaN rows rather than a panic; the others are predicted.
     fn predict_joint(&self, problem: &Problem, state: &GpuState, candidates: &[u64]) -> Vec<f32> {
+        self.predict_joint_fields(problem, state, candidates, None)
+    }
+}
+
+impl InferenceBackend {
+    /// [`Predictor::predict_joint`] with each candidate's own field when `fields`
+    /// is given (one per candidate; see `surrogate::field`). Candidates outside
+    /// the joint space, or a field list of the wrong length, give NaN rows.
+    pub fn predict_joint_fields(
+        &self,
+        problem: &Problem,
+        state: &GpuState,
+        candidates: &[u64],
+        fields: Option<&[[f32; 2]]>,
+    ) -> Vec<f32> {
         let n = problem.models.len();
+        if fields.is_some_and(|f| f.len() != candidates.len()) {
+            return vec![f32::NAN; candidates.len() * n];
+        }
         let size = problem.space().size();
         if candidates.iter().any(|&c| c >= size) {
-            let valid: Vec<u64> = candidates.iter().copied().filter(|&c| c < size).collect();
-            let mut predicted = self.predict_joint(problem, state, &valid).into_iter();
+            // Predict the valid ones (a device error would take the GPU out of use).
+            let valid: Vec<usize> = (0..candidates.len())
+                .filter(|&k| candidates[k] < size)
+                .collect();
+            let valid_candidates: Vec<u64> = valid.iter().map(|&k| candidates[k]).collect();
+            let valid_fields: Option<Vec<[f32; 2]>> =
+                fields.map(|f| valid.iter().map(|&k| f[k]).collect());
+            let mut predicted = self
+                .predict_joint_fields(problem, state, &valid_candidates, valid_fields.as_deref())
+                .into_iter();
             let mut out = Vec::with_capacity(candidates.len() * n);
             for &c in candidates {
                 if c < size {
@@ -130,9 +156,9 @@ impl Predictor for InferenceBackend {
             return out;
         }
         self.run(
-            |g| g.predict_joint(state, candidates),
+            |g| g.predict_joint_fields(state, candidates, fields),
             |c| {
-                c.predict_joint(state, candidates)
+                c.predict_joint_fields(state, candidates, fields)
                     .unwrap_or_else(|_| vec![f32::NAN; candidates.len() * n])
             },
         )

@@ -37,46 +37,53 @@ pub const PROFILE_ROWS: usize = 648;
 /// The training data file kept beside each shipped bundle.
 pub const PROFILE_FILE: &str = "profile.csv";
 
-/// (scenario, bundle.json, weights.safetensors) of every shipped bundle.
-const EMBEDDED: &[(&str, &[u8], &[u8])] = &[
+/// (scenario, bundle.json, weights.safetensors, profile.csv) of every shipped
+/// bundle. The profile travels too: the candidate-aware field fits its
+/// utilisation model on the very rows the predictors were trained on.
+const EMBEDDED: &[(&str, &[u8], &[u8], &[u8])] = &[
     (
         "paper-n2",
         include_bytes!("../../../models/paper-n2/bundle.json"),
         include_bytes!("../../../models/paper-n2/weights.safetensors"),
+        include_bytes!("../../../models/paper-n2/profile.csv"),
     ),
     (
         "paper-n3",
         include_bytes!("../../../models/paper-n3/bundle.json"),
         include_bytes!("../../../models/paper-n3/weights.safetensors"),
+        include_bytes!("../../../models/paper-n3/profile.csv"),
     ),
     (
         "paper-n4",
         include_bytes!("../../../models/paper-n4/bundle.json"),
         include_bytes!("../../../models/paper-n4/weights.safetensors"),
+        include_bytes!("../../../models/paper-n4/profile.csv"),
     ),
     (
         "paper-n5",
         include_bytes!("../../../models/paper-n5/bundle.json"),
         include_bytes!("../../../models/paper-n5/weights.safetensors"),
+        include_bytes!("../../../models/paper-n5/profile.csv"),
     ),
     (
         "paper-n6",
         include_bytes!("../../../models/paper-n6/bundle.json"),
         include_bytes!("../../../models/paper-n6/weights.safetensors"),
+        include_bytes!("../../../models/paper-n6/profile.csv"),
     ),
 ];
 
 /// The scenarios with a shipped bundle.
 pub fn embedded_names() -> impl Iterator<Item = &'static str> {
-    EMBEDDED.iter().map(|(name, _, _)| *name)
+    EMBEDDED.iter().map(|(name, ..)| *name)
 }
 
 /// The shipped bundle of a scenario, parsed (not yet checked against it).
 pub fn embedded(scenario: &str) -> Option<Result<Bundle>> {
     EMBEDDED
         .iter()
-        .find(|(name, _, _)| *name == scenario)
-        .map(|(name, meta, weights)| {
+        .find(|(name, ..)| *name == scenario)
+        .map(|(name, meta, weights, _)| {
             Bundle::from_bytes(meta, weights)
                 .with_context(|| format!("the embedded model bundle of {name}"))
         })
@@ -105,6 +112,49 @@ pub fn load(scenario: &Scenario, models: Option<&Path>) -> Result<Bundle> {
             .with_context(|| format!("the embedded model bundle of {}", scenario.name))?,
     };
     Ok(bundle)
+}
+
+/// The profile `bundle` was trained on: `profile.csv` beside it (from `models`
+/// as in [`load`], else the embedded copy), checked against the SHA-256 the
+/// bundle recorded, so nothing fitted on it can drift from the predictors.
+pub fn training_profile(
+    scenario: &Scenario,
+    models: Option<&Path>,
+    bundle: &Bundle,
+) -> Result<Profile> {
+    let (bytes, path) = match models {
+        Some(dir) => {
+            let path = bundle_dir(dir, &scenario.name).join(PROFILE_FILE);
+            let bytes = std::fs::read(&path).with_context(|| {
+                format!(
+                    "cannot read {} (the bundle's training profile, kept beside it)",
+                    path.display()
+                )
+            })?;
+            (std::borrow::Cow::Owned(bytes), path)
+        }
+        None => {
+            let (.., profile) = EMBEDDED
+                .iter()
+                .find(|(name, ..)| *name == scenario.name)
+                .with_context(|| {
+                    format!("no embedded model bundle for scenario '{}'", scenario.name)
+                })?;
+            (
+                std::borrow::Cow::Borrowed(*profile),
+                Path::new("models").join(&scenario.name).join(PROFILE_FILE),
+            )
+        }
+    };
+    let sha = training::sha256_hex(&bytes);
+    if sha != bundle.meta.training.data_sha256 {
+        anyhow::bail!(
+            "{} is not the profile the bundle was trained on (SHA-256 {sha}, the bundle records {}); regenerate both with `mfsched models regenerate`",
+            path.display(),
+            bundle.meta.training.data_sha256
+        );
+    }
+    profile::csv::read_csv_bytes(&bytes, &path, &scenario.problem)
 }
 
 /// `dir` itself when it holds a bundle, else `dir/<scenario>`.

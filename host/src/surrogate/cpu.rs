@@ -4,7 +4,7 @@
 //! and the CPU side of the surrogate benchmark.
 
 use crate::domain::{GpuState, JointSpace, Problem};
-use crate::surrogate::features::{input_len, local_len, local_table, push_state};
+use crate::surrogate::features::{FIELD_FEATURES, input_len, local_len, local_table, push_state};
 use crate::surrogate::net::{FoldedNet, Scratch};
 use anyhow::{Result, bail};
 
@@ -62,6 +62,18 @@ pub fn check_candidates(space: &JointSpace, candidates: &[u64]) -> Result<()> {
     Ok(())
 }
 
+/// Rejects a field list whose length is not one field per candidate.
+pub fn check_fields(candidates: &[u64], fields: Option<&[[f32; 2]]>) -> Result<()> {
+    match fields {
+        Some(f) if f.len() != candidates.len() => bail!(
+            "{} fields for {} candidates: give one field per candidate",
+            f.len(),
+            candidates.len()
+        ),
+        _ => Ok(()),
+    }
+}
+
 impl CpuBackend {
     pub fn new(problem: &Problem, nets: &[FoldedNet]) -> Result<Self> {
         check_nets(problem, nets)?;
@@ -94,7 +106,21 @@ impl CpuBackend {
 
     /// N predictions per joint candidate, row-major: `out[c * N + i]`.
     pub fn predict_joint(&self, state: &GpuState, candidates: &[u64]) -> Result<Vec<f32>> {
+        self.predict_joint_fields(state, candidates, None)
+    }
+
+    /// As [`CpuBackend::predict_joint`], with each candidate's own field when
+    /// `fields` is given: `fields[c]` = (VRAM used / card VRAM, utilisation)
+    /// replaces the state's two continuous features for candidate c (the
+    /// workload stays the state's). See `surrogate::field`.
+    pub fn predict_joint_fields(
+        &self,
+        state: &GpuState,
+        candidates: &[u64],
+        fields: Option<&[[f32; 2]]>,
+    ) -> Result<Vec<f32>> {
         check_candidates(&self.space, candidates)?;
+        check_fields(candidates, fields)?;
         let n = self.nets.len();
         let state_features = self.state_features(state);
         let mut out = vec![0.0; candidates.len() * n];
@@ -112,14 +138,18 @@ impl CpuBackend {
             let width = local_len(model);
             for (block_no, block) in candidates.chunks(JOINT_BLOCK_ROWS).enumerate() {
                 x.clear();
-                for &c in block {
+                let first = block_no * JOINT_BLOCK_ROWS;
+                for (k, &c) in block.iter().enumerate() {
                     let config = self.space.digit(c, i) as usize;
                     x.extend_from_slice(&table[config * width..(config + 1) * width]);
                     x.extend_from_slice(&state_features);
+                    if let Some(fields) = fields {
+                        let at = x.len() - FIELD_FEATURES;
+                        x[at..].copy_from_slice(&fields[first + k]);
+                    }
                 }
                 y.clear();
                 net.predict_into(&x, &mut scratch, &mut y);
-                let first = block_no * JOINT_BLOCK_ROWS;
                 for (k, &v) in y.iter().enumerate() {
                     out[(first + k) * n + i] = v;
                 }

@@ -11,6 +11,10 @@ use crate::domain::{GpuState, Model, Problem};
 /// Number of state features: workload one-hot (4), VRAM used / card VRAM, utilisation.
 pub const STATE_FEATURES: usize = 6;
 
+/// The last state features, (VRAM used / card VRAM, utilisation): the part of the
+/// field a candidate-aware prediction gives each candidate of its own.
+pub const FIELD_FEATURES: usize = 2;
+
 /// Length of a model's local feature vector.
 pub fn local_len(model: &Model) -> usize {
     model.variants.len()

@@ -10,7 +10,7 @@
 //! fine in a CLI or a test; async callers must run them in `spawn_blocking`.
 
 use crate::domain::{GpuState, JointSpace, Problem};
-use crate::surrogate::cpu::{check_candidates, check_nets};
+use crate::surrogate::cpu::{check_candidates, check_fields, check_nets};
 use crate::surrogate::features::{STATE_FEATURES, local_len, local_table, push_state};
 use crate::surrogate::net::FoldedNet;
 use anyhow::{Context, Result, anyhow, bail};
@@ -28,6 +28,7 @@ const MAX_WIDTH: usize = 64;
 const MAX_RADIX: usize = 1 << 16;
 const MODE_TABLE: u32 = 0;
 const MODE_JOINT: u32 = 1;
+const MODE_JOINT_FIELDS: u32 = 2;
 
 // Joint indices are uploaded as little-endian (low, high) u32 pairs by casting
 // the u64 slice; wgpu's targets are little-endian.
@@ -147,6 +148,8 @@ pub fn probe_adapter() -> Result<AdapterSummary> {
 struct IoBuffers {
     /// Joint indices, `candidate_capacity` u64 values.
     candidates: wgpu::Buffer,
+    /// Per-candidate fields, `candidate_capacity` (f32, f32) pairs.
+    fields: wgpu::Buffer,
     candidate_capacity: usize,
     /// Shader output and its host-readable copy, `output_capacity` f32 values each.
     outputs: wgpu::Buffer,
@@ -352,6 +355,7 @@ impl GpuBackend {
                 }];
                 entries.extend((1..=5).map(|b| storage_entry(b, true)));
                 entries.push(storage_entry(6, false));
+                entries.push(storage_entry(7, true));
                 let bind_group_layout =
                     device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
                         label: Some("meanfield bindings"),
@@ -436,11 +440,14 @@ impl GpuBackend {
             .unwrap_or(0);
         self.dispatch(
             &mut io,
-            MODE_TABLE,
-            state,
-            &[],
-            widest_grid,
-            self.table_rows,
+            Dispatch {
+                mode: MODE_TABLE,
+                state,
+                candidates: &[],
+                fields: &[],
+                rows_per_model: widest_grid,
+                outputs: self.table_rows,
+            },
             &mut out,
         )?;
         Ok(out)
@@ -449,18 +456,39 @@ impl GpuBackend {
     /// N predictions per joint candidate, row-major: `out[c * N + i]`. The
     /// features are built on the device from the mixed-radix indices.
     pub fn predict_joint(&self, state: &GpuState, candidates: &[u64]) -> Result<Vec<f32>> {
+        self.predict_joint_fields(state, candidates, None)
+    }
+
+    /// As [`GpuBackend::predict_joint`], with each candidate's own field when
+    /// `fields` is given (see `CpuBackend::predict_joint_fields`); the fields
+    /// travel beside the indices and the shader puts them in the input rows.
+    pub fn predict_joint_fields(
+        &self,
+        state: &GpuState,
+        candidates: &[u64],
+        fields: Option<&[[f32; 2]]>,
+    ) -> Result<Vec<f32>> {
         check_candidates(&self.space, candidates)?;
+        check_fields(candidates, fields)?;
         let n = self.problem.models.len();
         let mut io = self.lock_io()?;
         let mut out = Vec::with_capacity(candidates.len() * n);
-        for chunk in candidates.chunks(self.max_dispatch_candidates) {
+        for (k, chunk) in candidates.chunks(self.max_dispatch_candidates).enumerate() {
+            let first = k * self.max_dispatch_candidates;
+            let (mode, chunk_fields) = match fields {
+                Some(f) => (MODE_JOINT_FIELDS, &f[first..first + chunk.len()]),
+                None => (MODE_JOINT, &[][..]),
+            };
             self.dispatch(
                 &mut io,
-                MODE_JOINT,
-                state,
-                chunk,
-                chunk.len(),
-                chunk.len() * n,
+                Dispatch {
+                    mode,
+                    state,
+                    candidates: chunk,
+                    fields: chunk_fields,
+                    rows_per_model: chunk.len(),
+                    outputs: chunk.len() * n,
+                },
                 &mut out,
             )?;
         }
@@ -495,6 +523,11 @@ impl GpuBackend {
                 8 * candidate_capacity,
                 U::STORAGE | U::COPY_DST,
             );
+            let fields = buffer(
+                "meanfield fields",
+                8 * candidate_capacity,
+                U::STORAGE | U::COPY_DST,
+            );
             let outputs = buffer(
                 "meanfield outputs",
                 4 * output_capacity,
@@ -521,6 +554,10 @@ impl GpuBackend {
                 binding: 6,
                 resource: outputs.as_entire_binding(),
             });
+            entries.push(wgpu::BindGroupEntry {
+                binding: 7,
+                resource: fields.as_entire_binding(),
+            });
             let bind_group = device.create_bind_group(&wgpu::BindGroupDescriptor {
                 label: Some("meanfield bind group"),
                 layout,
@@ -528,6 +565,7 @@ impl GpuBackend {
             });
             IoBuffers {
                 candidates,
+                fields,
                 candidate_capacity,
                 outputs,
                 readback,
@@ -575,17 +613,15 @@ impl GpuBackend {
 
     /// One dispatch of `rows_per_model` rows for each model (z = model), which
     /// writes `outputs` values; appends them to `out`.
-    #[allow(clippy::too_many_arguments)]
-    fn dispatch(
-        &self,
-        io: &mut IoBuffers,
-        mode: u32,
-        state: &GpuState,
-        candidates: &[u64],
-        rows_per_model: usize,
-        outputs: usize,
-        out: &mut Vec<f32>,
-    ) -> Result<()> {
+    fn dispatch(&self, io: &mut IoBuffers, call: Dispatch<'_>, out: &mut Vec<f32>) -> Result<()> {
+        let Dispatch {
+            mode,
+            state,
+            candidates,
+            fields,
+            rows_per_model,
+            outputs,
+        } = call;
         if outputs == 0 {
             return Ok(());
         }
@@ -616,6 +652,10 @@ impl GpuBackend {
             if !candidates.is_empty() {
                 self.queue
                     .write_buffer(&io.candidates, 0, bytemuck::cast_slice(candidates));
+            }
+            if !fields.is_empty() {
+                self.queue
+                    .write_buffer(&io.fields, 0, bytemuck::cast_slice(fields));
             }
             let mut encoder = self
                 .device
@@ -660,6 +700,17 @@ impl GpuBackend {
         io.readback.unmap();
         Ok(())
     }
+}
+
+/// What one dispatch computes.
+struct Dispatch<'a> {
+    mode: u32,
+    state: &'a GpuState,
+    candidates: &'a [u64],
+    /// One per candidate in `MODE_JOINT_FIELDS`, else empty.
+    fields: &'a [[f32; 2]],
+    rows_per_model: usize,
+    outputs: usize,
 }
 
 /// Set to `1` (CI does) to make a missing adapter fail GPU tests instead of skipping them.
@@ -750,6 +801,48 @@ mod tests {
             .expect("same length"),
             "table",
         );
+    }
+
+    #[test]
+    fn per_candidate_fields_agree_with_cpu_and_split_across_dispatches() {
+        if !gate("per_candidate_fields_agree_with_cpu_and_split_across_dispatches") {
+            return;
+        }
+        let problem = scenario::load("paper-n3").expect("bundled").problem;
+        let nets = synthetic_nets(&problem, 8);
+        let candidates = problem.feasible_indices();
+        let mut rng = mfsched_rng::Rng::new(17);
+        let fields: Vec<[f32; 2]> = candidates
+            .iter()
+            .map(|_| [rng.next_f64() as f32, rng.next_f64() as f32])
+            .collect();
+        let state = check_states(&problem)[WorkloadLevel::High.ordinal()];
+        let cpu = CpuBackend::new(&problem, &nets).expect("cpu");
+        let mut gpu = GpuBackend::new(&problem, &nets).expect("an adapter was found");
+        let want = cpu
+            .predict_joint_fields(&state, &candidates, Some(&fields))
+            .expect("in range");
+        let got = gpu
+            .predict_joint_fields(&state, &candidates, Some(&fields))
+            .expect("gpu");
+        let scale = |r: usize| nets[r % 3].out_scale;
+        assert_agrees(
+            &Agreement::measure(&want, &got, scale).expect("same length"),
+            "per-candidate fields",
+        );
+        // Fields really are read: they change the answer.
+        let plain = gpu.predict_joint(&state, &candidates).expect("gpu");
+        assert_ne!(plain, got);
+        // Split into dispatches of 100 candidates, each with its slice of fields.
+        gpu.limit_dispatch_candidates(100);
+        let split = gpu
+            .predict_joint_fields(&state, &candidates, Some(&fields))
+            .expect("gpu");
+        assert_eq!(split, got, "splitting must not change any value");
+        let err = gpu
+            .predict_joint_fields(&state, &candidates, Some(&fields[1..]))
+            .expect_err("one field short");
+        assert!(err.to_string().contains("one field per candidate"), "{err}");
     }
 
     #[test]

@@ -43,6 +43,19 @@ impl MeanField {
         &self.nets
     }
 
+    /// Joint predictions with each candidate's own (VRAM fraction, utilisation)
+    /// field; see [`InferenceBackend::predict_joint_fields`].
+    pub fn predict_joint_fields(
+        &self,
+        problem: &Problem,
+        state: &GpuState,
+        candidates: &[u64],
+        fields: Option<&[[f32; 2]]>,
+    ) -> Vec<f32> {
+        self.inference
+            .predict_joint_fields(problem, state, candidates, fields)
+    }
+
     /// Where inference runs and why.
     pub fn backend_reason(&self) -> &str {
         &self.inference.reason

@@ -11,6 +11,7 @@
 //! - [`bundle`], [`bundled`]: the on-disk model bundle (safetensors + JSON), its
 //!   validation, and the bundles embedded in the binary.
 //! - [`meanfield`]: the [`MeanField`] predictor (`crate::predict::Predictor`).
+//! - [`field`]: the candidate-aware (self-consistent) field, beyond the published design.
 //! - [`cpu`]: batched CPU evaluation of a problem's predictors (table and joint).
 //! - [`gpu`]: the same two entry points on a wgpu device (`shaders/meanfield.wgsl`).
 //! - [`backend`]: choosing CPU or GPU (a software adapter loses to the CPU), with fallback.
@@ -28,6 +29,7 @@ pub mod bundled;
 pub mod cpu;
 pub mod dataset;
 pub mod features;
+pub mod field;
 pub mod fold;
 pub mod gpu;
 pub mod meanfield;

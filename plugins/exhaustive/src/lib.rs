@@ -6,15 +6,11 @@
 //! configuration (sum of grid sizes) and assembles each candidate's row from
 //! it, which is exact while the field is held fixed; `predictions=candidates`
 //! sends every feasible candidate through the batched `predict` (N rows per
-//! candidate), the path a candidate-dependent field would need.
+//! candidate), the path the candidate-aware field (`--field candidate-aware`) needs.
 
 use mfsched_guest::params::spec;
 use mfsched_guest::types::{Decision, GpuState, Param, ParamSpec, Problem};
-use mfsched_guest::{Params, Space, argmax, objective, surrogate};
-
-/// Candidates per host call on the `candidates` path: bounds the guest's
-/// buffers without paying the boundary cost too often.
-const BATCH: usize = 16_384;
+use mfsched_guest::{Params, Space, argmax, surrogate};
 
 struct Exhaustive;
 
@@ -44,14 +40,7 @@ impl mfsched_guest::Guest for Exhaustive {
                 let table = surrogate::predict_table(state);
                 mfsched_guest::evaluate_from_table(&space, &table, &feasible)
             }
-            _ => {
-                let mut scores = Vec::with_capacity(feasible.len());
-                for chunk in feasible.chunks(BATCH) {
-                    let predictions = surrogate::predict(state, chunk);
-                    scores.extend(objective::evaluate(chunk, &predictions));
-                }
-                scores
-            }
+            _ => mfsched_guest::evaluate_joint(state, &feasible),
         };
         let best = argmax(&scores).ok_or("the utility returned no scores")?;
         let mut config = vec![0u32; space.models()];

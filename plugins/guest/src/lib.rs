@@ -52,6 +52,21 @@ pub fn evaluate_from_table(space: &Space, table: &[f32], candidates: &[u64]) -> 
     objective::evaluate(candidates, &predictions)
 }
 
+/// Candidates per host call in [`evaluate_joint`]: bounds the guest's buffers
+/// without paying the boundary cost too often.
+pub const JOINT_BATCH: usize = 16_384;
+
+/// Scores candidates with the host's utility, predictions asked of the host per
+/// candidate (N rows each): the path that carries a candidate-dependent field.
+pub fn evaluate_joint(state: types::GpuState, candidates: &[u64]) -> Vec<f64> {
+    let mut scores = Vec::with_capacity(candidates.len());
+    for chunk in candidates.chunks(JOINT_BATCH) {
+        let predictions = surrogate::predict(state, chunk);
+        scores.extend(objective::evaluate(chunk, &predictions));
+    }
+    scores
+}
+
 /// Index of the best score (first on ties); `None` for an empty slice.
 pub fn argmax(scores: &[f64]) -> Option<usize> {
     let mut best: Option<usize> = None;
