@@ -37,56 +37,59 @@ pub const PROFILE_ROWS: usize = 648;
 /// The training data file kept beside each shipped bundle.
 pub const PROFILE_FILE: &str = "profile.csv";
 
-/// (scenario, bundle.json, weights.safetensors, profile.csv) of every shipped
-/// bundle. The profile travels too: the candidate-aware field fits its
-/// utilisation model on the very rows the predictors were trained on.
-const EMBEDDED: &[(&str, &[u8], &[u8], &[u8])] = &[
-    (
-        "paper-n2",
-        include_bytes!("../../../models/paper-n2/bundle.json"),
-        include_bytes!("../../../models/paper-n2/weights.safetensors"),
-        include_bytes!("../../../models/paper-n2/profile.csv"),
-    ),
-    (
-        "paper-n3",
-        include_bytes!("../../../models/paper-n3/bundle.json"),
-        include_bytes!("../../../models/paper-n3/weights.safetensors"),
-        include_bytes!("../../../models/paper-n3/profile.csv"),
-    ),
-    (
-        "paper-n4",
-        include_bytes!("../../../models/paper-n4/bundle.json"),
-        include_bytes!("../../../models/paper-n4/weights.safetensors"),
-        include_bytes!("../../../models/paper-n4/profile.csv"),
-    ),
-    (
-        "paper-n5",
-        include_bytes!("../../../models/paper-n5/bundle.json"),
-        include_bytes!("../../../models/paper-n5/weights.safetensors"),
-        include_bytes!("../../../models/paper-n5/profile.csv"),
-    ),
-    (
-        "paper-n6",
-        include_bytes!("../../../models/paper-n6/bundle.json"),
-        include_bytes!("../../../models/paper-n6/weights.safetensors"),
-        include_bytes!("../../../models/paper-n6/profile.csv"),
-    ),
+/// A shipped bundle's files. The profile travels too: the candidate-aware field
+/// fits its utilisation model on the very rows the predictors were trained on.
+struct Embedded {
+    scenario: &'static str,
+    meta: &'static [u8],
+    weights: &'static [u8],
+    profile: &'static [u8],
+}
+
+const EMBEDDED: &[Embedded] = &[
+    Embedded {
+        scenario: "paper-n2",
+        meta: include_bytes!("../../../models/paper-n2/bundle.json"),
+        weights: include_bytes!("../../../models/paper-n2/weights.safetensors"),
+        profile: include_bytes!("../../../models/paper-n2/profile.csv"),
+    },
+    Embedded {
+        scenario: "paper-n3",
+        meta: include_bytes!("../../../models/paper-n3/bundle.json"),
+        weights: include_bytes!("../../../models/paper-n3/weights.safetensors"),
+        profile: include_bytes!("../../../models/paper-n3/profile.csv"),
+    },
+    Embedded {
+        scenario: "paper-n4",
+        meta: include_bytes!("../../../models/paper-n4/bundle.json"),
+        weights: include_bytes!("../../../models/paper-n4/weights.safetensors"),
+        profile: include_bytes!("../../../models/paper-n4/profile.csv"),
+    },
+    Embedded {
+        scenario: "paper-n5",
+        meta: include_bytes!("../../../models/paper-n5/bundle.json"),
+        weights: include_bytes!("../../../models/paper-n5/weights.safetensors"),
+        profile: include_bytes!("../../../models/paper-n5/profile.csv"),
+    },
+    Embedded {
+        scenario: "paper-n6",
+        meta: include_bytes!("../../../models/paper-n6/bundle.json"),
+        weights: include_bytes!("../../../models/paper-n6/weights.safetensors"),
+        profile: include_bytes!("../../../models/paper-n6/profile.csv"),
+    },
 ];
 
 /// The scenarios with a shipped bundle.
 pub fn embedded_names() -> impl Iterator<Item = &'static str> {
-    EMBEDDED.iter().map(|(name, ..)| *name)
+    EMBEDDED.iter().map(|e| e.scenario)
 }
 
 /// The shipped bundle of a scenario, parsed (not yet checked against it).
 pub fn embedded(scenario: &str) -> Option<Result<Bundle>> {
-    EMBEDDED
-        .iter()
-        .find(|(name, ..)| *name == scenario)
-        .map(|(name, meta, weights, _)| {
-            Bundle::from_bytes(meta, weights)
-                .with_context(|| format!("the embedded model bundle of {name}"))
-        })
+    EMBEDDED.iter().find(|e| e.scenario == scenario).map(|e| {
+        Bundle::from_bytes(e.meta, e.weights)
+            .with_context(|| format!("the embedded model bundle of {}", e.scenario))
+    })
 }
 
 /// The bundle a command uses for `scenario`: from `models` if given (a bundle
@@ -134,14 +137,14 @@ pub fn training_profile(
             (std::borrow::Cow::Owned(bytes), path)
         }
         None => {
-            let (.., profile) = EMBEDDED
+            let embedded = EMBEDDED
                 .iter()
-                .find(|(name, ..)| *name == scenario.name)
+                .find(|e| e.scenario == scenario.name)
                 .with_context(|| {
                     format!("no embedded model bundle for scenario '{}'", scenario.name)
                 })?;
             (
-                std::borrow::Cow::Borrowed(*profile),
+                std::borrow::Cow::Borrowed(embedded.profile),
                 Path::new("models").join(&scenario.name).join(PROFILE_FILE),
             )
         }

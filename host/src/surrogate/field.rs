@@ -108,13 +108,12 @@ fn ridge(rows: &[(Vec<f64>, f64)], width: usize) -> Result<Vec<f64>> {
         if a[col][col].abs() < 1e-12 {
             bail!("the utilisation fit is singular (too few distinct profile rows)");
         }
-        for r in 0..width {
-            if r != col {
-                let f = a[r][col] / a[col][col];
-                if f != 0.0 {
-                    for k in col..=width {
-                        a[r][k] -= f * a[col][k];
-                    }
+        let pivot_row = a[col].clone();
+        for (r, row) in a.iter_mut().enumerate() {
+            let f = row[col] / pivot_row[col];
+            if r != col && f != 0.0 {
+                for (x, p) in row[col..].iter_mut().zip(&pivot_row[col..]) {
+                    *x -= f * p;
                 }
             }
         }
