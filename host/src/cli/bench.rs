@@ -10,12 +10,15 @@ use mfsched::fsutil::write_atomically;
 use mfsched::plugin::bench::{self, Contender, ContenderResult};
 use mfsched::plugin::registry::{resolve_policy, resolve_utility};
 use mfsched::scenario;
-use mfsched::surrogate::backend::auto_uses;
+use mfsched::surrogate::backend::{BackendChoice, auto_uses};
 use mfsched::surrogate::bench::{self as surrogate_bench, Timing};
+use mfsched::surrogate::bundled;
+use mfsched::surrogate::field::CandidateAware;
 use mfsched::surrogate::gpu::GpuBackend;
 use mfsched::svg::{LineChart, Series};
 use std::io::IsTerminal;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 #[derive(Debug, Subcommand)]
@@ -95,21 +98,13 @@ fn policies(args: PoliciesArgs) -> Result<()> {
             &[("predictions", "candidates")],
         )?,
         contender("ga", "ga", &[])?,
+        contender("exact", "exact", &[])?,
         contender("static-budget k=500", "static-budget", &[("k", "500")])?,
         contender("static-budget k=5000", "static-budget", &[("k", "5000")])?,
         contender("static-full", "static-budget", &[("k", "full")])?,
     ];
     let ticks = bench::ticks(&problem, args.decisions, args.seed);
-    let bar = if std::io::stderr().is_terminal() {
-        let bar = ProgressBar::new((ticks.len() * contenders.len()) as u64);
-        bar.set_style(
-            ProgressStyle::with_template("{bar:40} {pos}/{len} decisions {eta}")
-                .context("progress template")?,
-        );
-        bar
-    } else {
-        ProgressBar::hidden()
-    };
+    let bar = progress((ticks.len() * contenders.len()) as u64, "decisions")?;
     let results = bench::run(
         &engine,
         &utility,
@@ -125,6 +120,8 @@ fn policies(args: PoliciesArgs) -> Result<()> {
     let rows: Vec<serde_json::Value> = results.iter().map(|r| summary(r, &reference)).collect();
     let table_ms = bench::quantile_ms(&results[0].latencies, 0.5);
     let candidates_ms = bench::quantile_ms(&results[1].latencies, 0.5);
+    let ga_ms = bench::quantile_ms(&results[2].latencies, 0.5);
+    let exact_ms = bench::quantile_ms(&results[3].latencies, 0.5);
     if args.json {
         println!(
             "{}",
@@ -136,6 +133,7 @@ fn policies(args: PoliciesArgs) -> Result<()> {
                 "feasible": problem.count_feasible(),
                 "policies": rows,
                 "exhaustive_candidates_over_table": candidates_ms / table_ms,
+                "ga_over_exact": ga_ms / exact_ms,
             }))?
         );
     } else {
@@ -179,6 +177,10 @@ fn policies(args: PoliciesArgs) -> Result<()> {
         println!(
             "exhaustive: table-based {table_ms:.2} ms vs candidate-based {candidates_ms:.2} ms median ({:.1}x)",
             candidates_ms / table_ms
+        );
+        println!(
+            "exact: {exact_ms:.2} ms vs GA {ga_ms:.2} ms median ({:.1}x faster)",
+            ga_ms / exact_ms
         );
         println!(
             "gaps are to exhaustive (table) on the same tick: (J_exhaustive - J) / |J_exhaustive|"
@@ -247,6 +249,42 @@ fn write_svg(path: &std::path::Path, results: &[ContenderResult]) -> Result<()> 
     Ok(())
 }
 
+/// A progress bar on stderr when it is a terminal.
+fn progress(len: u64, what: &str) -> Result<ProgressBar> {
+    if !std::io::stderr().is_terminal() {
+        return Ok(ProgressBar::hidden());
+    }
+    let bar = ProgressBar::new(len);
+    bar.set_style(
+        ProgressStyle::with_template(&format!("{{bar:40}} {{pos}}/{{len}} {what} {{eta}}"))
+            .context("progress template")?,
+    );
+    Ok(bar)
+}
+
+/// The candidate-aware field over the CPU backend and, when an adapter is
+/// there, over the wgpu backend (any adapter, software ones included).
+struct FieldPair {
+    cpu: CandidateAware,
+    gpu: Option<CandidateAware>,
+}
+
+impl FieldPair {
+    fn load(scenario: &scenario::Scenario, models: Option<&std::path::Path>) -> Result<Self> {
+        let bundle = bundled::load(scenario, models)?;
+        let profile = bundled::training_profile(scenario, models, &bundle)?;
+        let problem = &scenario.problem;
+        let on = |choice| -> Result<CandidateAware> {
+            let meanfield = Arc::new(bundle.meanfield_on(problem, choice)?);
+            CandidateAware::new(meanfield, problem, &profile)
+        };
+        Ok(Self {
+            cpu: on(BackendChoice::Cpu)?,
+            gpu: on(BackendChoice::Gpu).ok(),
+        })
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct SurrogateArgs {
     /// A bundled scenario name or a path to a scenario .toml file.
@@ -300,6 +338,14 @@ fn surrogate(args: SurrogateArgs) -> Result<()> {
     if cfg!(debug_assertions) {
         println!("build       debug: the CPU numbers are not representative, use --release");
     }
+    // The candidate-aware field needs the bundle and its training profile.
+    let field = match &args.predictors.synthetic {
+        Some(_) => None,
+        None => Some(FieldPair::load(
+            &scenario,
+            args.predictors.models.as_deref(),
+        )?),
+    };
     let gpu = match GpuBackend::new(problem, &nets) {
         Ok(gpu) => {
             let adapter = gpu.adapter();
@@ -324,16 +370,7 @@ fn surrogate(args: SurrogateArgs) -> Result<()> {
     );
     println!();
 
-    let bar = if std::io::stderr().is_terminal() {
-        let bar = ProgressBar::new(surrogate_bench::steps(&sizes, args.repeats));
-        bar.set_style(
-            ProgressStyle::with_template("{bar:40} {pos}/{len} timed rounds {eta}")
-                .context("progress template")?,
-        );
-        bar
-    } else {
-        ProgressBar::hidden()
-    };
+    let bar = progress(surrogate_bench::steps(&sizes, args.repeats), "timed rounds")?;
     let result = surrogate_bench::run(
         problem,
         &nets,
@@ -382,6 +419,56 @@ fn surrogate(args: SurrogateArgs) -> Result<()> {
             &|v| format!("{v:.0}x")
         )
     );
+    if let Some(field) = &field {
+        let bar = progress(args.repeats as u64, "candidate-aware solves")?;
+        let result = surrogate_bench::candidate_aware(
+            problem,
+            &field.cpu,
+            field.gpu.as_ref(),
+            &state,
+            args.repeats,
+            || bar.inc(1),
+        )?;
+        bar.finish_and_clear();
+        let t = &result.solve;
+        println!();
+        println!(
+            "one candidate-aware {} decision: every feasible candidate ({} rows per pass), fixed point to {:.0e}",
+            scenario.name,
+            t.rows,
+            mfsched::surrogate::field::TOLERANCE
+        );
+        println!(
+            "{:<22} {:>9} {:>14} {:>10} {:>10}",
+            "backend", "passes", "rows/s", "solve ms", "wgpu/CPU"
+        );
+        println!(
+            "{:<22} {:>9} {:>14.3e} {:>10.1} {:>10}",
+            "CPU",
+            result.passes_cpu,
+            (t.rows * result.passes_cpu) as f64 / t.cpu.as_secs_f64(),
+            ms(t.cpu),
+            "-"
+        );
+        if let (Some(g), Some(passes)) = (t.gpu, result.passes_gpu) {
+            println!(
+                "{:<22} {:>9} {:>14.3e} {:>10.1} {:>10}",
+                "wgpu",
+                passes,
+                (t.rows * passes) as f64 / g.as_secs_f64(),
+                ms(g),
+                format!("{:.2}x", t.cpu.as_secs_f64() / g.as_secs_f64())
+            );
+        }
+        if let Some(d) = result.max_normalised_difference {
+            println!("largest |CPU − wgpu| prediction: {d:.2e} of the model's output scale");
+        }
+        let q = field.cpu.utilization_model().quality;
+        println!(
+            "utilisation model: {} parameters fitted on the bundle's {} profile rows, held-out R² {:.3}, RMSE {:.4}",
+            q.parameters, q.rows, q.r2_holdout, q.rmse_holdout
+        );
+    }
     println!("wgpu/CPU is throughput over throughput: above 1x the GPU is faster");
 
     if let Some(path) = &args.svg {

@@ -5,6 +5,7 @@
 
 use crate::domain::{GpuState, Problem};
 use crate::surrogate::cpu::CpuBackend;
+use crate::surrogate::field::CandidateAware;
 use crate::surrogate::gpu::GpuBackend;
 use crate::surrogate::net::FoldedNet;
 use anyhow::Result;
@@ -142,6 +143,63 @@ pub fn run(
         decision_table,
         decision_joint,
         repeats,
+    })
+}
+
+/// One candidate-aware decision on each backend: the fixed point over every
+/// VRAM-feasible candidate, timed side by side.
+#[derive(Debug, Clone)]
+pub struct FieldBench {
+    /// Median time of a whole solve; `rows` is one pass's rows (feasible
+    /// candidates × N), and a solve makes `passes` passes.
+    pub solve: Timing,
+    pub passes_cpu: usize,
+    pub passes_gpu: Option<usize>,
+    /// Largest |CPU − wgpu| prediction over the out scale of its model.
+    pub max_normalised_difference: Option<f64>,
+}
+
+/// Times `repeats` candidate-aware solves over every feasible candidate on the
+/// CPU and (when given) the wgpu-backed field, alternating.
+pub fn candidate_aware(
+    problem: &Problem,
+    cpu: &CandidateAware,
+    gpu: Option<&CandidateAware>,
+    state: &GpuState,
+    repeats: usize,
+    mut on_step: impl FnMut(),
+) -> Result<FieldBench> {
+    let feasible = problem.feasible_indices();
+    let n = problem.models.len();
+    let cpu_solved = cpu.solve(problem, state, &feasible);
+    let gpu_solved = gpu.map(|g| g.solve(problem, state, &feasible));
+    let timing = time_side_by_side(
+        repeats,
+        feasible.len() * n,
+        || Ok(cpu.solve(problem, state, &feasible)),
+        gpu.map(|g| || Ok(g.solve(problem, state, &feasible))),
+        &mut on_step,
+    )?;
+    let max_normalised_difference = gpu_solved.as_ref().map(|g| {
+        let scale: Vec<f32> = cpu
+            .meanfield()
+            .nets()
+            .iter()
+            .map(|net| net.out_scale)
+            .collect();
+        cpu_solved
+            .predictions
+            .iter()
+            .zip(&g.predictions)
+            .enumerate()
+            .map(|(r, (a, b))| f64::from((a - b).abs() / scale[r % n].max(f32::EPSILON)))
+            .fold(0.0, f64::max)
+    });
+    Ok(FieldBench {
+        solve: timing,
+        passes_cpu: cpu_solved.passes,
+        passes_gpu: gpu_solved.map(|g| g.passes),
+        max_normalised_difference,
     })
 }
 

@@ -303,6 +303,10 @@ impl CandidateAware {
         })
     }
 
+    pub fn meanfield(&self) -> &MeanField {
+        &self.meanfield
+    }
+
     pub fn utilization_model(&self) -> &UtilizationModel {
         &self.utilization
     }
