@@ -918,3 +918,111 @@ fn repro_quick_writes_both_tables_into_one_report() {
         assert!(text.starts_with("<svg"), "{svg}");
     }
 }
+
+/// Reads `dir/results.json` of an `ab` report and checks its plots are SVG.
+fn ab_results(dir: &Path, traces: &[&str]) -> serde_json::Value {
+    for trace in traces {
+        let svg = std::fs::read_to_string(dir.join(format!("utility-{trace}.svg"))).expect(trace);
+        assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+    }
+    let latency = std::fs::read_to_string(dir.join("latency.svg")).expect("latency.svg");
+    assert!(latency.starts_with("<svg"));
+    serde_json::from_slice(&std::fs::read(dir.join("results.json")).expect("results.json"))
+        .expect("valid JSON")
+}
+
+#[test]
+fn ab_compares_ga_with_static_budget_on_the_same_traces() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = mfsched(&[
+        "ab",
+        "--a",
+        "ga",
+        "--b",
+        "static-budget:k=500",
+        "--scenarios",
+        "steady,bursts",
+        "--ticks",
+        "4",
+        "--out",
+        dir.path().to_str().expect("utf-8 path"),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains("static-budget:k=500") && text.contains("real U"),
+        "{text}"
+    );
+    let json = ab_results(dir.path(), &["steady", "bursts"]);
+    let overall = json["overall"].as_array().expect("overall rows");
+    assert_eq!(overall.len(), 2);
+    for row in overall {
+        let s = &row["summary"];
+        assert_eq!(s["ticks"], 8, "{row}");
+        assert!(s["mean_realised_utility"].as_f64().is_some(), "{row}");
+        assert!(
+            s["latency_p50_ms"].as_f64().is_some_and(|v| v > 0.0),
+            "{row}"
+        );
+    }
+    // GA is the better search of the two on the surrogate landscape.
+    let gap = |k: usize| {
+        overall[k]["summary"]["utility_gap_pct"]
+            .as_f64()
+            .expect("gap")
+    };
+    assert!(gap(0) <= gap(1), "ga {} vs k=500 {}", gap(0), gap(1));
+}
+
+#[test]
+fn ab_compares_the_observed_and_candidate_aware_fields_under_one_policy() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = mfsched(&[
+        "ab",
+        "--a",
+        "ga",
+        "--b",
+        "ga",
+        "--b-field",
+        "candidate-aware",
+        "--scenarios",
+        "step-up",
+        "--ticks",
+        "3",
+        "--deadline-ms",
+        "20000",
+        "--out",
+        dir.path().to_str().expect("utf-8 path"),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("predictions=candidates"),
+        "{}",
+        stderr(&out)
+    );
+    let json = ab_results(dir.path(), &["step-up"]);
+    let policies: Vec<&str> = json["policies"]
+        .as_array()
+        .expect("policies")
+        .iter()
+        .filter_map(|p| p.as_str())
+        .collect();
+    assert_eq!(
+        policies,
+        ["ga (observed field)", "ga (candidate-aware field)"]
+    );
+    assert!(
+        json["predictor"]
+            .as_str()
+            .is_some_and(|p| p.contains("observed and candidate-aware")),
+        "{}",
+        json["predictor"]
+    );
+    for row in json["overall"].as_array().expect("rows") {
+        assert_eq!(row["summary"]["failures"], 0, "{row}");
+    }
+    // The same policy under the same field is refused.
+    let same = mfsched(&["ab", "--a", "ga", "--b", "ga"]);
+    assert!(!same.status.success());
+    assert!(stderr(&same).contains("--b-field"), "{}", stderr(&same));
+}
