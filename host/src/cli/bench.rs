@@ -433,29 +433,31 @@ fn surrogate(args: SurrogateArgs) -> Result<()> {
         let t = &result.solve;
         println!();
         println!(
-            "one candidate-aware {} decision: every feasible candidate ({} rows per pass), fixed point to {:.0e}",
+            "one candidate-aware {} decision: every feasible candidate ({} rows in the first pass), fixed point to {:.0e}",
             scenario.name,
             t.rows,
             mfsched::surrogate::field::TOLERANCE
         );
         println!(
-            "{:<22} {:>9} {:>14} {:>10} {:>10}",
-            "backend", "passes", "rows/s", "solve ms", "wgpu/CPU"
+            "{:<22} {:>9} {:>12} {:>14} {:>10} {:>10}",
+            "backend", "passes", "rows", "rows/s", "solve ms", "wgpu/CPU"
         );
         println!(
-            "{:<22} {:>9} {:>14.3e} {:>10.1} {:>10}",
+            "{:<22} {:>9} {:>12} {:>14.3e} {:>10.1} {:>10}",
             "CPU",
             result.passes_cpu,
-            (t.rows * result.passes_cpu) as f64 / t.cpu.as_secs_f64(),
+            result.rows_cpu,
+            result.rows_cpu as f64 / t.cpu.as_secs_f64(),
             ms(t.cpu),
             "-"
         );
-        if let (Some(g), Some(passes)) = (t.gpu, result.passes_gpu) {
+        if let (Some(g), Some(passes), Some(rows)) = (t.gpu, result.passes_gpu, result.rows_gpu) {
             println!(
-                "{:<22} {:>9} {:>14.3e} {:>10.1} {:>10}",
+                "{:<22} {:>9} {:>12} {:>14.3e} {:>10.1} {:>10}",
                 "wgpu",
                 passes,
-                (t.rows * passes) as f64 / g.as_secs_f64(),
+                rows,
+                rows as f64 / g.as_secs_f64(),
                 ms(g),
                 format!("{:.2}x", t.cpu.as_secs_f64() / g.as_secs_f64())
             );

@@ -150,11 +150,14 @@ pub fn run(
 /// VRAM-feasible candidate, timed side by side.
 #[derive(Debug, Clone)]
 pub struct FieldBench {
-    /// Median time of a whole solve; `rows` is one pass's rows (feasible
-    /// candidates × N), and a solve makes `passes` passes.
+    /// Median time of a whole solve; `rows` is its first pass's rows (feasible
+    /// candidates × N).
     pub solve: Timing,
+    /// Passes and rows evaluated in all passes, per backend.
     pub passes_cpu: usize,
+    pub rows_cpu: u64,
     pub passes_gpu: Option<usize>,
+    pub rows_gpu: Option<u64>,
     /// Largest |CPU − wgpu| prediction over the out scale of its model.
     pub max_normalised_difference: Option<f64>,
 }
@@ -198,7 +201,9 @@ pub fn candidate_aware(
     Ok(FieldBench {
         solve: timing,
         passes_cpu: cpu_solved.passes,
-        passes_gpu: gpu_solved.map(|g| g.passes),
+        rows_cpu: cpu_solved.rows,
+        passes_gpu: gpu_solved.as_ref().map(|g| g.passes),
+        rows_gpu: gpu_solved.as_ref().map(|g| g.rows),
         max_normalised_difference,
     })
 }

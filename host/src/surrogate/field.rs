@@ -15,12 +15,14 @@
 //!   utilisation through the predictors, so utilisation and throughput are
 //!   iterated to a fixed point: u₀ from the observed-field table, then
 //!   T_k = MeanField(candidate, field(u_k)), u_{k+1} = g(candidate, T_k) until
-//!   no candidate's utilisation moves by more than the tolerance.
+//!   the candidate's utilisation moves by less than the tolerance; a settled
+//!   candidate keeps T_k and leaves the batch (so its answer does not depend on
+//!   which other candidates came with it).
 //!
 //! Every pass is one batched joint prediction with per-candidate fields (the
 //! CPU reference or the wgpu shader's `JOINT_FIELDS` mode): an exhaustive
-//! decision on paper-n5 sends 78,732 candidates × 5 models = 393,660 rows per
-//! pass. The running configuration's field is the observed state exactly, so
+//! decision on paper-n5 sends 78,732 candidates × 5 models = 393,660 rows in
+//! its first pass, and the candidates still moving in the next ones. The running configuration's field is the observed state exactly, so
 //! for the current configuration both fields agree.
 
 use super::MeanField;
@@ -248,6 +250,7 @@ struct Counters {
     calls: AtomicU64,
     candidates: AtomicU64,
     passes: AtomicU64,
+    rows: AtomicU64,
     unconverged_calls: AtomicU64,
 }
 
@@ -256,8 +259,10 @@ struct Counters {
 pub struct FieldStats {
     pub calls: u64,
     pub candidates: u64,
-    /// Batched joint passes (each one MLP evaluation of every candidate).
+    /// Batched joint passes (each one MLP evaluation of the candidates still moving).
     pub passes: u64,
+    /// Predictor rows evaluated over all passes.
+    pub rows: u64,
     /// Calls that stopped at `MAX_PASSES` without converging.
     pub unconverged_calls: u64,
 }
@@ -265,12 +270,16 @@ pub struct FieldStats {
 /// One fixed-point solve: the predictions, each candidate's field and the passes it took.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Solved {
-    /// N per candidate, row-major.
+    /// N per candidate, row-major, each made under the candidate's field.
     pub predictions: Vec<f32>,
-    /// Per candidate: (VRAM used / card VRAM, utilisation).
+    /// Per candidate: (VRAM used / card VRAM, utilisation) its predictions were made under.
     pub fields: Vec<[f32; 2]>,
+    /// Passes the slowest candidate took.
     pub passes: usize,
+    /// Every candidate settled within `MAX_PASSES`.
     pub converged: bool,
+    /// Predictor rows evaluated over all passes.
+    pub rows: u64,
 }
 
 /// The MeanField surrogate with the candidate-aware field.
@@ -317,6 +326,7 @@ impl CandidateAware {
             calls: c.calls.load(Ordering::Relaxed),
             candidates: c.candidates.load(Ordering::Relaxed),
             passes: c.passes.load(Ordering::Relaxed),
+            rows: c.rows.load(Ordering::Relaxed),
             unconverged_calls: c.unconverged_calls.load(Ordering::Relaxed),
         }
     }
@@ -374,39 +384,49 @@ impl CandidateAware {
                     as f32,
             );
         }
+        // Each candidate iterates until its own utilisation settles and is then
+        // frozen, so its answer does not depend on the batch it came in, and
+        // later passes only carry the candidates still moving.
+        let mut predictions = vec![f32::NAN; candidates.len() * n];
+        let mut fields: Vec<[f32; 2]> = vram.iter().map(|&v| [v, 0.0]).collect();
+        let mut moving: Vec<usize> = (0..candidates.len()).collect();
         let mut passes = 0;
-        let mut converged = false;
-        let mut fields: Vec<[f32; 2]> = Vec::new();
-        let mut predictions = Vec::new();
-        while passes < MAX_PASSES && !converged {
-            fields = vram
+        let mut rows = 0u64;
+        while !moving.is_empty() && passes < MAX_PASSES {
+            let batch: Vec<u64> = moving.iter().map(|&k| candidates[k]).collect();
+            let batch_fields: Vec<[f32; 2]> = moving
                 .iter()
-                .zip(&utilization)
-                .map(|(&v, &u)| [v, u as f32])
+                .map(|&k| [vram[k], utilization[k] as f32])
                 .collect();
-            predictions =
+            let predicted =
                 self.meanfield
-                    .predict_joint_fields(problem, state, candidates, Some(&fields));
+                    .predict_joint_fields(problem, state, &batch, Some(&batch_fields));
             passes += 1;
-            let mut moved: f64 = 0.0;
-            for (k, u) in utilization.iter_mut().enumerate() {
+            rows += (batch.len() * n) as u64;
+            let mut still_moving = Vec::with_capacity(moving.len());
+            for (j, &k) in moving.iter().enumerate() {
+                let throughput = &predicted[j * n..(j + 1) * n];
+                predictions[k * n..(k + 1) * n].copy_from_slice(throughput);
+                fields[k] = batch_fields[j];
                 let next = (base[k]
-                    + self.utilization.demand(
-                        predictions[k * n..(k + 1) * n]
-                            .iter()
-                            .map(|&t| f64::from(t)),
-                    ))
+                    + self
+                        .utilization
+                        .demand(throughput.iter().map(|&t| f64::from(t))))
                 .clamp(0.0, 1.0);
-                moved = moved.max((next - *u).abs());
-                *u = next;
+                if (next - utilization[k]).abs() >= TOLERANCE {
+                    still_moving.push(k);
+                }
+                utilization[k] = next;
             }
-            converged = moved < TOLERANCE;
+            moving = still_moving;
         }
+        let converged = moving.is_empty();
         let c = &self.counters;
         c.calls.fetch_add(1, Ordering::Relaxed);
         c.candidates
             .fetch_add(candidates.len() as u64, Ordering::Relaxed);
         c.passes.fetch_add(passes as u64, Ordering::Relaxed);
+        c.rows.fetch_add(rows, Ordering::Relaxed);
         if !converged {
             c.unconverged_calls.fetch_add(1, Ordering::Relaxed);
         }
@@ -415,6 +435,7 @@ impl CandidateAware {
             fields,
             passes,
             converged,
+            rows,
         }
     }
 }
@@ -542,15 +563,22 @@ mod tests {
                 / f64::from(problem.card.vram_mib);
             assert!((f64::from(vram) - expect.clamp(0.0, 1.0)).abs() < 1e-5);
         }
-        // Each candidate's fixed point is its own: a batch of 50 lands where
-        // the whole set did (to the tolerance the passes stop at).
+        // Each candidate's fixed point is its own: a batch of 50 lands exactly
+        // where the whole set did, and the utilisation each prediction was made
+        // under is (to the tolerance) the one the prediction implies.
         let again = field.solve(&problem, &state, &candidates[..50]);
-        for (a, b) in again.predictions.iter().zip(&solved.predictions[..50 * n]) {
-            assert!((a - b).abs() <= 0.005 * b.abs().max(1.0), "{a} vs {b}");
-        }
+        assert_eq!(again.predictions, solved.predictions[..50 * n]);
+        assert_eq!(again.fields, solved.fields[..50]);
         let stats = field.stats();
         assert_eq!(stats.calls, 2);
         assert_eq!(stats.unconverged_calls, 0);
+        // Settled candidates leave the batch: the first pass carries every
+        // candidate, the later ones at most as many.
+        let n = n as u64;
+        let first = (candidates.len() + 50) as u64 * n;
+        let bound = (solved.passes * candidates.len() + again.passes * 50) as u64 * n;
+        assert!((first..=bound).contains(&stats.rows), "{stats:?}");
+        assert_eq!(stats.rows, solved.rows + again.rows);
     }
 
     #[test]
