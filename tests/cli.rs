@@ -1021,6 +1021,9 @@ fn ab_compares_the_observed_and_candidate_aware_fields_under_one_policy() {
     for row in json["overall"].as_array().expect("rows") {
         assert_eq!(row["summary"]["failures"], 0, "{row}");
     }
+    let report = std::fs::read_to_string(dir.path().join("report.md")).expect("report.md");
+    assert!(report.contains("real U change %"), "{report}");
+    assert!(stdout(&out).contains("**all**"), "{}", stdout(&out));
     // The same policy under the same field is refused.
     let same = mfsched(&["ab", "--a", "ga", "--b", "ga"]);
     assert!(!same.status.success());

@@ -315,6 +315,9 @@ pub fn ab(args: AbArgs) -> Result<()> {
         cmp.device, e.seed
     );
     print!("{}", cmp.summary_table());
+    if let Some(table) = cmp.b_versus_a() {
+        print!("{table}");
+    }
     let mut command = format!(
         "mfsched ab --a {} --b {} --problem {} --scenarios {} --ticks {} --seed {}",
         args.a, args.b, e.problem, e.scenarios, e.ticks, e.seed

@@ -160,8 +160,39 @@ impl Comparison {
                 s.latency_p99_ms
             );
         }
+        if let Some(table) = self.b_versus_a() {
+            md.push_str(&table);
+        }
         md.push_str("\nPlots: `utility-<scenario>.svg` (realised utility per tick per policy), `latency.svg` (decision latency distribution).\n");
         md
+    }
+
+    /// Realised utility change of B over A per scenario, for a two-policy comparison.
+    pub fn b_versus_a(&self) -> Option<String> {
+        let [a, b] = self.policies.as_slice() else {
+            return None;
+        };
+        let rows = self.rows();
+        let overall = self.overall();
+        let mut md = format!(
+            "\n**{b}** against **{a}**: change of mean realised utility (on the simulator's ground truth) and of the realised SLA violations.\n\n| scenario | real U change % | SLA real (A → B) |\n|---|---:|---:|\n"
+        );
+        for pair in rows.chunks_exact(2).chain(std::iter::once(&overall[..])) {
+            let (sa, sb) = (&pair[0].summary, &pair[1].summary);
+            let change = 100.0 * (sb.mean_realised_utility - sa.mean_realised_utility)
+                / sa.mean_realised_utility.abs();
+            let name = if pair[0].trace == "all" {
+                "**all**".to_string()
+            } else {
+                pair[0].trace.clone()
+            };
+            let _ = writeln!(
+                md,
+                "| {name} | {change:+.3} | {} → {} |",
+                sa.realised_sla_violations, sb.realised_sla_violations
+            );
+        }
+        Some(md)
     }
 
     /// Realised utility over time, one line per policy, for one trace.
