@@ -1,7 +1,7 @@
 //! `ab` and `demo`: closed-loop policy comparisons on the simulator (and the
 //! shared machinery `repro`'s Table II runs on).
 
-use super::plugins::{PluginOpts, Served};
+use super::plugins::{PluginOpts, Served, params_for_field};
 use super::profile::progress_bar;
 use anyhow::{Context as _, Result, bail};
 use clap::Args;
@@ -150,10 +150,7 @@ impl Loop {
     }
 }
 
-/// Loads `contestant`'s policy, served under its field. A policy that can ask
-/// for joint predictions (a `predictions` parameter) is switched to them under
-/// the candidate-aware field unless told otherwise; one that cannot is named,
-/// since it will not see that field.
+/// Loads `contestant`'s policy, served under its field (see [`params_for_field`]).
 fn load_spec(
     engine: &PluginEngine,
     plugin_dir: Option<&Path>,
@@ -166,21 +163,7 @@ fn load_spec(
         Some(field) => served.under(field)?,
         None => Arc::clone(&served.predictor),
     };
-    if predictor.field() == Field::CandidateAware && !params.iter().any(|(k, _)| k == "predictions")
-    {
-        if plugin.info.params.iter().any(|p| p.name == "predictions") {
-            params.push(("predictions".into(), "candidates".into()));
-            eprintln!(
-                "note: {}: predictions=candidates (the candidate-aware field lives in joint predictions)",
-                contestant.label
-            );
-        } else {
-            eprintln!(
-                "warning: {}: policy '{name}' has no `predictions` parameter; if it reads only the table it sees the observed field",
-                contestant.label
-            );
-        }
-    }
+    params_for_field(&contestant.label, &plugin, predictor.field(), &mut params);
     Ok(PolicySpec {
         label: contestant.label.clone(),
         plugin,

@@ -7,7 +7,7 @@ use mfsched::domain::Problem;
 use mfsched::plugin::check::{CheckInputs, check_file};
 use mfsched::plugin::registry;
 use mfsched::plugin::setup;
-use mfsched::plugin::{CompileCache, PluginEngine, PluginLimits};
+use mfsched::plugin::{CompileCache, LoadedPolicy, PluginEngine, PluginLimits};
 use mfsched::predict::{Field, Predictor};
 use mfsched::scenario::Scenario;
 use mfsched::surrogate::bundled;
@@ -186,6 +186,32 @@ impl PluginOpts {
                 })
             }
         }
+    }
+}
+
+/// Under the candidate-aware field, switches a policy that can ask for joint
+/// predictions (it has a `predictions` parameter) to them, unless `params` says
+/// otherwise, and says so; names a policy that cannot, since it may read only
+/// the table and so see the observed field.
+pub fn params_for_field(
+    label: &str,
+    policy: &LoadedPolicy,
+    field: Field,
+    params: &mut Vec<(String, String)>,
+) {
+    if field != Field::CandidateAware || params.iter().any(|(k, _)| k == "predictions") {
+        return;
+    }
+    if policy.info.params.iter().any(|p| p.name == "predictions") {
+        params.push(("predictions".into(), "candidates".into()));
+        eprintln!(
+            "note: {label}: predictions=candidates (the candidate-aware field lives in joint predictions)"
+        );
+    } else {
+        eprintln!(
+            "warning: {label}: policy '{}' has no `predictions` parameter; if it reads only the table it sees the observed field",
+            policy.info.name
+        );
     }
 }
 
