@@ -72,9 +72,17 @@ impl Comparison {
 
     pub fn summary_table(&self) -> String {
         let mut out = String::new();
+        // Wide enough for the longest label ("ga (candidate-aware field)").
+        let width = self
+            .policies
+            .iter()
+            .map(|p| p.chars().count())
+            .max()
+            .unwrap_or(0)
+            .max(20);
         let _ = writeln!(
             out,
-            "{:<12} {:<20} {:>9} {:>10} {:>10} {:>9} {:>9} {:>7} {:>8} {:>9} {:>9}",
+            "{:<12} {:<width$} {:>9} {:>10} {:>10} {:>9} {:>9} {:>7} {:>8} {:>9} {:>9}",
             "scenario",
             "policy",
             "gap %",
@@ -92,7 +100,7 @@ impl Comparison {
             let s = &row.summary;
             let _ = writeln!(
                 out,
-                "{:<12} {:<20} {:>9.3} {:>10.4} {:>10.4} {:>9} {:>9} {:>7} {:>8} {:>9.2} {:>9.2}",
+                "{:<12} {:<width$} {:>9.3} {:>10.4} {:>10.4} {:>9} {:>9} {:>7} {:>8} {:>9.2} {:>9.2}",
                 row.trace,
                 row.policy,
                 s.utility_gap_pct,
