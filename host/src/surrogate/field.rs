@@ -69,7 +69,7 @@ pub struct UtilizationModel {
 
 /// One profile row as the model's features: workload one-hot, each model's
 /// local features, each model's throughput / scale.
-fn features(
+fn utilization_features(
     problem: &Problem,
     scale: &[f64],
     joint: &[u32],
@@ -154,7 +154,7 @@ impl UtilizationModel {
             .iter()
             .map(|r| {
                 (
-                    features(problem, &scale, &r.joint, r.workload, &r.throughput),
+                    utilization_features(problem, &scale, &r.joint, r.workload, &r.throughput),
                     r.state.utilization,
                 )
             })
