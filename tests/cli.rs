@@ -422,8 +422,15 @@ fn bench_policies_reports_latency_and_gaps() {
     assert!(out.status.success(), "{}", stderr(&out));
     let v = json(&out);
     let rows = v["policies"].as_array().expect("rows");
-    assert_eq!(rows.len(), 6);
+    assert_eq!(rows.len(), 7);
     assert_eq!(rows[0]["gap_p50_pct"].as_f64(), Some(0.0), "{v}");
+    // exact finds exhaustive's optimum on every tick.
+    let exact = rows
+        .iter()
+        .find(|r| r["policy"] == "exact")
+        .expect("an exact row");
+    assert_eq!(exact["gap_max_pct"].as_f64(), Some(0.0), "{exact}");
+    assert!(v["ga_over_exact"].as_f64().is_some_and(|r| r > 0.0), "{v}");
     for r in rows {
         assert_eq!(r["failed"], 0, "{r}");
         assert!(r["latency_p50_ms"].as_f64().is_some_and(|l| l > 0.0), "{r}");
