@@ -1036,3 +1036,46 @@ fn ab_compares_the_observed_and_candidate_aware_fields_under_one_policy() {
     assert!(!same.status.success());
     assert!(stderr(&same).contains("--b-field"), "{}", stderr(&same));
 }
+
+#[test]
+fn the_candidate_aware_field_refuses_what_it_cannot_serve_in_one_line() {
+    let one_line_failure = |args: &[&str], expected: &str| {
+        let out = mfsched(args);
+        assert!(!out.status.success(), "{args:?}");
+        let err = stderr(&out);
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(err.contains(expected), "{err}");
+    };
+    fn with<'a>(extra: &[&'a str]) -> Vec<&'a str> {
+        let decide = ["decide", "--scenario", "paper-n5", "--policy", "ga"];
+        [&decide[..], extra].concat()
+    }
+    one_line_failure(
+        &with(&["--predictor", "analytic", "--field", "candidate-aware"]),
+        "option of --predictor meanfield",
+    );
+    // The shipped bundle without the profile it was trained on…
+    let dir = tempfile::tempdir().expect("temp dir");
+    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/paper-n5");
+    for file in ["bundle.json", "weights.safetensors"] {
+        std::fs::copy(shipped.join(file), dir.path().join(file)).expect(file);
+    }
+    let models = dir.path().to_str().expect("utf-8 path");
+    one_line_failure(
+        &with(&["--models", models, "--field", "candidate-aware"]),
+        "the bundle's training profile",
+    );
+    // …still serves the observed field.
+    let out = mfsched(&with(&["--models", models]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    // …and with another profile beside it, refuses it by its hash.
+    std::fs::copy(
+        shipped.join("../paper-n4/profile.csv"),
+        dir.path().join("profile.csv"),
+    )
+    .expect("a profile");
+    one_line_failure(
+        &with(&["--models", models, "--field", "candidate-aware"]),
+        "is not the profile the bundle was trained on",
+    );
+}
