@@ -208,13 +208,13 @@ pub(super) fn compare(
             }
             acc
         });
-    let predictor_name = if fields.len() > 1 {
-        served.name.replace(
-            served.predictor.field().label(),
-            "observed and candidate-aware fields (per policy)",
-        )
-    } else {
-        served.name.clone()
+    let predictor_name = match fields.as_slice() {
+        [f] if *f == served.predictor.field() => served.name.clone(),
+        [f] => format!("{}, {}", served.origin, f.label()),
+        _ => format!(
+            "{}, observed and candidate-aware fields (per policy)",
+            served.origin
+        ),
     };
     let harness = Harness::new(
         engine,

@@ -100,6 +100,8 @@ pub struct Served {
     /// The predictor under `--field`.
     pub predictor: Arc<dyn Predictor>,
     pub name: String,
+    /// `name` without the field: what the predictor is and where it came from.
+    pub origin: String,
     pub problem: Problem,
     /// The same surrogate under the other field, when it has one.
     other_field: Option<(Field, Arc<dyn Predictor>)>,
@@ -160,11 +162,10 @@ impl PluginOpts {
                         return Err(e.context("--field candidate-aware"));
                     }
                 };
+                let origin = format!("MeanField surrogate, CPU ({origin})");
                 Ok(Served {
-                    name: format!(
-                        "MeanField surrogate, CPU ({origin}), {}",
-                        predictor.field().label()
-                    ),
+                    name: format!("{origin}, {}", predictor.field().label()),
+                    origin,
                     predictor,
                     problem,
                     other_field,
@@ -178,9 +179,11 @@ impl PluginOpts {
                     bail!("--field candidate-aware is an option of --predictor meanfield");
                 }
                 setup::fill_defaults(&mut problem, &scenario.explicit_floors, &AnalyticPredictor);
+                let name = "analytic closed-form stand-in (not the MeanField surrogate)";
                 Ok(Served {
                     predictor: Arc::new(AnalyticPredictor),
-                    name: "analytic closed-form stand-in (not the MeanField surrogate)".into(),
+                    name: name.into(),
+                    origin: name.into(),
                     problem,
                     other_field: None,
                 })
