@@ -175,6 +175,51 @@ fn a_bounded_run_decides_every_tick() {
 }
 
 #[test]
+fn the_daemon_decides_under_the_candidate_aware_field() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = daemon_config(dir.path(), "candidate-aware.toml");
+    let config = config.to_str().expect("utf-8 path");
+    let out = mfsched(&["run", "--config", config, "--max-ticks", "3"]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("candidate-aware field"), "{err}");
+    assert!(err.contains("stopped after 3 tick(s)"), "{err}");
+    let log = dir.path().join("decisions.log");
+    let out = mfsched(&["replay", "--summary", log.to_str().expect("utf-8 path")]);
+    let summary = stdout(&out);
+    for (policy, role) in [("ga", "active"), ("exhaustive", "shadow")] {
+        let line = summary
+            .lines()
+            .find(|l| l.starts_with(&format!("{policy} ")))
+            .unwrap_or_else(|| panic!("no {policy} line: {summary}"));
+        let words: Vec<&str> = line.split_whitespace().collect();
+        // policy, role, decisions, failed
+        assert_eq!(words[..4], [policy, role, "3", "0"], "{summary}");
+    }
+    // A bundle without its training profile cannot serve the field: one line.
+    let bundle = dir.path().join("bundle");
+    std::fs::create_dir(&bundle).expect("mkdir");
+    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/paper-n3");
+    for file in ["bundle.json", "weights.safetensors"] {
+        std::fs::copy(shipped.join(file), bundle.join(file)).expect(file);
+    }
+    let text = std::fs::read_to_string(config).expect("config");
+    std::fs::write(
+        config,
+        text.replace("[policy]\n", "[policy]\nbundle_dir = \"bundle\"\n"),
+    )
+    .expect("write");
+    let out = mfsched(&["run", "--config", config, "--max-ticks", "1"]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.lines()
+            .any(|l| l.starts_with("error: ") && l.contains("policy.field")),
+        "{err}"
+    );
+}
+
+#[test]
 fn an_unknown_config_key_is_one_clear_line() {
     let dir = tempfile::tempdir().expect("tempdir");
     let config = daemon_config(dir.path(), "unknown-key.toml");

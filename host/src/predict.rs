@@ -4,7 +4,17 @@
 use crate::domain::{GpuState, Problem};
 
 /// Which aggregate state (the "field") a candidate's predictions are made under.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    clap::ValueEnum,
+    serde::Serialize,
+    serde::Deserialize,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum Field {
     /// The state observed now, for every candidate (the published design).

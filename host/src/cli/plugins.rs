@@ -193,24 +193,24 @@ impl PluginOpts {
 }
 
 /// Under the candidate-aware field, switches a policy that can ask for joint
-/// predictions (it has a `predictions` parameter) to them, unless `params` says
-/// otherwise, and says so; names a policy that cannot, since it may read only
-/// the table and so see the observed field.
+/// predictions to them unless `params` says otherwise (see
+/// [`setup::field_param`]), and says so; names a policy that cannot, since it
+/// may read only the table and so see the observed field.
 pub fn params_for_field(
     label: &str,
     policy: &LoadedPolicy,
     field: Field,
     params: &mut Vec<(String, String)>,
 ) {
-    if field != Field::CandidateAware || params.iter().any(|(k, _)| k == "predictions") {
-        return;
-    }
-    if policy.info.params.iter().any(|p| p.name == "predictions") {
-        params.push(("predictions".into(), "candidates".into()));
+    if let Some(param) = setup::field_param(&policy.info, field, params.iter().map(|(k, _)| k)) {
         eprintln!(
-            "note: {label}: predictions=candidates (the candidate-aware field lives in joint predictions)"
+            "note: {label}: {}={} (the candidate-aware field lives in joint predictions)",
+            param.0, param.1
         );
-    } else {
+        params.push(param);
+    } else if field == Field::CandidateAware
+        && !policy.info.params.iter().any(|p| p.name == "predictions")
+    {
         eprintln!(
             "warning: {label}: policy '{}' has no `predictions` parameter; if it reads only the table it sees the observed field",
             policy.info.name

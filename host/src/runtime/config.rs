@@ -87,6 +87,9 @@ pub struct PolicyConfig {
     /// Directory of trained surrogate bundles the policies predict with (plugin host).
     #[serde(default)]
     pub bundle_dir: Option<PathBuf>,
+    /// The field the surrogate's joint predictions are made under.
+    #[serde(default)]
+    pub field: crate::predict::Field,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

@@ -96,11 +96,28 @@ pub async fn run(mut config: DaemonConfig, overrides: Overrides) -> Result<RunSu
     bundle.apply(&mut problem, &scenario.explicit_floors);
     let meanfield =
         bundle.meanfield_on(&problem, crate::surrogate::backend::BackendChoice::Auto)?;
+    let field = config.policy.field;
     eprintln!(
-        "predictor: MeanField surrogate ({})",
-        meanfield.backend_reason()
+        "predictor: MeanField surrogate ({}), {}",
+        meanfield.backend_reason(),
+        field.label()
     );
-    let predictor: Arc<dyn crate::predict::Predictor> = Arc::new(meanfield);
+    let predictor: Arc<dyn crate::predict::Predictor> = match field {
+        crate::predict::Field::Observed => Arc::new(meanfield),
+        crate::predict::Field::CandidateAware => {
+            let profile = crate::surrogate::bundled::training_profile(
+                &scenario,
+                config.policy.bundle_dir.as_deref(),
+                &bundle,
+            )
+            .context("policy.field = \"candidate-aware\"")?;
+            Arc::new(crate::surrogate::field::CandidateAware::new(
+                Arc::new(meanfield),
+                &problem,
+                &profile,
+            )?)
+        }
+    };
     let decider = build_decider(&config, &problem, predictor)?;
     if let Some(note) = note {
         eprintln!("notice: {note}");

@@ -205,6 +205,18 @@ impl Decider for PluginDecider {
                 message: format!("no policy '{policy}' is loaded"),
             });
         };
+        let policy = slot.load();
+        // Under the candidate-aware field, a policy that can ask for joint
+        // predictions is told to.
+        let mut params = self.params.clone();
+        if let Some((key, value)) = setup::field_param(
+            &policy.info,
+            self.predictor.field(),
+            params.iter().map(|p| &p.key),
+        ) {
+            params.push(wit::Param { key, value });
+        }
+        // A reload's self-check runs another policy: only the common parameters.
         *self.checkpoint.lock().unwrap_or_else(|p| p.into_inner()) = Some(Checkpoint {
             problem: problem.clone(),
             state: *state,
@@ -216,7 +228,7 @@ impl Decider for PluginDecider {
             Arc::clone(&self.predictor),
             self.utility.load(),
         );
-        let raw = run_policy(&inputs, &slot.load(), state, &self.params).map_err(plugin_failure)?;
+        let raw = run_policy(&inputs, &policy, state, &params).map_err(plugin_failure)?;
         let predictions =
             crate::plugin::validate(problem, state, self.predictor.as_ref(), &raw.config).map_err(
                 |r| Failure {
