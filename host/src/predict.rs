@@ -54,6 +54,31 @@ pub trait Predictor: Send + Sync {
     }
 }
 
+/// N predictions per candidate where `predict` sees only the candidates inside
+/// a joint space of `size` (given their positions in `candidates`, in order);
+/// the others get NaN rows. Callers validate indices first; this keeps a bad
+/// one from decoding to wrong digits (or failing a whole device call).
+pub fn nan_outside(
+    size: u64,
+    n: usize,
+    candidates: &[u64],
+    predict: impl FnOnce(&[usize]) -> Vec<f32>,
+) -> Vec<f32> {
+    let valid: Vec<usize> = (0..candidates.len())
+        .filter(|&k| candidates[k] < size)
+        .collect();
+    let mut predicted = predict(&valid).into_iter();
+    let mut out = Vec::with_capacity(candidates.len() * n);
+    for &c in candidates {
+        if c < size {
+            out.extend(predicted.by_ref().take(n));
+        } else {
+            out.extend(std::iter::repeat_n(f32::NAN, n));
+        }
+    }
+    out
+}
+
 /// Offsets of each model's block in a `predict_table` buffer (length N + 1).
 pub fn table_offsets(problem: &Problem) -> Vec<usize> {
     let mut offsets = Vec::with_capacity(problem.models.len() + 1);

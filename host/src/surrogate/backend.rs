@@ -6,7 +6,7 @@
 //! than the plain CPU loop, so the automatic choice skips it.
 
 use crate::domain::{GpuState, Problem};
-use crate::predict::Predictor;
+use crate::predict::{Predictor, nan_outside};
 use crate::surrogate::cpu::CpuBackend;
 use crate::surrogate::gpu::{AdapterSummary, GpuBackend, probe_adapter};
 use crate::surrogate::net::FoldedNet;
@@ -136,24 +136,17 @@ impl InferenceBackend {
         let size = problem.space().size();
         if candidates.iter().any(|&c| c >= size) {
             // Predict the valid ones (a device error would take the GPU out of use).
-            let valid: Vec<usize> = (0..candidates.len())
-                .filter(|&k| candidates[k] < size)
-                .collect();
-            let valid_candidates: Vec<u64> = valid.iter().map(|&k| candidates[k]).collect();
-            let valid_fields: Option<Vec<[f32; 2]>> =
-                fields.map(|f| valid.iter().map(|&k| f[k]).collect());
-            let mut predicted = self
-                .predict_joint_fields(problem, state, &valid_candidates, valid_fields.as_deref())
-                .into_iter();
-            let mut out = Vec::with_capacity(candidates.len() * n);
-            for &c in candidates {
-                if c < size {
-                    out.extend(predicted.by_ref().take(n));
-                } else {
-                    out.extend(std::iter::repeat_n(f32::NAN, n));
-                }
-            }
-            return out;
+            return nan_outside(size, n, candidates, |valid| {
+                let valid_candidates: Vec<u64> = valid.iter().map(|&k| candidates[k]).collect();
+                let valid_fields: Option<Vec<[f32; 2]>> =
+                    fields.map(|f| valid.iter().map(|&k| f[k]).collect());
+                self.predict_joint_fields(
+                    problem,
+                    state,
+                    &valid_candidates,
+                    valid_fields.as_deref(),
+                )
+            });
         }
         self.run(
             |g| g.predict_joint_fields(state, candidates, fields),

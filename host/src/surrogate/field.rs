@@ -28,7 +28,7 @@
 use super::MeanField;
 use super::features::{local_len, local_table};
 use crate::domain::{GpuState, JointSpace, Problem, WorkloadLevel};
-use crate::predict::{Field, Predictor};
+use crate::predict::{Field, Predictor, nan_outside};
 use crate::profile::Profile;
 use anyhow::{Result, bail};
 use serde::Serialize;
@@ -449,22 +449,14 @@ impl Predictor for CandidateAware {
 
     /// Candidates outside the joint space get NaN rows.
     fn predict_joint(&self, problem: &Problem, state: &GpuState, candidates: &[u64]) -> Vec<f32> {
-        let n = problem.models.len();
         let size = self.space.size();
         if candidates.iter().all(|&c| c < size) {
             return self.solve(problem, state, candidates).predictions;
         }
-        let valid: Vec<u64> = candidates.iter().copied().filter(|&c| c < size).collect();
-        let mut solved = self.solve(problem, state, &valid).predictions.into_iter();
-        let mut out = Vec::with_capacity(candidates.len() * n);
-        for &c in candidates {
-            if c < size {
-                out.extend(solved.by_ref().take(n));
-            } else {
-                out.extend(std::iter::repeat_n(f32::NAN, n));
-            }
-        }
-        out
+        nan_outside(size, problem.models.len(), candidates, |valid| {
+            let valid: Vec<u64> = valid.iter().map(|&k| candidates[k]).collect();
+            self.solve(problem, state, &valid).predictions
+        })
     }
 
     fn field(&self) -> Field {
