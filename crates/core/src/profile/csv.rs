@@ -1,0 +1,622 @@
+//! The profile CSV, format version 1 (specified in `docs/profile-format.md`).
+//!
+//! One header line, then one line per (joint configuration, workload) sample:
+//!
+//! ```text
+//! format_version,scenario,workload,vram_used_mib,utilization,<model>.variant,<model>.<knob>…,<model>.throughput,…
+//! ```
+//!
+//! Nothing in it is specific to the simulator: real measurements use the same file.
+//! Reading validates every cell against the scenario and reports the first problem
+//! as one error naming the file, line and column.
+
+use super::{Profile, ProfileRow};
+use crate::domain::{GpuState, KnobSetting, Model, Problem, WorkloadLevel};
+use crate::fsutil::write_atomically;
+use anyhow::{Context, Result};
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// The version this build reads and writes.
+pub const FORMAT_VERSION: u32 = 1;
+
+pub const COL_FORMAT: &str = "format_version";
+pub const COL_SCENARIO: &str = "scenario";
+pub const COL_WORKLOAD: &str = "workload";
+pub const COL_VRAM: &str = "vram_used_mib";
+pub const COL_UTILIZATION: &str = "utilization";
+/// The columns every profile has, before the per-model ones.
+pub const FIXED_COLUMNS: [&str; 5] = [
+    COL_FORMAT,
+    COL_SCENARIO,
+    COL_WORKLOAD,
+    COL_VRAM,
+    COL_UTILIZATION,
+];
+
+/// A problem with a profile file, located as precisely as it can be.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub struct FormatError {
+    pub path: PathBuf,
+    /// 1-based line in the file (the header is line 1).
+    pub line: Option<u64>,
+    pub column: Option<String>,
+    pub message: String,
+}
+
+impl fmt::Display for FormatError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.path.display())?;
+        if let Some(line) = self.line {
+            write!(f, " line {line}")?;
+        }
+        if let Some(column) = &self.column {
+            write!(f, ", column {column}")?;
+        }
+        write!(f, ": {}", self.message)
+    }
+}
+
+/// The column names of a problem's profile, in file order.
+pub fn columns(problem: &Problem) -> Vec<String> {
+    let mut cols: Vec<String> = FIXED_COLUMNS.iter().map(|c| c.to_string()).collect();
+    for m in &problem.models {
+        cols.extend(model_columns(m));
+    }
+    cols
+}
+
+/// `<model>.<knob>` for each knob the model has, then `<model>.throughput`.
+fn model_columns(model: &Model) -> Vec<String> {
+    model
+        .knob_names()
+        .into_iter()
+        .chain(["throughput"])
+        .map(|field| format!("{}.{field}", model.name))
+        .collect()
+}
+
+/// Writes a profile atomically: a temporary file beside `path`, renamed over it.
+pub fn write_csv(profile: &Profile, problem: &Problem, path: &Path) -> Result<()> {
+    let names: Vec<&str> = problem.models.iter().map(|m| m.name.as_str()).collect();
+    anyhow::ensure!(
+        profile.models == names,
+        "profile models ({}) do not match the scenario's ({})",
+        profile.models.join(", "),
+        names.join(", ")
+    );
+    let mut text = Vec::new();
+    {
+        let mut w = ::csv::Writer::from_writer(&mut text);
+        w.write_record(columns(problem))?;
+        for (k, row) in profile.rows.iter().enumerate() {
+            check_row_shape(row, problem).with_context(|| format!("profile row {k}"))?;
+            let mut record = vec![
+                FORMAT_VERSION.to_string(),
+                profile.scenario.clone(),
+                row.workload.to_string(),
+                row.state.vram_used_mib.to_string(),
+                row.state.utilization.to_string(),
+            ];
+            for (i, m) in problem.models.iter().enumerate() {
+                let knobs = m.knobs(row.joint[i] as usize);
+                record.push(knobs.variant);
+                record.extend(knobs.concurrency.map(|c| c.to_string()));
+                record.extend(knobs.skip_rate.map(|s| s.to_string()));
+                record.extend(knobs.image_size.map(|s| s.to_string()));
+                record.push(row.throughput[i].to_string());
+            }
+            w.write_record(&record)?;
+        }
+        w.flush()?;
+    }
+    write_atomically(path, &text)
+}
+
+/// A row must have one in-range configuration and one throughput per model.
+fn check_row_shape(row: &ProfileRow, problem: &Problem) -> Result<()> {
+    let n = problem.models.len();
+    anyhow::ensure!(
+        row.joint.len() == n && row.throughput.len() == n,
+        "expected {n} configurations and throughputs, got {} and {}",
+        row.joint.len(),
+        row.throughput.len()
+    );
+    for (&c, m) in row.joint.iter().zip(&problem.models) {
+        anyhow::ensure!(
+            (c as usize) < m.grid_size(),
+            "configuration {c} is off {}'s grid of {}",
+            m.name,
+            m.grid_size()
+        );
+    }
+    Ok(())
+}
+
+/// The header and the scenario a file names, read without a scenario to check against.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Peek {
+    pub columns: Vec<String>,
+    /// The first data row's `scenario` cell, if there is one.
+    pub scenario: Option<String>,
+    /// Model names in header order (the prefixes of `<model>.<field>` columns).
+    pub models: Vec<String>,
+}
+
+/// Reads the header and first row only.
+pub fn peek(path: &Path) -> Result<Peek> {
+    let err = |line, message: String| FormatError {
+        path: path.to_path_buf(),
+        line,
+        column: None,
+        message,
+    };
+    let mut reader = open(path)?;
+    let columns: Vec<String> = reader
+        .headers()
+        .map_err(|e| err(Some(1), format!("unreadable header: {e}")))?
+        .iter()
+        .map(str::to_string)
+        .collect();
+    if columns.iter().all(String::is_empty) {
+        return Err(err(
+            None,
+            "the file is empty: expected a profile CSV header".into(),
+        )
+        .into());
+    }
+    let mut models: Vec<String> = Vec::new();
+    for c in &columns {
+        if let Some((model, _)) = c.rsplit_once('.')
+            && !models.iter().any(|m| m == model)
+        {
+            models.push(model.to_string());
+        }
+    }
+    let scenario = match columns.iter().position(|c| c == COL_SCENARIO) {
+        Some(col) => reader
+            .records()
+            .next()
+            .and_then(|r| r.ok())
+            .and_then(|r| r.get(col).map(str::to_string))
+            .filter(|s| !s.is_empty()),
+        None => None,
+    };
+    Ok(Peek {
+        columns,
+        scenario,
+        models,
+    })
+}
+
+fn open(path: &Path) -> Result<::csv::Reader<std::fs::File>> {
+    let file =
+        std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    Ok(reader_builder().from_reader(file))
+}
+
+fn reader_builder() -> ::csv::ReaderBuilder {
+    let mut builder = ::csv::ReaderBuilder::new();
+    builder.has_headers(true).trim(::csv::Trim::All);
+    builder
+}
+
+/// Where each expected column sits in the file.
+struct Layout {
+    fixed: [usize; 5],
+    /// Per model: variant, then its knobs in `knob_names` order, then throughput.
+    models: Vec<Vec<usize>>,
+}
+
+/// Reads and validates a profile against `problem`'s models.
+pub fn read_csv(path: &Path, problem: &Problem) -> Result<Profile> {
+    let reader = open(path).map_err(|e| FormatError {
+        path: path.to_path_buf(),
+        line: None,
+        column: None,
+        message: format!("{e:#}"),
+    })?;
+    Ok(read(path, reader, problem)?)
+}
+
+/// [`read_csv`] of a file already in memory (an embedded profile); `path` names it in errors.
+pub fn read_csv_bytes(bytes: &[u8], path: &Path, problem: &Problem) -> Result<Profile> {
+    let reader = reader_builder().from_reader(bytes);
+    Ok(read(path, reader, problem)?)
+}
+
+fn read<R: std::io::Read>(
+    path: &Path,
+    mut reader: ::csv::Reader<R>,
+    problem: &Problem,
+) -> Result<Profile, FormatError> {
+    let at = |line: Option<u64>, column: Option<&str>, message: String| FormatError {
+        path: path.to_path_buf(),
+        line,
+        column: column.map(str::to_string),
+        message,
+    };
+    let header: Vec<String> = reader
+        .headers()
+        .map_err(|e| at(Some(1), None, format!("unreadable header: {e}")))?
+        .iter()
+        .map(str::to_string)
+        .collect();
+    if header.iter().all(String::is_empty) {
+        return Err(at(
+            None,
+            None,
+            "the file is empty: expected a profile CSV header".into(),
+        ));
+    }
+    let mut records = reader.records().peekable();
+    let layout = match layout(&header, problem) {
+        Ok(layout) => layout,
+        Err((col, message)) => {
+            // Another format version has other columns: say that, not what differs.
+            if let (Some(c), Some(Ok(first))) =
+                (header.iter().position(|h| h == COL_FORMAT), records.peek())
+            {
+                let line = first.position().map(|p| p.line());
+                check_version(first.get(c).unwrap_or(""))
+                    .map_err(|m| at(line, Some(COL_FORMAT), m))?;
+            }
+            return Err(at(Some(1), col.as_deref(), message));
+        }
+    };
+
+    let mut scenario: Option<String> = None;
+    let mut rows = Vec::new();
+    for record in records {
+        let record = record.map_err(|e| {
+            let line = e.position().map(|p| p.line());
+            let message = match e.kind() {
+                ::csv::ErrorKind::UnequalLengths {
+                    len, expected_len, ..
+                } => format!("has {len} fields but the header has {expected_len}"),
+                _ => e.to_string(),
+            };
+            at(line, None, message)
+        })?;
+        let line = record.position().map(|p| p.line());
+        let cell = |col: usize| -> Result<&str, FormatError> {
+            let value = record.get(col).unwrap_or("");
+            if value.is_empty() {
+                Err(at(line, Some(&header[col]), "empty value".into()))
+            } else {
+                Ok(value)
+            }
+        };
+        let number = |col: usize| -> Result<f64, FormatError> {
+            let text = cell(col)?;
+            text.parse::<f64>()
+                .ok()
+                .filter(|v| v.is_finite())
+                .ok_or_else(|| {
+                    at(
+                        line,
+                        Some(&header[col]),
+                        format!("'{text}' is not a number"),
+                    )
+                })
+        };
+        let bad = |col: usize, message: String| at(line, Some(&header[col]), message);
+
+        let [c_format, c_scenario, c_workload, c_vram, c_util] = layout.fixed;
+        check_version(cell(c_format)?).map_err(|m| bad(c_format, m))?;
+        let name = cell(c_scenario)?;
+        match &scenario {
+            None => scenario = Some(name.to_string()),
+            Some(first) if first != name => {
+                return Err(bad(
+                    c_scenario,
+                    format!(
+                        "scenario '{name}' differs from '{first}' on the first row: one file holds one scenario"
+                    ),
+                ));
+            }
+            Some(_) => {}
+        }
+        let workload_text = cell(c_workload)?;
+        let workload = WorkloadLevel::parse(workload_text).ok_or_else(|| {
+            bad(
+                c_workload,
+                format!("'{workload_text}' is not a workload level (low, medium, high, burst)"),
+            )
+        })?;
+        let vram_used_mib = number(c_vram)?;
+        if vram_used_mib < 0.0 {
+            return Err(bad(c_vram, format!("{vram_used_mib} is negative")));
+        }
+        let utilization = number(c_util)?;
+        if !(0.0..=1.0).contains(&utilization) {
+            return Err(bad(c_util, format!("{utilization} is outside [0, 1]")));
+        }
+
+        let mut joint = Vec::with_capacity(problem.models.len());
+        let mut throughput = Vec::with_capacity(problem.models.len());
+        for (m, cols) in problem.models.iter().zip(&layout.models) {
+            let variant = cell(cols[0])?;
+            if !m.variants.iter().any(|v| v.name == variant) {
+                return Err(bad(
+                    cols[0],
+                    format!(
+                        "'{variant}' is not a variant of {} (it has: {})",
+                        m.name,
+                        m.variants
+                            .iter()
+                            .map(|v| v.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                ));
+            }
+            let mut knobs = KnobSetting {
+                variant: variant.to_string(),
+                concurrency: None,
+                skip_rate: None,
+                image_size: None,
+            };
+            let mut next = 1;
+            let integer = |col: usize| -> Result<u32, FormatError> {
+                let text = cell(col)?;
+                text.parse::<u32>()
+                    .map_err(|_| bad(col, format!("'{text}' is not a whole number")))
+            };
+            if !m.concurrency.is_empty() {
+                knobs.concurrency = Some(integer(cols[next])?);
+                next += 1;
+            }
+            if !m.skip_rate.is_empty() {
+                knobs.skip_rate = Some(number(cols[next])?);
+                next += 1;
+            }
+            if !m.image_size.is_empty() {
+                knobs.image_size = Some(integer(cols[next])?);
+                next += 1;
+            }
+            let config = m.find_config(&knobs).ok_or_else(|| {
+                // Name the knob that is off the grid, or the combination if each is fine.
+                let offending = knob_off_grid(m, &knobs);
+                let col = offending.map_or(cols[0], |k| cols[k]);
+                bad(
+                    col,
+                    format!("{knobs} is not on {}'s configuration grid", m.name),
+                )
+            })?;
+            let tp = number(cols[next])?;
+            if tp < 0.0 {
+                return Err(bad(cols[next], format!("throughput {tp} is negative")));
+            }
+            joint.push(config as u32);
+            throughput.push(tp);
+        }
+        rows.push(ProfileRow {
+            joint,
+            workload,
+            state: GpuState {
+                workload,
+                vram_used_mib,
+                utilization,
+            },
+            throughput,
+        });
+    }
+    let Some(scenario) = scenario else {
+        return Err(at(None, None, "no data rows after the header".into()));
+    };
+    Ok(Profile {
+        scenario,
+        models: problem.models.iter().map(|m| m.name.clone()).collect(),
+        rows,
+    })
+}
+
+fn check_version(text: &str) -> Result<(), String> {
+    if text.parse::<u32>().ok() == Some(FORMAT_VERSION) {
+        Ok(())
+    } else {
+        Err(format!(
+            "format version '{text}' is not supported (this mfsched reads version {FORMAT_VERSION})"
+        ))
+    }
+}
+
+/// Which knob column (index into the model's columns) holds a value off the grid.
+fn knob_off_grid(m: &Model, knobs: &KnobSetting) -> Option<usize> {
+    let mut col = 1;
+    if let Some(c) = knobs.concurrency {
+        if !m.concurrency.contains(&c) {
+            return Some(col);
+        }
+        col += 1;
+    }
+    if let Some(s) = knobs.skip_rate {
+        if !m.skip_rate.iter().any(|k| (k.value - s).abs() < 1e-9) {
+            return Some(col);
+        }
+        col += 1;
+    }
+    if let Some(i) = knobs.image_size
+        && !m.image_size.iter().any(|k| k.value == i)
+    {
+        return Some(col);
+    }
+    None
+}
+
+/// Matches the header to the columns `problem` expects.
+fn layout(header: &[String], problem: &Problem) -> Result<Layout, (Option<String>, String)> {
+    let expected = columns(problem);
+    for (k, col) in header.iter().enumerate() {
+        if header[..k].contains(col) {
+            return Err((Some(col.clone()), "the column appears twice".into()));
+        }
+        if expected.contains(col) {
+            continue;
+        }
+        let message = match col.rsplit_once('.') {
+            Some((model, field)) => match problem.models.iter().find(|m| m.name == model) {
+                None => format!(
+                    "model '{model}' is not in the scenario (its models: {})",
+                    problem
+                        .models
+                        .iter()
+                        .map(|m| m.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                Some(m) => format!(
+                    "{} has no column '{field}' (its columns: {})",
+                    m.name,
+                    model_columns(m).join(", ")
+                ),
+            },
+            None if col.is_empty() => "a column has no name".to_string(),
+            None => format!("unknown column (expected: {})", FIXED_COLUMNS.join(", ")),
+        };
+        return Err((Some(col.clone()), message));
+    }
+    let find = |name: &str| {
+        header.iter().position(|c| c == name).ok_or_else(|| {
+            (
+                Some(name.to_string()),
+                "missing column: a profile for this scenario needs it".to_string(),
+            )
+        })
+    };
+    let mut fixed = [0; 5];
+    for (slot, name) in fixed.iter_mut().zip(FIXED_COLUMNS) {
+        *slot = find(name)?;
+    }
+    let models = problem
+        .models
+        .iter()
+        .map(|m| model_columns(m).iter().map(|c| find(c)).collect())
+        .collect::<Result<_, _>>()?;
+    Ok(Layout { fixed, models })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scenario;
+
+    fn fixture(name: &str) -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../tests/fixtures/profiles")
+            .join(name)
+    }
+
+    fn paper_n2() -> Problem {
+        scenario::load("paper-n2").expect("bundled").problem
+    }
+
+    #[test]
+    fn the_header_names_every_knob_per_model() {
+        let cols = columns(&paper_n2());
+        assert_eq!(
+            cols,
+            [
+                "format_version",
+                "scenario",
+                "workload",
+                "vram_used_mib",
+                "utilization",
+                "llama3b.variant",
+                "llama3b.concurrency",
+                "llama3b.skip_rate",
+                "llama3b.throughput",
+                "yolo-a.variant",
+                "yolo-a.image_size",
+                "yolo-a.throughput",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_good_fixture_reads() {
+        let profile = read_csv(&fixture("good.csv"), &paper_n2()).expect("good fixture");
+        assert_eq!(profile.rows.len(), 4);
+        assert_eq!(profile.scenario, "paper-n2");
+    }
+
+    /// Every bad-input class: the error names the line and column and says what is wrong.
+    #[test]
+    fn each_bad_input_class_is_one_located_error() {
+        let problem = paper_n2();
+        let cases = [
+            (
+                "unknown-column.csv",
+                "line 1, column llama3b.batch",
+                "llama3b has no column 'batch'",
+            ),
+            (
+                "missing-column.csv",
+                "line 1, column yolo-a.throughput",
+                "missing column",
+            ),
+            (
+                "empty-value.csv",
+                "line 3, column llama3b.throughput",
+                "empty value",
+            ),
+            (
+                "non-numeric.csv",
+                "line 2, column utilization",
+                "'high' is not a number",
+            ),
+            (
+                "negative-throughput.csv",
+                "line 4, column yolo-a.throughput",
+                "throughput -12.5 is negative",
+            ),
+            (
+                "unknown-model.csv",
+                "line 1, column qwen9.throughput",
+                "model 'qwen9' is not in the scenario",
+            ),
+            (
+                "unknown-variant.csv",
+                "line 3, column llama3b.variant",
+                "'int8' is not a variant of llama3b",
+            ),
+            (
+                "wrong-version.csv",
+                "line 2, column format_version",
+                "format version '2' is not supported",
+            ),
+            (
+                "off-grid.csv",
+                "line 2, column llama3b.concurrency",
+                "not on llama3b's configuration grid",
+            ),
+            (
+                "bad-workload.csv",
+                "line 2, column workload",
+                "'peak' is not a workload level",
+            ),
+            (
+                "ragged.csv",
+                "line 3",
+                "has 11 fields but the header has 12",
+            ),
+            ("empty.csv", "empty.csv", "the file is empty"),
+            ("header-only.csv", "header-only.csv", "no data rows"),
+        ];
+        for (file, location, what) in cases {
+            let err = read_csv(&fixture(file), &problem).expect_err(file);
+            let text = format!("{err:#}");
+            assert!(text.contains(location), "{file}: {text}");
+            assert!(text.contains(what), "{file}: {text}");
+            assert_eq!(text.lines().count(), 1, "{file}: {text}");
+        }
+    }
+
+    #[test]
+    fn peek_reads_the_named_scenario_and_models() {
+        let p = peek(&fixture("good.csv")).expect("peek");
+        assert_eq!(p.scenario.as_deref(), Some("paper-n2"));
+        assert_eq!(p.models, ["llama3b", "yolo-a"]);
+    }
+}

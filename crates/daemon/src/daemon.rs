@@ -1,0 +1,428 @@
+//! The decision loop: each tick samples, decides with the active policy (and the
+//! shadow policies, on the same state, in parallel) within the deadline,
+//! validates, applies what changed, records, and publishes for the API.
+
+use anyhow::{Context, Result};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio::sync::watch;
+use tokio::time::MissedTickBehavior;
+
+use super::actuator::Actuators;
+use super::declog::{DecisionLog, PolicyRecord, TickRecord};
+use super::metrics::{Metrics, Role};
+use super::outcome::{DecideOutcome, Failure, FailureKind, from_verdict};
+use super::sampler::{Sample, Sampler};
+use mfsched_core::domain::{GpuState, Problem, WorkloadLevel};
+use mfsched_plugin_host::bindings::wit;
+use mfsched_plugin_host::{CallInputs, LastValid, Pipeline, PolicySource};
+
+/// Where each tick's workload level comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum WorkloadSource {
+    Fixed(WorkloadLevel),
+    /// Replayed cyclically, one level per tick.
+    Trace(Vec<WorkloadLevel>),
+}
+
+impl WorkloadSource {
+    fn level(&self, tick: u64) -> WorkloadLevel {
+        match self {
+            WorkloadSource::Fixed(l) => *l,
+            WorkloadSource::Trace(levels) if !levels.is_empty() => {
+                levels[(tick % levels.len() as u64) as usize]
+            }
+            WorkloadSource::Trace(_) => WorkloadLevel::Medium,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct LoopSettings {
+    pub period: Duration,
+    pub deadline: Duration,
+    pub active: String,
+    pub shadows: Vec<String>,
+    /// Utilisation assumed when the sampler cannot give one.
+    pub unknown_utilization: f64,
+    pub workload: WorkloadSource,
+}
+
+/// What decides: the policies, and the one pipeline they decide through with
+/// the parameters every policy gets.
+#[derive(Clone)]
+pub struct Deciding {
+    pub pipeline: Arc<Pipeline>,
+    pub policies: Arc<dyn PolicySource>,
+    pub params: Vec<wit::Param>,
+}
+
+impl std::fmt::Debug for Deciding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Deciding")
+            .field("pipeline", &self.pipeline)
+            .field("policies", &self.policies.policies())
+            .finish_non_exhaustive()
+    }
+}
+
+/// What the loop shares with the HTTP API.
+pub struct Shared {
+    pub metrics: Arc<Metrics>,
+    pub deciding: Deciding,
+    pub problem: Problem,
+    pub period: Duration,
+    active: RwLock<String>,
+    shadows: Vec<String>,
+    last: RwLock<Option<Arc<TickRecord>>>,
+    last_at: RwLock<Instant>,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("active", &self.active_policy())
+            .field("shadows", &self.shadows)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Shared {
+    pub fn active_policy(&self) -> String {
+        read(&self.active).clone()
+    }
+
+    pub fn shadows(&self) -> &[String] {
+        &self.shadows
+    }
+
+    pub fn last_record(&self) -> Option<Arc<TickRecord>> {
+        read(&self.last).clone()
+    }
+
+    /// Time since the last tick finished (or since start, before the first).
+    pub fn since_last_tick(&self) -> Duration {
+        read(&self.last_at).elapsed()
+    }
+
+    /// Makes `policy` the active one from the next tick on.
+    pub fn set_active(&self, policy: &str) -> Result<(), String> {
+        let available = self.deciding.policies.policies();
+        if !available.iter().any(|p| p == policy) {
+            return Err(format!(
+                "no policy '{policy}': available are {}",
+                available.join(", ")
+            ));
+        }
+        if self.shadows.iter().any(|s| s == policy) {
+            return Err(format!(
+                "policy '{policy}' runs as a shadow; remove it from policy.shadows first"
+            ));
+        }
+        *self.active.write().unwrap_or_else(|p| p.into_inner()) = policy.to_owned();
+        self.metrics.policy_swapped();
+        Ok(())
+    }
+}
+
+/// The lock only guards plain values replaced whole, so a poisoned one is still sound.
+fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    lock.read().unwrap_or_else(|p| p.into_inner())
+}
+
+/// How a bounded or interrupted run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunSummary {
+    pub ticks: u64,
+    pub missed_ticks: u64,
+    pub log_records: u64,
+}
+
+#[derive(Debug)]
+pub struct Daemon {
+    settings: LoopSettings,
+    problem: Problem,
+    sampler: Box<dyn Sampler>,
+    actuators: Actuators,
+    log: DecisionLog,
+    shared: Arc<Shared>,
+    next_tick: u64,
+    last_valid: LastValid,
+}
+
+impl Daemon {
+    /// Tick numbers continue those already in the log.
+    pub fn new(
+        settings: LoopSettings,
+        problem: Problem,
+        sampler: Box<dyn Sampler>,
+        deciding: Deciding,
+        actuators: Actuators,
+        log: DecisionLog,
+        metrics: Arc<Metrics>,
+    ) -> Result<Self> {
+        let first_tick = log.last_tick().map_or(0, |t| t + 1);
+        let available = deciding.policies.policies();
+        for p in std::iter::once(&settings.active).chain(&settings.shadows) {
+            if !available.contains(p) {
+                anyhow::bail!(
+                    "policy '{p}' is not loaded: available are {}",
+                    available.join(", ")
+                );
+            }
+        }
+        let shared = Arc::new(Shared {
+            metrics,
+            deciding,
+            problem: problem.clone(),
+            period: settings.period,
+            active: RwLock::new(settings.active.clone()),
+            shadows: settings.shadows.clone(),
+            last: RwLock::new(None),
+            last_at: RwLock::new(Instant::now()),
+        });
+        Ok(Self {
+            settings,
+            problem,
+            sampler,
+            actuators,
+            log,
+            shared,
+            next_tick: first_tick,
+            last_valid: LastValid::default(),
+        })
+    }
+
+    pub fn shared(&self) -> Arc<Shared> {
+        Arc::clone(&self.shared)
+    }
+
+    /// Runs until `shutdown` turns true (the tick in progress finishes first) or
+    /// `max_ticks` ticks ran; then syncs the log and stops the actuators.
+    pub async fn run(
+        mut self,
+        mut shutdown: watch::Receiver<bool>,
+        max_ticks: Option<u64>,
+    ) -> Result<RunSummary> {
+        let mut interval = tokio::time::interval(self.settings.period);
+        // A late tick is skipped, not bunched up: skipped ticks are the missed ones.
+        interval.set_missed_tick_behavior(MissedTickBehavior::Skip);
+        let mut previous: Option<tokio::time::Instant> = None;
+        let mut summary = RunSummary {
+            ticks: 0,
+            missed_ticks: 0,
+            log_records: 0,
+        };
+        let period = self.settings.period.as_nanos().max(1);
+        while max_ticks.is_none_or(|m| summary.ticks < m) {
+            if *shutdown.borrow() {
+                break;
+            }
+            let scheduled = tokio::select! {
+                at = interval.tick() => at,
+                _ = shutdown.changed() => break,
+            };
+            // Whole periods that passed since the previous slot, beyond the one
+            // this tick fills: slots skipped, plus this tick if it starts a whole
+            // period late.
+            let missed = previous.map_or(0, |p| {
+                ((tokio::time::Instant::now() - p).as_nanos() / period).saturating_sub(1) as u64
+            });
+            previous = Some(scheduled);
+            self.tick(missed).await?;
+            summary.ticks += 1;
+            summary.missed_ticks += missed;
+        }
+        self.log.sync()?;
+        summary.log_records = self.log.records();
+        self.actuators.shutdown(Duration::from_secs(2)).await;
+        Ok(summary)
+    }
+
+    async fn tick(&mut self, missed_before: u64) -> Result<()> {
+        let tick = self.next_tick;
+        self.next_tick += 1;
+        let unix_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let started = tokio::time::Instant::now();
+        let footprint = self.problem.vram_mib(&self.problem.current) as f64;
+        let workload = self.settings.workload.level(tick);
+        let sample = self
+            .sampler
+            .sample(&self.problem, &self.problem.current, workload)
+            .unwrap_or_else(|err| Sample {
+                source: format!("failed: {err:#}"),
+                vram_used_mib: None,
+                vram_total_mib: None,
+                utilization: None,
+                processes: Vec::new(),
+            });
+        let state = GpuState {
+            workload,
+            vram_used_mib: sample.vram_used_mib.unwrap_or(footprint),
+            utilization: sample
+                .utilization
+                .unwrap_or(self.settings.unknown_utilization),
+        };
+
+        let active = self.shared.active_policy();
+        let policies: Vec<String> = std::iter::once(active.clone())
+            .chain(self.settings.shadows.iter().cloned())
+            .collect();
+        // The problem is prepared once for every policy of the tick; each
+        // answer is validated and scored by the one pipeline.
+        let inputs = Arc::new(self.shared.deciding.pipeline.prepare(&self.problem));
+        let records = decide_all(
+            &self.shared.deciding,
+            tick,
+            inputs,
+            &policies,
+            state,
+            self.settings.deadline,
+            started + self.settings.deadline,
+        )
+        .await;
+        let mut records = records.into_iter();
+        let active_record = records.next().context("the active policy was asked")?;
+        let shadows: Vec<PolicyRecord> = records.collect();
+        self.count(&active_record, Role::Active);
+        for r in &shadows {
+            self.count(r, Role::Shadow);
+        }
+        // Only the active policy's valid proposal is applied; else the one
+        // fallback rule of the pipeline.
+        let (applied, kept_last_valid) = match &active_record.outcome {
+            Ok(p) => {
+                self.last_valid.accept(&p.joint);
+                (p.joint.clone(), false)
+            }
+            Err(_) => {
+                self.shared.metrics.kept_last_valid();
+                (self.last_valid.fallback(&self.problem), true)
+            }
+        };
+        if let Ok(p) = &active_record.outcome
+            && let Some(throughput) = &p.predicted_throughput
+        {
+            for ((t, floor), m) in throughput
+                .iter()
+                .zip(&self.problem.sla_floors)
+                .zip(&self.problem.models)
+            {
+                if *floor > 0.0 && t < floor {
+                    self.shared.metrics.sla_violation(&m.name);
+                }
+            }
+        }
+        let changed: Vec<usize> = applied
+            .iter()
+            .zip(&self.problem.current)
+            .enumerate()
+            .filter(|(_, (a, c))| a != c)
+            .map(|(i, _)| i)
+            .collect();
+        self.actuators
+            .apply(&self.problem, tick, &applied, &changed);
+        self.shared.metrics.model_changes(changed.len());
+        self.problem.current.clone_from(&applied);
+
+        let record = TickRecord {
+            tick,
+            unix_ms,
+            missed_before,
+            sample,
+            state,
+            active: active_record,
+            shadows,
+            applied,
+            kept_last_valid,
+            changed_models: changed.iter().map(|&i| i as u32).collect(),
+        };
+        self.log.append(&record)?;
+        self.shared.metrics.tick(missed_before);
+        *self.shared.last.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(record));
+        *self
+            .shared
+            .last_at
+            .write()
+            .unwrap_or_else(|p| p.into_inner()) = Instant::now();
+        Ok(())
+    }
+
+    /// Counts a policy's answer in the metrics.
+    fn count(&self, record: &PolicyRecord, role: Role) {
+        let latency = Duration::from_micros(record.latency_us);
+        match &record.outcome {
+            Ok(p) => {
+                self.shared
+                    .metrics
+                    .decided(&record.policy, role, latency, p.predicted_utility)
+            }
+            Err(f) => self.shared.metrics.failed(&record.policy, f.kind, latency),
+        }
+    }
+}
+
+/// Asks every policy at once on blocking threads, through the pipeline, and
+/// waits for each until the deadline. A policy that overruns is recorded as a
+/// `Deadline` failure; its thread is left to finish on its own (the plugin host
+/// interrupts guests and bounds host calls, so only a misbehaving native
+/// policy can hold one for long).
+async fn decide_all(
+    deciding: &Deciding,
+    tick: u64,
+    inputs: Arc<CallInputs>,
+    policies: &[String],
+    state: GpuState,
+    budget: Duration,
+    deadline: tokio::time::Instant,
+) -> Vec<PolicyRecord> {
+    let handles: Vec<_> = policies
+        .iter()
+        .map(|policy| {
+            let deciding = deciding.clone();
+            let inputs = Arc::clone(&inputs);
+            let policy = policy.clone();
+            tokio::task::spawn_blocking(move || {
+                let verdict = deciding.pipeline.evaluate(
+                    &inputs,
+                    deciding.policies.as_ref(),
+                    &policy,
+                    &state,
+                    &deciding.params,
+                    budget,
+                );
+                verdict.output.log(&policy, tick);
+                (from_verdict(&verdict), verdict.latency)
+            })
+        })
+        .collect();
+    let mut records = Vec::with_capacity(policies.len());
+    for (policy, handle) in policies.iter().zip(handles) {
+        let (outcome, latency): (DecideOutcome, Duration) =
+            match tokio::time::timeout_at(deadline, handle).await {
+                Ok(Ok(done)) => done,
+                Ok(Err(join)) => (
+                    Err(Failure {
+                        kind: FailureKind::Error,
+                        message: format!("the decider panicked: {join}"),
+                    }),
+                    budget,
+                ),
+                Err(_) => (
+                    Err(Failure {
+                        kind: FailureKind::Deadline,
+                        message: format!("no answer within {} ms", budget.as_millis()),
+                    }),
+                    budget,
+                ),
+            };
+        records.push(PolicyRecord {
+            policy: policy.clone(),
+            outcome,
+            latency_us: latency.as_micros() as u64,
+        });
+    }
+    records
+}

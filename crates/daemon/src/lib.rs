@@ -1,0 +1,203 @@
+//! The production daemon (`mfsched run`): sampler, decision loop with shadow
+//! (A/B) policies, actuators, append-only decision log, HTTP control API and
+//! Prometheus metrics, graceful shutdown.
+//!
+//! The loop decides through the plugin host's one decision pipeline
+//! (`mfsched_plugin_host::pipeline`); its policies are a `PolicySource`:
+//! [`policies::PluginPolicies`] (components, hot-reloaded, and `hold`) in
+//! production. [`outcome`] is what the decision log records of each answer.
+
+pub mod actuator;
+pub mod api;
+pub mod config;
+pub mod daemon;
+pub mod declog;
+pub mod metrics;
+pub mod outcome;
+pub mod policies;
+pub mod replay;
+pub mod sampler;
+
+use anyhow::{Context, Result, bail};
+use mfsched_surrogate::backend::BackendChoice;
+use mfsched_surrogate::serve::{ServeOptions, Served, serve};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use tokio::sync::watch;
+
+use config::{DaemonConfig, PolicyConfig};
+use daemon::{Daemon, LoopSettings, RunSummary, WorkloadSource};
+use metrics::Metrics;
+use policies::PluginPolicies;
+
+/// Command-line overrides of the config file.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    pub sampler: Option<config::SamplerKind>,
+    pub listen: Option<SocketAddr>,
+    /// Stop after this many ticks (bounded runs).
+    pub max_ticks: Option<u64>,
+}
+
+/// The policies of a policy config: the plugin host's components (embedded and
+/// those of `plugin_dir`, hot-reloaded) beside the built-in `hold`. Plugin files
+/// that did not load are logged, one line each.
+pub fn build_policies(
+    config: &DaemonConfig,
+    problem: &mfsched_core::domain::Problem,
+    predictor: Arc<dyn mfsched_core::predict::Predictor>,
+) -> Result<PluginPolicies> {
+    let policy: &PolicyConfig = &config.policy;
+    if let Some(dir) = &policy.plugin_dir
+        && !dir.is_dir()
+    {
+        bail!("policy.plugin_dir {}: not a directory", dir.display());
+    }
+    let (policies, notes) = PluginPolicies::new(
+        problem,
+        predictor,
+        policy.utility.as_deref().unwrap_or("utility"),
+        policy.plugin_dir.as_deref(),
+        config.tick.deadline(),
+        config.seed,
+    )?;
+    for note in notes {
+        tracing::warn!("{note}");
+    }
+    Ok(policies)
+}
+
+pub fn workload_source(config: &DaemonConfig) -> Result<WorkloadSource> {
+    Ok(match &config.workload.trace {
+        None => WorkloadSource::Fixed(config.workload.level),
+        Some(name) => {
+            let trace =
+                mfsched_core::traces::generate(name, config.workload.trace_ticks, config.seed)
+                    .with_context(|| format!("unknown workload trace '{name}'"))?;
+            WorkloadSource::Trace(trace.levels)
+        }
+    })
+}
+
+/// Runs the daemon until SIGINT/SIGTERM (or `max_ticks`). Must run inside tokio.
+/// Progress and notices are logged (`tracing`), one line each.
+/// `simulated_gpu` is the simulated card for `sampler.kind = "sim"` (the
+/// composition root hands in the lab's simulator; `None` in a build without one).
+pub async fn run(
+    mut config: DaemonConfig,
+    overrides: Overrides,
+    simulated_gpu: Option<&sampler::SimulatedGpu>,
+) -> Result<RunSummary> {
+    if let Some(kind) = overrides.sampler {
+        config.sampler.kind = kind;
+    }
+    if let Some(listen) = overrides.listen {
+        config.api.listen = listen;
+    }
+    let scenario = mfsched_core::scenario::load(&config.scenario)?;
+    // The sampler first: a missing NVML is the likeliest start-up failure.
+    let (sampler, note) = sampler::build(
+        &config.sampler,
+        &scenario.problem,
+        config.seed,
+        simulated_gpu,
+    )?;
+    // The MeanField bundle (embedded for the scenario, or policy.bundle_dir): its
+    // profiled floors and ranges fill the problem; inference on a hardware GPU
+    // when there is one, else the CPU reference.
+    let served = serve(
+        &scenario,
+        ServeOptions {
+            models: config.policy.bundle_dir.as_deref(),
+            backend: BackendChoice::Auto,
+            field: config.policy.field,
+        },
+    )
+    .context("policy.bundle_dir / policy.field")?;
+    tracing::info!(predictor = %served.name, "serving the predictor");
+    let Served {
+        predictor, problem, ..
+    } = served;
+    let policies = build_policies(&config, &problem, predictor)?;
+    if let Some(note) = note {
+        tracing::warn!("{note}");
+    }
+    let (log, torn) = declog::DecisionLog::open(&config.log.path)?;
+    if let Some(torn) = torn {
+        tracing::warn!(
+            "decision log {}: {torn}; cut off, appending after the last intact record",
+            config.log.path.display()
+        );
+    }
+    let metrics = Arc::new(Metrics::default());
+    let actuators = actuator::Actuators::new(&config.actuator, &problem, Arc::clone(&metrics))?;
+    let settings = LoopSettings {
+        period: config.tick.period(),
+        deadline: config.tick.deadline(),
+        active: config.policy.active.clone(),
+        shadows: config.policy.shadows.clone(),
+        unknown_utilization: config.sampler.unknown_utilization,
+        workload: workload_source(&config)?,
+    };
+    let deciding = daemon::Deciding {
+        pipeline: policies.pipeline(),
+        params: policies.params().to_vec(),
+        policies: Arc::new(policies),
+    };
+    let daemon = Daemon::new(
+        settings, problem, sampler, deciding, actuators, log, metrics,
+    )?;
+
+    let listener = tokio::net::TcpListener::bind(config.api.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", config.api.listen))?;
+    let bound = listener.local_addr().context("listener address")?;
+    tracing::info!("listening on http://{bound}");
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        stop_tx.send_replace(true);
+    });
+    // The API stops once the loop has stopped (signal, bound reached or error),
+    // so it answers until the last tick is recorded.
+    let (done_tx, mut done_rx) = watch::channel(false);
+    let app = api::router(daemon.shared());
+    let server = tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move {
+                let _ = done_rx.wait_for(|done| *done).await;
+            })
+            .await
+    });
+    let summary = daemon.run(stop_rx, overrides.max_ticks).await;
+    done_tx.send_replace(true);
+    server
+        .await
+        .context("the API server task")?
+        .context("the API server")?;
+    summary
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

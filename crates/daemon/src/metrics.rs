@@ -1,0 +1,409 @@
+//! Daemon metrics and their Prometheus text exposition (format 0.0.4), written by
+//! hand: a few counters, gauges and one histogram family need no crate.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use super::outcome::FailureKind;
+
+/// Upper bounds of the decision-latency histogram, seconds.
+const LATENCY_BUCKETS: [f64; 12] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Role {
+    Active,
+    Shadow,
+}
+
+impl Role {
+    fn as_str(self) -> &'static str {
+        match self {
+            Role::Active => "active",
+            Role::Shadow => "shadow",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+struct Histogram {
+    counts: [u64; LATENCY_BUCKETS.len()],
+    count: u64,
+    sum: f64,
+}
+
+impl Histogram {
+    fn observe(&mut self, seconds: f64) {
+        for (bound, c) in LATENCY_BUCKETS.iter().zip(&mut self.counts) {
+            if seconds <= *bound {
+                *c += 1;
+            }
+        }
+        self.count += 1;
+        self.sum += seconds;
+    }
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    ticks: u64,
+    missed_ticks: u64,
+    decisions: BTreeMap<(String, Role), u64>,
+    failures: BTreeMap<(String, FailureKind), u64>,
+    latency: BTreeMap<String, Histogram>,
+    predicted_utility: BTreeMap<String, f64>,
+    sla_violations: BTreeMap<String, u64>,
+    kept_last_valid: u64,
+    model_changes: u64,
+    actuator_sent: BTreeMap<String, u64>,
+    actuator_failures: BTreeMap<String, u64>,
+    policy_swaps: u64,
+}
+
+#[derive(Debug, Default)]
+pub struct Metrics {
+    inner: Mutex<Inner>,
+}
+
+/// A consistent copy of the counters tests and the API read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Counts {
+    pub ticks: u64,
+    pub missed_ticks: u64,
+    pub kept_last_valid: u64,
+    pub policy_swaps: u64,
+}
+
+impl Metrics {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        // A panic while holding this lock cannot leave the counters inconsistent
+        // in a way worth refusing to report, so a poisoned lock is used as is.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn tick(&self, missed_before: u64) {
+        let mut m = self.lock();
+        m.ticks += 1;
+        m.missed_ticks += missed_before;
+    }
+
+    pub fn decided(&self, policy: &str, role: Role, latency: Duration, utility: Option<f64>) {
+        let mut m = self.lock();
+        *m.decisions.entry((policy.to_owned(), role)).or_default() += 1;
+        m.latency
+            .entry(policy.to_owned())
+            .or_default()
+            .observe(latency.as_secs_f64());
+        if let Some(u) = utility {
+            m.predicted_utility.insert(policy.to_owned(), u);
+        }
+    }
+
+    pub fn failed(&self, policy: &str, kind: FailureKind, latency: Duration) {
+        let mut m = self.lock();
+        *m.failures.entry((policy.to_owned(), kind)).or_default() += 1;
+        m.latency
+            .entry(policy.to_owned())
+            .or_default()
+            .observe(latency.as_secs_f64());
+    }
+
+    pub fn kept_last_valid(&self) {
+        self.lock().kept_last_valid += 1;
+    }
+
+    pub fn sla_violation(&self, model: &str) {
+        *self
+            .lock()
+            .sla_violations
+            .entry(model.to_owned())
+            .or_default() += 1;
+    }
+
+    pub fn model_changes(&self, n: usize) {
+        self.lock().model_changes += n as u64;
+    }
+
+    pub fn actuator_result(&self, actuator: &str, ok: bool) {
+        let mut m = self.lock();
+        let map = if ok {
+            &mut m.actuator_sent
+        } else {
+            &mut m.actuator_failures
+        };
+        *map.entry(actuator.to_owned()).or_default() += 1;
+    }
+
+    pub fn policy_swapped(&self) {
+        self.lock().policy_swaps += 1;
+    }
+
+    pub fn counts(&self) -> Counts {
+        let m = self.lock();
+        Counts {
+            ticks: m.ticks,
+            missed_ticks: m.missed_ticks,
+            kept_last_valid: m.kept_last_valid,
+            policy_swaps: m.policy_swaps,
+        }
+    }
+
+    pub fn actuator_failures(&self, actuator: &str) -> u64 {
+        self.lock()
+            .actuator_failures
+            .get(actuator)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// The Prometheus text exposition. `reloads` comes from the decider.
+    pub fn render(&self, reloads: u64) -> String {
+        let m = self.lock();
+        let mut out = String::new();
+        let section = |out: &mut String, name: &str, kind: &str, help: &str, body: Vec<String>| {
+            writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}").ok();
+            for line in body {
+                writeln!(out, "{line}").ok();
+            }
+        };
+        section(
+            &mut out,
+            "mfsched_ticks_total",
+            "counter",
+            "Decision ticks run.",
+            vec![format!("mfsched_ticks_total {}", m.ticks)],
+        );
+        section(
+            &mut out,
+            "mfsched_missed_ticks_total",
+            "counter",
+            "Ticks that could not start on time.",
+            vec![format!("mfsched_missed_ticks_total {}", m.missed_ticks)],
+        );
+        section(
+            &mut out,
+            "mfsched_decisions_total",
+            "counter",
+            "Valid decisions per policy and role (active or shadow).",
+            m.decisions
+                .iter()
+                .map(|((p, r), c)| {
+                    format!(
+                        "mfsched_decisions_total{{policy=\"{}\",role=\"{}\"}} {c}",
+                        escape(p),
+                        r.as_str()
+                    )
+                })
+                .collect(),
+        );
+        section(
+            &mut out,
+            "mfsched_decision_failures_total",
+            "counter",
+            "Failed decisions per policy and reason.",
+            m.failures
+                .iter()
+                .map(|((p, k), c)| {
+                    format!(
+                        "mfsched_decision_failures_total{{policy=\"{}\",reason=\"{}\"}} {c}",
+                        escape(p),
+                        k.as_str()
+                    )
+                })
+                .collect(),
+        );
+        let mut hist = Vec::new();
+        for (p, h) in &m.latency {
+            let p = escape(p);
+            for (bound, c) in LATENCY_BUCKETS.iter().zip(&h.counts) {
+                hist.push(format!(
+                    "mfsched_decision_latency_seconds_bucket{{policy=\"{p}\",le=\"{bound}\"}} {c}"
+                ));
+            }
+            hist.push(format!(
+                "mfsched_decision_latency_seconds_bucket{{policy=\"{p}\",le=\"+Inf\"}} {}",
+                h.count
+            ));
+            hist.push(format!(
+                "mfsched_decision_latency_seconds_sum{{policy=\"{p}\"}} {}",
+                h.sum
+            ));
+            hist.push(format!(
+                "mfsched_decision_latency_seconds_count{{policy=\"{p}\"}} {}",
+                h.count
+            ));
+        }
+        section(
+            &mut out,
+            "mfsched_decision_latency_seconds",
+            "histogram",
+            "Time from asking a policy to its answer (or to the deadline).",
+            hist,
+        );
+        section(
+            &mut out,
+            "mfsched_predicted_utility",
+            "gauge",
+            "The utility each policy last predicted for its own decision.",
+            m.predicted_utility
+                .iter()
+                .map(|(p, u)| {
+                    format!(
+                        "mfsched_predicted_utility{{policy=\"{}\"}} {}",
+                        escape(p),
+                        number(*u)
+                    )
+                })
+                .collect(),
+        );
+        section(
+            &mut out,
+            "mfsched_kept_last_valid_total",
+            "counter",
+            "Ticks where the active policy failed and the last valid configuration was kept.",
+            vec![format!(
+                "mfsched_kept_last_valid_total {}",
+                m.kept_last_valid
+            )],
+        );
+        section(
+            &mut out,
+            "mfsched_sla_violations_total",
+            "counter",
+            "Applied decisions whose predicted throughput is under a model's floor.",
+            m.sla_violations
+                .iter()
+                .map(|(model, c)| {
+                    format!(
+                        "mfsched_sla_violations_total{{model=\"{}\"}} {c}",
+                        escape(model)
+                    )
+                })
+                .collect(),
+        );
+        section(
+            &mut out,
+            "mfsched_model_changes_total",
+            "counter",
+            "Model configurations changed and handed to the actuators.",
+            vec![format!("mfsched_model_changes_total {}", m.model_changes)],
+        );
+        section(
+            &mut out,
+            "mfsched_actuator_sent_total",
+            "counter",
+            "Configurations an actuator delivered.",
+            m.actuator_sent
+                .iter()
+                .map(|(a, c)| {
+                    format!(
+                        "mfsched_actuator_sent_total{{actuator=\"{}\"}} {c}",
+                        escape(a)
+                    )
+                })
+                .collect(),
+        );
+        section(
+            &mut out,
+            "mfsched_actuator_failures_total",
+            "counter",
+            "Configurations an actuator failed to deliver (after retries).",
+            m.actuator_failures
+                .iter()
+                .map(|(a, c)| {
+                    format!(
+                        "mfsched_actuator_failures_total{{actuator=\"{}\"}} {c}",
+                        escape(a)
+                    )
+                })
+                .collect(),
+        );
+        section(
+            &mut out,
+            "mfsched_policy_swaps_total",
+            "counter",
+            "Active-policy swaps through the API.",
+            vec![format!("mfsched_policy_swaps_total {}", m.policy_swaps)],
+        );
+        section(
+            &mut out,
+            "mfsched_plugin_reloads_total",
+            "counter",
+            "Policies reloaded from the plugin directory.",
+            vec![format!("mfsched_plugin_reloads_total {reloads}")],
+        );
+        out
+    }
+}
+
+/// Sample values as the exposition format spells them (`+Inf`, `-Inf`, `NaN`).
+fn number(v: f64) -> String {
+    if v.is_nan() {
+        "NaN".to_owned()
+    } else if v.is_infinite() {
+        if v > 0.0 { "+Inf" } else { "-Inf" }.to_owned()
+    } else {
+        v.to_string()
+    }
+}
+
+/// Label values escape backslash, double quote and newline.
+fn escape(s: &str) -> String {
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exposition_has_histogram_buckets_failures_and_escaped_labels() {
+        let m = Metrics::default();
+        m.tick(0);
+        m.tick(2);
+        m.decided("ga", Role::Active, Duration::from_micros(700), Some(0.8));
+        m.failed("we\"ird", FailureKind::Deadline, Duration::from_millis(6));
+        let text = m.render(3);
+        assert!(text.contains("mfsched_ticks_total 2\n"), "{text}");
+        assert!(text.contains("mfsched_missed_ticks_total 2\n"), "{text}");
+        assert!(text.contains("mfsched_decisions_total{policy=\"ga\",role=\"active\"} 1"));
+        assert!(
+            text.contains("mfsched_decision_latency_seconds_bucket{policy=\"ga\",le=\"0.0005\"} 0")
+        );
+        assert!(
+            text.contains("mfsched_decision_latency_seconds_bucket{policy=\"ga\",le=\"0.001\"} 1")
+        );
+        assert!(
+            text.contains(
+                "mfsched_decision_failures_total{policy=\"we\\\"ird\",reason=\"deadline\"} 1"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("mfsched_predicted_utility{policy=\"ga\"} 0.8"));
+        m.decided(
+            "hold",
+            Role::Shadow,
+            Duration::ZERO,
+            Some(f64::NEG_INFINITY),
+        );
+        assert!(
+            m.render(0)
+                .contains("mfsched_predicted_utility{policy=\"hold\"} -Inf")
+        );
+        assert!(text.contains("mfsched_plugin_reloads_total 3"));
+        // Every sample line belongs to a family announced by a TYPE line.
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let name = line.split(['{', ' ']).next().expect("name");
+            let base = name
+                .trim_end_matches("_bucket")
+                .trim_end_matches("_sum")
+                .trim_end_matches("_count");
+            assert!(text.contains(&format!("# TYPE {base} ")), "{line}");
+        }
+    }
+}

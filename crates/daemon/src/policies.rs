@@ -1,0 +1,210 @@
+//! The daemon's policies: the plugin host's Wasm components (embedded ones and
+//! `NAME.wasm` files of the plugin directory, hot-reloaded while the daemon
+//! runs) beside the built-in `hold`, all deciding through the one pipeline.
+
+use anyhow::{Context, Result};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use mfsched_core::domain::Problem;
+use mfsched_core::predict::Predictor;
+use mfsched_plugin_host::bindings::wit;
+use mfsched_plugin_host::registry::{self, Loaded, Registry};
+use mfsched_plugin_host::{
+    Call, Checkpoint, CompileCache, HotReload, Pipeline, PluginEngine, PluginFailure, PluginLimits,
+    PolicySource, RawDecision, ReloadContext, ReloadEvent, ReloadOutcome, setup,
+};
+
+/// The memory a policy instance may grow to.
+const MEMORY_BYTES: usize = 256 << 20;
+
+pub struct PluginPolicies {
+    pipeline: Arc<Pipeline>,
+    registry: Arc<Registry>,
+    /// The parameters every policy gets.
+    params: Vec<wit::Param>,
+    /// Policies loaded at start; hot reload may add more.
+    names: Vec<String>,
+    /// The inputs of the latest decision, for reload self-checks.
+    checkpoint: Arc<Mutex<Option<Checkpoint>>>,
+    reload: Option<Mutex<HotReload>>,
+}
+
+impl std::fmt::Debug for PluginPolicies {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PluginPolicies")
+            .field("policies", &self.names)
+            .field("hot_reload", &self.reload.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl PluginPolicies {
+    /// Loads every embedded policy and every `.wasm` policy of `dir` (a file that
+    /// does not load is reported in the returned notes and skipped), and watches
+    /// `dir` for hot reload. `deadline` bounds each policy call inside the guest.
+    pub fn new(
+        problem: &Problem,
+        predictor: Arc<dyn Predictor>,
+        utility: &str,
+        dir: Option<&Path>,
+        deadline: Duration,
+        seed: u64,
+    ) -> Result<(Self, Vec<String>)> {
+        let engine = Arc::new(PluginEngine::new(
+            PluginLimits {
+                deadline,
+                memory_bytes: MEMORY_BYTES,
+            },
+            CompileCache::Default,
+        )?);
+        let registry = Arc::new(Registry::default());
+        let utility = registry.utility_slot(registry::resolve_utility(&engine, utility, dir)?);
+        // Embedded policies (a NAME.wasm in `dir` overrides one), then the
+        // other files of `dir`.
+        let mut candidates: Vec<(String, Result<Loaded>)> = registry::embedded_names()
+            .map(|name| (name.to_owned(), registry::resolve(&engine, name, dir)))
+            .collect();
+        if let Some(dir) = dir {
+            for path in registry::dir_plugins(dir)? {
+                let loaded = registry::load_file(&engine, &path);
+                let name = match &loaded {
+                    Ok(l) => l.info().name.clone(),
+                    Err(_) => path.display().to_string(),
+                };
+                if !candidates.iter().any(|(n, _)| *n == name) {
+                    candidates.push((name, loaded));
+                }
+            }
+        }
+        let mut names = Vec::new();
+        let mut notes = Vec::new();
+        for (name, loaded) in candidates {
+            match loaded {
+                Ok(Loaded::Policy(p)) => {
+                    registry.policy_slot(p);
+                    names.push(name);
+                }
+                Ok(Loaded::Utility(_)) => {}
+                Err(e) => notes.push(format!("plugin {name} not loaded: {e:#}")),
+            }
+        }
+        let params = vec![wit::Param {
+            key: "seed".into(),
+            value: seed.to_string(),
+        }];
+        let checkpoint = Arc::new(Mutex::new(None));
+        let reload = match dir {
+            None => None,
+            Some(dir) => Some(Mutex::new(
+                HotReload::watch(
+                    dir,
+                    ReloadContext {
+                        engine: Arc::clone(&engine),
+                        registry: Arc::clone(&registry),
+                        predictor: Arc::clone(&predictor),
+                        utility: Arc::clone(&utility),
+                        checkpoint: Arc::clone(&checkpoint),
+                        fallback: Checkpoint {
+                            problem: problem.clone(),
+                            state: setup::default_state(problem),
+                            params: params.clone(),
+                        },
+                    },
+                )
+                .with_context(|| format!("hot reload of {}", dir.display()))?,
+            )),
+        };
+        let pipeline = Arc::new(Pipeline::new(engine, utility, predictor));
+        Ok((
+            Self {
+                pipeline,
+                registry,
+                params,
+                names,
+                checkpoint,
+                reload,
+            },
+            notes,
+        ))
+    }
+
+    /// The pipeline every policy of this set decides through.
+    pub fn pipeline(&self) -> Arc<Pipeline> {
+        Arc::clone(&self.pipeline)
+    }
+
+    /// The parameters every policy gets (the daemon's seed).
+    pub fn params(&self) -> &[wit::Param] {
+        &self.params
+    }
+
+    fn reload_events(&self) -> Vec<ReloadEvent> {
+        self.reload
+            .as_ref()
+            .map(|r| r.lock().unwrap_or_else(|p| p.into_inner()).events())
+            .unwrap_or_default()
+    }
+}
+
+impl PolicySource for PluginPolicies {
+    fn policies(&self) -> Vec<String> {
+        let mut all = self.names.clone();
+        for event in self.reload_events() {
+            if let ReloadOutcome::Added { name, .. } = event.outcome
+                && self.registry.find_policy(&name).is_some()
+            {
+                all.push(name);
+            }
+        }
+        all.push(mfsched_plugin_host::HOLD.to_owned());
+        all.sort();
+        all.dedup();
+        all
+    }
+
+    fn title(&self, policy: &str) -> Option<String> {
+        self.registry.title(policy)
+    }
+
+    fn propose(&self, policy: &str, call: &Call<'_>) -> Result<RawDecision, PluginFailure> {
+        // A reload's self-check runs another policy: only the common parameters.
+        *self.checkpoint.lock().unwrap_or_else(|p| p.into_inner()) = Some(Checkpoint {
+            problem: (*call.inputs.problem).clone(),
+            state: *call.state,
+            params: self.params.clone(),
+        });
+        // Under the candidate-aware field, a policy that can ask for joint
+        // predictions is told to.
+        let mut params = call.params.to_vec();
+        if let Some(slot) = self.registry.find_policy(policy)
+            && let Some((key, value)) = setup::field_param(
+                &slot.load().info,
+                call.inputs.predictor.field(),
+                params.iter().map(|p| &p.key),
+            )
+        {
+            params.push(wit::Param { key, value });
+        }
+        self.registry.propose(
+            policy,
+            &Call {
+                params: &params,
+                ..*call
+            },
+        )
+    }
+
+    fn reloads(&self) -> u64 {
+        self.reload_events()
+            .iter()
+            .filter(|e| {
+                matches!(
+                    e.outcome,
+                    ReloadOutcome::Swapped { .. } | ReloadOutcome::Added { .. }
+                )
+            })
+            .count() as u64
+    }
+}

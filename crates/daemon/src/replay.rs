@@ -1,0 +1,164 @@
+//! Reading a decision log back for people: one line per tick, or a summary.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+use super::declog::{LogContents, PolicyRecord, TickRecord};
+
+fn outcome_text(r: &PolicyRecord) -> String {
+    match &r.outcome {
+        Ok(p) => {
+            let utility = p
+                .predicted_utility
+                .map_or_else(String::new, |u| format!(" u={u:.4}"));
+            format!("{} {:?}{utility} {}us", r.policy, p.joint, r.latency_us)
+        }
+        Err(f) => format!(
+            "{} FAILED {}: {} {}us",
+            r.policy,
+            f.kind.as_str(),
+            f.message,
+            r.latency_us
+        ),
+    }
+}
+
+fn unknown_or(v: Option<f64>, fmt: impl Fn(f64) -> String) -> String {
+    v.map_or_else(|| "unknown".to_owned(), fmt)
+}
+
+/// One line per tick.
+pub fn lines(contents: &LogContents) -> String {
+    let mut out = String::new();
+    for r in &contents.records {
+        write!(
+            out,
+            "tick {} {} vram={} util={} | active {}{}",
+            r.tick,
+            r.state.workload,
+            unknown_or(r.sample.vram_used_mib, |v| format!("{v:.0}MiB")),
+            unknown_or(r.sample.utilization, |u| format!("{:.0}%", u * 100.0)),
+            outcome_text(&r.active),
+            if r.kept_last_valid {
+                " (kept last valid)"
+            } else {
+                ""
+            },
+        )
+        .ok();
+        write!(out, " | applied {:?}", r.applied).ok();
+        if !r.changed_models.is_empty() {
+            write!(out, " changed {:?}", r.changed_models).ok();
+        }
+        for s in &r.shadows {
+            write!(out, " | shadow {}", outcome_text(s)).ok();
+        }
+        if r.missed_before > 0 {
+            write!(out, " | {} missed before", r.missed_before).ok();
+        }
+        out.push('\n');
+    }
+    out
+}
+
+#[derive(Debug, Default)]
+struct PolicyStats {
+    decisions: u64,
+    failures: BTreeMap<&'static str, u64>,
+    latencies_us: Vec<u64>,
+    utility_sum: f64,
+    utility_n: u64,
+    non_finite_utility: u64,
+}
+
+/// Latency quantile in µs (nearest rank); 0 when there is none.
+fn percentile(latencies_us: &[u64], q: f64) -> u64 {
+    let mut values: Vec<f64> = latencies_us.iter().map(|&v| v as f64).collect();
+    let p = mfsched_core::stats::nearest_rank(&mut values, q);
+    if p.is_nan() { 0 } else { p as u64 }
+}
+
+/// Totals per policy (active and shadow), gaps in tick numbering, the torn tail.
+pub fn summary(contents: &LogContents) -> String {
+    let records: &[TickRecord] = &contents.records;
+    let mut out = String::new();
+    let (first, last) = match (records.first(), records.last()) {
+        (Some(f), Some(l)) => (f.tick, l.tick),
+        _ => {
+            writeln!(out, "records      0").ok();
+            return out;
+        }
+    };
+    let gaps = records
+        .windows(2)
+        .filter(|w| w[1].tick != w[0].tick + 1)
+        .count();
+    let missed: u64 = records.iter().map(|r| r.missed_before).sum();
+    let kept = records.iter().filter(|r| r.kept_last_valid).count();
+    let changes: usize = records.iter().map(|r| r.changed_models.len()).sum();
+    let seconds = records.last().zip(records.first()).map_or(0.0, |(l, f)| {
+        l.unix_ms.saturating_sub(f.unix_ms) as f64 / 1000.0
+    });
+    writeln!(out, "records      {}", records.len()).ok();
+    writeln!(out, "ticks        {first}..={last} over {seconds:.1} s").ok();
+    writeln!(out, "tick gaps    {gaps}").ok();
+    writeln!(out, "missed ticks {missed}").ok();
+    writeln!(out, "kept last valid (active policy failed) {kept}").ok();
+    writeln!(out, "model changes applied {changes}").ok();
+    let mut stats: BTreeMap<(String, &'static str), PolicyStats> = BTreeMap::new();
+    for r in records {
+        let all =
+            std::iter::once((&r.active, "active")).chain(r.shadows.iter().map(|s| (s, "shadow")));
+        for (p, role) in all {
+            let s = stats.entry((p.policy.clone(), role)).or_default();
+            s.latencies_us.push(p.latency_us);
+            match &p.outcome {
+                Ok(prop) => {
+                    s.decisions += 1;
+                    match prop.predicted_utility {
+                        Some(u) if u.is_finite() => {
+                            s.utility_sum += u;
+                            s.utility_n += 1;
+                        }
+                        // The utility scores a configuration under a floor as -inf.
+                        Some(_) => s.non_finite_utility += 1,
+                        None => {}
+                    }
+                }
+                Err(f) => *s.failures.entry(f.kind.as_str()).or_default() += 1,
+            }
+        }
+    }
+    writeln!(
+        out,
+        "\n{:<20} {:<6} {:>9} {:>9} {:>10} {:>10} {:>10}  failures",
+        "policy", "role", "decisions", "failed", "p50 us", "p99 us", "mean util"
+    )
+    .ok();
+    for ((policy, role), mut s) in stats {
+        s.latencies_us.sort_unstable();
+        let failed: u64 = s.failures.values().sum();
+        let util = if s.utility_n > 0 {
+            format!("{:.4}", s.utility_sum / s.utility_n as f64)
+        } else {
+            "-".to_owned()
+        };
+        let mut reasons: Vec<String> = s.failures.iter().map(|(k, n)| format!("{k}={n}")).collect();
+        if s.non_finite_utility > 0 {
+            reasons.push(format!(
+                "({} decision(s) with non-finite utility, not in the mean)",
+                s.non_finite_utility
+            ));
+        }
+        writeln!(
+            out,
+            "{policy:<20} {role:<6} {:>9} {failed:>9} {:>10} {:>10} {util:>10}  {}",
+            s.decisions,
+            percentile(&s.latencies_us, 0.5),
+            percentile(&s.latencies_us, 0.99),
+            reasons.join(" ")
+        )
+        .ok();
+    }
+    out
+}

@@ -1,0 +1,4 @@
+//! Benchmarks, measured side by side in one process.
+
+pub mod policies;
+pub mod surrogate;

@@ -1,0 +1,145 @@
+//! The policy benchmark behind `mfsched bench policies`: decision latency
+//! through the Wasm boundary per policy (median, p99), and each policy's
+//! utility gap to exhaustive search on the same ticks.
+
+use mfsched_core::domain::{GpuState, Problem, WorkloadLevel};
+use mfsched_core::predict::Predictor;
+use mfsched_plugin_host::registry::{LoadedPolicy, LoadedUtility, Registry, Slot};
+use mfsched_plugin_host::{Decider, DecisionOutcome, DecisionReport, PluginEngine};
+use mfsched_rng::Rng;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// One policy configuration under test.
+#[derive(Debug, Clone)]
+pub struct Contender {
+    /// Label in reports, e.g. `static-budget k=500`.
+    pub label: String,
+    pub policy: Arc<LoadedPolicy>,
+    /// Parameters besides `seed` (which the benchmark sets per tick).
+    pub params: Vec<(String, String)>,
+}
+
+/// What one contender did over all ticks.
+#[derive(Debug, Clone)]
+pub struct ContenderResult {
+    pub label: String,
+    pub latencies: Vec<Duration>,
+    /// Time in the predictor per tick.
+    pub predict: Vec<Duration>,
+    /// Time in the utility component per tick.
+    pub evaluate: Vec<Duration>,
+    /// Utility of the configuration used per tick (−∞ when none was valid).
+    pub utilities: Vec<f64>,
+    pub candidates: Vec<u64>,
+    /// Ticks whose decision was not used (failure or rejection).
+    pub failures: usize,
+}
+
+/// The ticks a benchmark decides: seeded random states, seeds per tick.
+pub fn ticks(problem: &Problem, count: usize, seed: u64) -> Vec<(GpuState, u64)> {
+    let mut rng = Rng::derive(seed, 0x7ec5);
+    let cap = f64::from(problem.card.vram_mib);
+    (0..count)
+        .map(|_| {
+            let workload = WorkloadLevel::ALL[rng.below(4) as usize];
+            let state = GpuState {
+                workload,
+                vram_used_mib: cap * (0.3 + 0.65 * rng.next_f64()),
+                utilization: 0.1 + 0.85 * rng.next_f64(),
+            };
+            (state, rng.next_u64() >> 11)
+        })
+        .collect()
+}
+
+/// Runs every contender on every tick (each tick with its own seed), in one
+/// process, interleaving contenders per tick so drift hits all alike.
+pub fn run(
+    engine: &Arc<PluginEngine>,
+    utility: &Arc<LoadedUtility>,
+    predictor: &Arc<dyn Predictor>,
+    problem: &Problem,
+    contenders: &[Contender],
+    ticks: &[(GpuState, u64)],
+    mut progress: impl FnMut(),
+) -> Vec<ContenderResult> {
+    let registry = Registry::default();
+    let utility_slot = registry.utility_slot(Arc::clone(utility));
+    let mut results: Vec<ContenderResult> = contenders
+        .iter()
+        .map(|c| ContenderResult {
+            label: c.label.clone(),
+            latencies: Vec::new(),
+            predict: Vec::new(),
+            evaluate: Vec::new(),
+            utilities: Vec::new(),
+            candidates: Vec::new(),
+            failures: 0,
+        })
+        .collect();
+    for (state, seed) in ticks {
+        for (c, result) in contenders.iter().zip(&mut results) {
+            let mut params = c.params.clone();
+            params.push(("seed".into(), seed.to_string()));
+            let mut decider = Decider::new(
+                Arc::clone(engine),
+                Arc::new(Slot::new(Arc::clone(&c.policy))),
+                Arc::clone(&utility_slot),
+                Arc::clone(predictor),
+                params,
+            );
+            let report: DecisionReport = decider.decide(problem, state);
+            result.latencies.push(report.latency);
+            result.predict.push(report.stats.predict);
+            result.evaluate.push(report.stats.evaluate);
+            result.candidates.push(report.candidates_evaluated);
+            if report.outcome != DecisionOutcome::Accepted {
+                result.failures += 1;
+            }
+            result
+                .utilities
+                .push(report.utility.unwrap_or(f64::NEG_INFINITY));
+            progress();
+        }
+    }
+    results
+}
+
+/// Relative utility gap of `got` to `best` per tick: (best − got) / |best|.
+pub fn gaps(best: &[f64], got: &[f64]) -> Vec<f64> {
+    best.iter()
+        .zip(got)
+        .map(|(&b, &g)| {
+            if b == g {
+                0.0
+            } else {
+                (b - g) / b.abs().max(f64::MIN_POSITIVE)
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gaps_are_relative_and_zero_when_equal() {
+        let g = gaps(
+            &[2.0, 4.0, f64::NEG_INFINITY],
+            &[1.0, 4.0, f64::NEG_INFINITY],
+        );
+        assert_eq!(g, vec![0.5, 0.0, 0.0]);
+    }
+
+    #[test]
+    fn ticks_are_seeded() {
+        let p = mfsched_core::scenario::load("paper-n2")
+            .expect("bundled")
+            .problem;
+        let a = ticks(&p, 5, 9);
+        assert_eq!(a, ticks(&p, 5, 9));
+        assert_ne!(a, ticks(&p, 5, 10));
+    }
+}

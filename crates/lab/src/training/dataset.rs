@@ -1,0 +1,129 @@
+//! Training matrices from profiles: one per predictor.
+//!
+//! A MeanField predictor for model i sees `[local features of λᵢ | state]` and
+//! learns model i's throughput. The Joint-MLP baseline sees every model's local
+//! features (the whole joint configuration) plus the state, so its input grows
+//! with N; it is trained one net per output.
+
+use mfsched_core::domain::Problem;
+use mfsched_core::profile::Profile;
+use mfsched_surrogate::features;
+
+/// One predictor's training data: `rows × width` inputs (row-major) and targets.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelData {
+    pub width: usize,
+    pub x: Vec<f32>,
+    pub y: Vec<f32>,
+}
+
+impl ModelData {
+    pub fn rows(&self) -> usize {
+        self.y.len()
+    }
+
+    /// The rows at `indices`, in that order.
+    pub fn subset(&self, indices: &[usize]) -> ModelData {
+        let mut x = Vec::with_capacity(indices.len() * self.width);
+        for &r in indices {
+            x.extend_from_slice(&self.x[r * self.width..(r + 1) * self.width]);
+        }
+        ModelData {
+            width: self.width,
+            x,
+            y: indices.iter().map(|&r| self.y[r]).collect(),
+        }
+    }
+}
+
+/// Which inputs a predictor sees.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// Own configuration + aggregate state (the MeanField surrogate).
+    MeanField,
+    /// Every model's configuration + aggregate state (the Joint-MLP baseline).
+    Joint,
+}
+
+/// One training matrix per model, rows in profile order.
+pub fn build(problem: &Problem, profile: &Profile, layout: Layout) -> Vec<ModelData> {
+    let tables: Vec<Vec<f32>> = problem.models.iter().map(features::local_table).collect();
+    let local_lens: Vec<usize> = problem.models.iter().map(features::local_len).collect();
+    let joint_local: usize = local_lens.iter().sum();
+    let mut state = Vec::with_capacity(features::STATE_FEATURES);
+    let mut out: Vec<ModelData> = local_lens
+        .iter()
+        .map(|&len| {
+            let width = match layout {
+                Layout::MeanField => len,
+                Layout::Joint => joint_local,
+            } + features::STATE_FEATURES;
+            ModelData {
+                width,
+                x: Vec::with_capacity(profile.rows.len() * width),
+                y: Vec::with_capacity(profile.rows.len()),
+            }
+        })
+        .collect();
+    let local = |m: usize, c: u32| {
+        let len = local_lens[m];
+        &tables[m][c as usize * len..(c as usize + 1) * len]
+    };
+    for row in &profile.rows {
+        state.clear();
+        features::push_state(problem, &row.state, &mut state);
+        for (i, data) in out.iter_mut().enumerate() {
+            match layout {
+                Layout::MeanField => data.x.extend_from_slice(local(i, row.joint[i])),
+                Layout::Joint => {
+                    for (m, &c) in row.joint.iter().enumerate() {
+                        data.x.extend_from_slice(local(m, c));
+                    }
+                }
+            }
+            data.x.extend_from_slice(&state);
+            data.y.push(row.throughput[i] as f32);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mfsched_core::domain::{GpuState, WorkloadLevel};
+    use mfsched_core::profile::ProfileRow;
+    use mfsched_core::scenario;
+
+    #[test]
+    fn rows_are_the_feature_layout_and_targets() {
+        let problem = scenario::load("paper-n2").expect("bundled").problem;
+        let state = GpuState {
+            workload: WorkloadLevel::Burst,
+            vram_used_mib: 6144.0,
+            utilization: 0.9,
+        };
+        let profile = Profile {
+            scenario: "paper-n2".into(),
+            models: vec!["llama3b".into(), "yolo-a".into()],
+            rows: vec![ProfileRow {
+                joint: vec![5, 7],
+                workload: WorkloadLevel::Burst,
+                state,
+                throughput: vec![321.0, 45.5],
+            }],
+        };
+        let mf = build(&problem, &profile, Layout::MeanField);
+        assert_eq!(mf[0].x, features::input_row(&problem, 0, 5, &state));
+        assert_eq!(mf[1].x, features::input_row(&problem, 1, 7, &state));
+        assert_eq!((mf[0].y[0], mf[1].y[0]), (321.0, 45.5));
+        let joint = build(&problem, &profile, Layout::Joint);
+        let mut expected = Vec::new();
+        features::push_local(&problem.models[0], 5, &mut expected);
+        features::push_local(&problem.models[1], 7, &mut expected);
+        features::push_state(&problem, &state, &mut expected);
+        assert_eq!(joint[0].x, expected);
+        assert_eq!(joint[1].x, expected);
+        assert_eq!(joint[1].subset(&[0, 0]).rows(), 2);
+    }
+}

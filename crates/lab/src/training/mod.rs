@@ -1,0 +1,12 @@
+//! From profiles to MeanField bundles, and the studies built on that.
+//!
+//! - [`dataset`], [`split`], [`fit`]: profiles → training rows, stratified
+//!   splits, training and scoring one predictor per model.
+//! - [`regenerate`]: the embedded bundles, rebuilt from seeded simulator profiles.
+//! - [`study`]: the published sample-complexity protocol.
+
+pub mod dataset;
+pub mod fit;
+pub mod regenerate;
+pub mod split;
+pub mod study;

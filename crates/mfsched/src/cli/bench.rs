@@ -1,0 +1,507 @@
+//! `mfsched bench ...`: performance measured side by side in one process.
+
+use super::plugins::PluginOpts;
+use super::surrogate::PredictorArgs;
+use anyhow::{Context as _, Result, bail};
+use clap::{Args, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+use mfsched_core::domain::{GpuState, WorkloadLevel};
+use mfsched_core::fsutil::write_atomically;
+use mfsched_core::scenario;
+use mfsched_core::stats;
+use mfsched_lab::bench::policies::{self as bench, Contender, ContenderResult};
+use mfsched_lab::bench::surrogate::{self as surrogate_bench, Timing};
+use mfsched_lab::svg::{LineChart, Series};
+use mfsched_plugin_host::registry::{resolve_policy, resolve_utility};
+use mfsched_surrogate::backend::{BackendChoice, auto_uses};
+use mfsched_surrogate::bundled;
+use mfsched_surrogate::field::CandidateAware;
+use mfsched_surrogate::gpu::GpuBackend;
+use mfsched_surrogate::serve::Served;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Decision latency per policy through the Wasm boundary, and each policy's
+    /// utility gap to exhaustive search on the same ticks.
+    Policies(PoliciesArgs),
+    /// MeanField inference rows/s on the CPU and on wgpu, side by side: joint
+    /// candidate batches of rising size, and one full decision from the table vs
+    /// from every feasible candidate.
+    Surrogate(SurrogateArgs),
+    /// Training time of one MeanField predictor (median per size).
+    Train(super::train::BenchTrainArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct PoliciesArgs {
+    #[arg(long, default_value = "paper-n5")]
+    scenario: String,
+    /// Decision ticks per policy (each tick: a seeded random state and seed).
+    #[arg(long, default_value_t = 100)]
+    decisions: usize,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Also write the latency distributions as an SVG chart.
+    #[arg(long, value_name = "FILE")]
+    svg: Option<PathBuf>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    opts: PluginOpts,
+}
+
+pub fn run(cmd: BenchCommand) -> Result<()> {
+    match cmd {
+        BenchCommand::Policies(args) => policies(args),
+        BenchCommand::Surrogate(args) => surrogate(args),
+        BenchCommand::Train(args) => super::train::bench(args),
+    }
+}
+
+fn policies(args: PoliciesArgs) -> Result<()> {
+    if args.decisions == 0 {
+        bail!("--decisions must be positive");
+    }
+    let scenario = scenario::load(&args.scenario)?;
+    let Served {
+        predictor,
+        name: predictor_name,
+        problem,
+        ..
+    } = args.opts.served(&scenario)?;
+    let engine = args.opts.engine()?;
+    let dir = args.opts.dir.as_deref();
+    let utility = resolve_utility(&engine, "utility", dir)?;
+    let contender = |label: &str, policy: &str, params: &[(&str, &str)]| -> Result<Contender> {
+        Ok(Contender {
+            label: label.into(),
+            policy: resolve_policy(&engine, policy, dir)?,
+            params: params
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        })
+    };
+    // Exhaustive (table) first: the reference for the gaps.
+    let contenders = vec![
+        contender(
+            "exhaustive (table)",
+            "exhaustive",
+            &[("predictions", "table")],
+        )?,
+        contender(
+            "exhaustive (candidates)",
+            "exhaustive",
+            &[("predictions", "candidates")],
+        )?,
+        contender("ga", "ga", &[])?,
+        contender("exact", "exact", &[])?,
+        contender("static-budget k=500", "static-budget", &[("k", "500")])?,
+        contender("static-budget k=5000", "static-budget", &[("k", "5000")])?,
+        contender("static-full", "static-budget", &[("k", "full")])?,
+    ];
+    let ticks = bench::ticks(&problem, args.decisions, args.seed);
+    let bar = progress((ticks.len() * contenders.len()) as u64, "decisions")?;
+    let results = bench::run(
+        &engine,
+        &utility,
+        &predictor,
+        &problem,
+        &contenders,
+        &ticks,
+        || bar.inc(1),
+    );
+    bar.finish_and_clear();
+
+    let reference = results[0].utilities.clone();
+    let rows: Vec<serde_json::Value> = results.iter().map(|r| summary(r, &reference)).collect();
+    let table_ms = stats::quantile_ms(&results[0].latencies, 0.5);
+    let candidates_ms = stats::quantile_ms(&results[1].latencies, 0.5);
+    let ga_ms = stats::quantile_ms(&results[2].latencies, 0.5);
+    let exact_ms = stats::quantile_ms(&results[3].latencies, 0.5);
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "scenario": scenario.name,
+                "predictor": predictor_name,
+                "decisions": args.decisions,
+                "seed": args.seed,
+                "feasible": problem.count_feasible(),
+                "policies": rows,
+                "exhaustive_candidates_over_table": candidates_ms / table_ms,
+                "ga_over_exact": ga_ms / exact_ms,
+            }))?
+        );
+    } else {
+        println!(
+            "scenario {} ({} feasible joint configurations), {} decisions per policy, seed {}",
+            scenario.name,
+            problem.count_feasible(),
+            args.decisions,
+            args.seed
+        );
+        println!("predictor {predictor_name}");
+        println!();
+        println!(
+            "{:<24} {:>9} {:>9} {:>10} {:>10} {:>11} {:>11} {:>11} {:>7}",
+            "policy",
+            "p50 ms",
+            "p99 ms",
+            "pred p50",
+            "util p50",
+            "candidates",
+            "gap p50 %",
+            "gap max %",
+            "failed"
+        );
+        for row in &rows {
+            println!(
+                "{:<24} {:>9.2} {:>9.2} {:>10.2} {:>10.2} {:>11.0} {:>11.4} {:>11.4} {:>7}",
+                row["policy"].as_str().unwrap_or(""),
+                row["latency_p50_ms"].as_f64().unwrap_or(f64::NAN),
+                row["latency_p99_ms"].as_f64().unwrap_or(f64::NAN),
+                row["predict_p50_ms"].as_f64().unwrap_or(f64::NAN),
+                row["evaluate_p50_ms"].as_f64().unwrap_or(f64::NAN),
+                row["candidates_p50"].as_f64().unwrap_or(f64::NAN),
+                // JSON has no infinity: null is a tick whose configuration scored −∞.
+                row["gap_p50_pct"].as_f64().unwrap_or(f64::INFINITY),
+                row["gap_max_pct"].as_f64().unwrap_or(f64::INFINITY),
+                row["failed"].as_u64().unwrap_or(0),
+            );
+        }
+        println!();
+        println!(
+            "exhaustive: table-based {table_ms:.2} ms vs candidate-based {candidates_ms:.2} ms median ({:.1}x)",
+            candidates_ms / table_ms
+        );
+        println!(
+            "exact: {exact_ms:.2} ms vs GA {ga_ms:.2} ms median ({:.1}x faster)",
+            ga_ms / exact_ms
+        );
+        println!(
+            "gaps are to exhaustive (table) on the same tick: (J_exhaustive - J) / |J_exhaustive|"
+        );
+        println!(
+            "failed: ticks whose decision was not used (the last valid one was kept; inf gap if it scores -inf)"
+        );
+    }
+    if let Some(path) = &args.svg {
+        write_svg(path, &results)?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+fn summary(r: &ContenderResult, reference: &[f64]) -> serde_json::Value {
+    let mut gaps = bench::gaps(reference, &r.utilities);
+    let gap_max = gaps.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let mut gaps_for_mean = gaps.clone();
+    gaps_for_mean.retain(|g| g.is_finite());
+    let gap_mean = gaps_for_mean.iter().sum::<f64>() / gaps_for_mean.len().max(1) as f64;
+    let mut candidates: Vec<f64> = r.candidates.iter().map(|&c| c as f64).collect();
+    serde_json::json!({
+        "policy": r.label,
+        "latency_p50_ms": stats::quantile_ms(&r.latencies, 0.5),
+        "latency_p99_ms": stats::quantile_ms(&r.latencies, 0.99),
+        "predict_p50_ms": stats::quantile_ms(&r.predict, 0.5),
+        "evaluate_p50_ms": stats::quantile_ms(&r.evaluate, 0.5),
+        "candidates_p50": stats::nearest_rank(&mut candidates, 0.5),
+        "gap_p50_pct": 100.0 * stats::nearest_rank(&mut gaps, 0.5),
+        "gap_mean_pct": 100.0 * gap_mean,
+        "gap_max_pct": 100.0 * gap_max,
+        "failed": r.failures,
+    })
+}
+
+/// Latency CDFs, one line per policy, on a log-scaled time axis.
+fn write_svg(path: &std::path::Path, results: &[ContenderResult]) -> Result<()> {
+    let series = results
+        .iter()
+        .map(|r| {
+            let mut ms: Vec<f64> = r.latencies.iter().map(|d| d.as_secs_f64() * 1e3).collect();
+            ms.sort_by(f64::total_cmp);
+            let n = ms.len() as f64;
+            let points = ms
+                .iter()
+                .enumerate()
+                .map(|(i, &t)| (t.max(1e-3), (i + 1) as f64 / n))
+                .collect();
+            Series::new(r.label.clone(), points)
+        })
+        .collect();
+    let chart = LineChart {
+        title: "Decision latency through the Wasm boundary".into(),
+        x_label: "latency (ms, log scale)".into(),
+        y_label: "fraction of decisions".into(),
+        series,
+        log_x: true,
+        y_range: Some((0.0, 1.0)),
+        ..Default::default()
+    };
+    let tmp = path.with_extension("svg.tmp");
+    std::fs::write(&tmp, chart.render())
+        .with_context(|| format!("cannot write {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(())
+}
+
+/// A progress bar on stderr when it is a terminal.
+fn progress(len: u64, what: &str) -> Result<ProgressBar> {
+    if !std::io::stderr().is_terminal() {
+        return Ok(ProgressBar::hidden());
+    }
+    let bar = ProgressBar::new(len);
+    bar.set_style(
+        ProgressStyle::with_template(&format!("{{bar:40}} {{pos}}/{{len}} {what} {{eta}}"))
+            .context("progress template")?,
+    );
+    Ok(bar)
+}
+
+/// The candidate-aware field over the CPU backend and, when an adapter is
+/// there, over the wgpu backend (any adapter, software ones included).
+struct FieldPair {
+    cpu: CandidateAware,
+    gpu: Option<CandidateAware>,
+}
+
+impl FieldPair {
+    fn load(scenario: &scenario::Scenario, models: Option<&std::path::Path>) -> Result<Self> {
+        let bundle = bundled::load(scenario, models)?;
+        let profile = bundled::training_profile(scenario, models, &bundle)?;
+        let problem = &scenario.problem;
+        let on = |choice| -> Result<CandidateAware> {
+            let meanfield = Arc::new(bundle.meanfield_on(problem, choice)?);
+            CandidateAware::new(meanfield, problem, &profile)
+        };
+        Ok(Self {
+            cpu: on(BackendChoice::Cpu)?,
+            gpu: on(BackendChoice::Gpu).ok(),
+        })
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct SurrogateArgs {
+    /// A bundled scenario name or a path to a scenario .toml file.
+    #[arg(long, default_value = "paper-n5")]
+    scenario: String,
+    #[command(flatten)]
+    predictors: PredictorArgs,
+    /// Timed runs per backend and call kind (the median is reported).
+    #[arg(long, default_value_t = 7)]
+    repeats: usize,
+    /// Rows per joint-candidate batch [default: 100, 10000 and every feasible candidate].
+    #[arg(long, value_delimiter = ',', value_name = "ROWS,...")]
+    rows: Vec<usize>,
+    /// Also write rows/s against batch size as an SVG chart.
+    #[arg(long, value_name = "FILE")]
+    svg: Option<PathBuf>,
+}
+
+fn surrogate(args: SurrogateArgs) -> Result<()> {
+    if args.repeats == 0 {
+        bail!("--repeats must be positive");
+    }
+    if args.rows.contains(&0) {
+        bail!("--rows: every batch needs at least one row");
+    }
+    let scenario = scenario::load(&args.scenario)?;
+    let problem = &scenario.problem;
+    let (nets, what) = args.predictors.load(&scenario)?;
+    let n = problem.models.len();
+    let feasible = problem.count_feasible() as usize;
+    let mut sizes = if args.rows.is_empty() {
+        vec![100, 10_000, feasible * n]
+    } else {
+        args.rows.clone()
+    };
+    sizes.sort_unstable();
+    sizes.dedup();
+    // A busy machine, not a fixed point of the field: what a decision sees under load.
+    let state = GpuState {
+        workload: WorkloadLevel::High,
+        vram_used_mib: 0.8 * f64::from(problem.card.vram_mib),
+        utilization: 0.85,
+    };
+
+    println!(
+        "scenario    {}: {n} models, Σk = {} local configurations, {feasible} VRAM-feasible joint configurations",
+        scenario.name,
+        problem.models.iter().map(|m| m.grid_size()).sum::<usize>()
+    );
+    println!("predictors  {what}");
+    if cfg!(debug_assertions) {
+        println!("build       debug: the CPU numbers are not representative, use --release");
+    }
+    // The candidate-aware field needs the bundle and its training profile.
+    let field = match &args.predictors.synthetic {
+        Some(_) => None,
+        None => Some(FieldPair::load(
+            &scenario,
+            args.predictors.models.as_deref(),
+        )?),
+    };
+    let gpu = match GpuBackend::new(problem, &nets) {
+        Ok(gpu) => {
+            let adapter = gpu.adapter();
+            println!(
+                "adapter     {adapter}; automatic backend choice: {}",
+                if auto_uses(adapter) {
+                    "wgpu (hardware adapter)"
+                } else {
+                    "CPU (software adapter; --backend gpu to use it anyway)"
+                }
+            );
+            Some(gpu)
+        }
+        Err(e) => {
+            println!("adapter     none, wgpu not measured: {e:#}");
+            None
+        }
+    };
+    println!(
+        "repeats     {} per backend and call, medians, CPU and wgpu alternating",
+        args.repeats
+    );
+    println!();
+
+    let bar = progress(surrogate_bench::steps(&sizes, args.repeats), "timed rounds")?;
+    let result = surrogate_bench::run(
+        problem,
+        &nets,
+        gpu.as_ref(),
+        &state,
+        &sizes,
+        args.repeats,
+        || bar.inc(1),
+    )?;
+    bar.finish_and_clear();
+
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let opt = |v: Option<f64>, f: &dyn Fn(f64) -> String| v.map_or_else(|| "-".to_string(), f);
+    println!(
+        "{:<22} {:>9} {:>14} {:>14} {:>10} {:>10} {:>10}",
+        "joint candidates", "rows", "CPU rows/s", "wgpu rows/s", "wgpu/CPU", "CPU ms", "wgpu ms"
+    );
+    let line = |label: &str, t: &Timing| {
+        println!(
+            "{label:<22} {:>9} {:>14.3e} {:>14} {:>10} {:>10.3} {:>10}",
+            t.rows,
+            t.cpu_rows_per_s(),
+            opt(t.gpu_rows_per_s(), &|v| format!("{v:.3e}")),
+            opt(t.gpu_speedup(), &|v| format!("{v:.2}x")),
+            ms(t.cpu),
+            opt(t.gpu.map(ms), &|v| format!("{v:.3}")),
+        );
+    };
+    for t in &result.batches {
+        line(&format!("{} candidates", t.rows / n), t);
+    }
+    println!();
+    println!("one full {} decision", scenario.name);
+    line("table (Σk rows)", &result.decision_table);
+    line("every feasible cand.", &result.decision_joint);
+    let ratio = |joint: Duration, table: Duration| joint.as_secs_f64() / table.as_secs_f64();
+    println!(
+        "candidates / table time: CPU {:.0}x, wgpu {}",
+        ratio(result.decision_joint.cpu, result.decision_table.cpu),
+        opt(
+            result
+                .decision_joint
+                .gpu
+                .zip(result.decision_table.gpu)
+                .map(|(j, t)| ratio(j, t)),
+            &|v| format!("{v:.0}x")
+        )
+    );
+    if let Some(field) = &field {
+        let bar = progress(args.repeats as u64, "candidate-aware solves")?;
+        let result = surrogate_bench::candidate_aware(
+            problem,
+            &field.cpu,
+            field.gpu.as_ref(),
+            &state,
+            args.repeats,
+            || bar.inc(1),
+        )?;
+        bar.finish_and_clear();
+        let t = &result.solve;
+        println!();
+        println!(
+            "one candidate-aware {} decision: every feasible candidate ({} rows in the first pass), fixed point to {:.0e}",
+            scenario.name,
+            t.rows,
+            mfsched_surrogate::field::TOLERANCE
+        );
+        println!(
+            "{:<22} {:>9} {:>12} {:>14} {:>10} {:>10}",
+            "backend", "passes", "rows", "rows/s", "solve ms", "wgpu/CPU"
+        );
+        println!(
+            "{:<22} {:>9} {:>12} {:>14.3e} {:>10.1} {:>10}",
+            "CPU",
+            result.passes_cpu,
+            result.rows_cpu,
+            result.rows_cpu as f64 / t.cpu.as_secs_f64(),
+            ms(t.cpu),
+            "-"
+        );
+        if let (Some(g), Some(passes), Some(rows)) = (t.gpu, result.passes_gpu, result.rows_gpu) {
+            println!(
+                "{:<22} {:>9} {:>12} {:>14.3e} {:>10.1} {:>10}",
+                "wgpu",
+                passes,
+                rows,
+                rows as f64 / g.as_secs_f64(),
+                ms(g),
+                format!("{:.2}x", t.cpu.as_secs_f64() / g.as_secs_f64())
+            );
+        }
+        if let Some(d) = result.max_normalised_difference {
+            println!("largest |CPU − wgpu| prediction: {d:.2e} of the model's output scale");
+        }
+        let q = field.cpu.utilization_model().quality;
+        println!(
+            "utilisation model: {} parameters fitted on the bundle's {} profile rows, held-out R² {:.3}, RMSE {:.4}",
+            q.parameters, q.rows, q.r2_holdout, q.rmse_holdout
+        );
+    }
+    println!("wgpu/CPU is throughput over throughput: above 1x the GPU is faster");
+
+    if let Some(path) = &args.svg {
+        let series = |name: &str, rate: &dyn Fn(&Timing) -> Option<f64>| {
+            Series::new(
+                name,
+                result
+                    .batches
+                    .iter()
+                    .filter_map(|t| rate(t).map(|r| (t.rows as f64, r / 1e6)))
+                    .collect(),
+            )
+        };
+        let mut lines = vec![series("CPU", &|t| Some(t.cpu_rows_per_s()))];
+        let mut title = format!("MeanField inference throughput, {}", scenario.name);
+        if let Some(gpu) = &gpu {
+            lines.push(series("wgpu", &|t| t.gpu_rows_per_s()));
+            title.push_str(&format!(" (wgpu on {})", gpu.adapter().name));
+        }
+        let chart = LineChart {
+            title,
+            x_label: "rows per call (log scale)".into(),
+            y_label: "million rows/s".into(),
+            series: lines,
+            log_x: true,
+            ..Default::default()
+        };
+        write_atomically(path, chart.render().as_bytes())?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
+}

@@ -1,0 +1,97 @@
+//! `mfsched run`, `mfsched replay` and `mfsched nvml probe`.
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Subcommand};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use mfsched_daemon::{Overrides, config::DaemonConfig, config::SamplerKind};
+use mfsched_lab::sim::sampler::simulated_gpu;
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The daemon config (every key is documented in examples/mfsched.toml).
+    #[arg(long)]
+    config: PathBuf,
+    /// Overrides sampler.kind: nvml, sim or footprint.
+    #[arg(long)]
+    sampler: Option<String>,
+    /// Overrides api.listen (e.g. 127.0.0.1:0 for any free port).
+    #[arg(long)]
+    listen: Option<SocketAddr>,
+    /// Stop after this many ticks instead of waiting for SIGINT/SIGTERM.
+    #[arg(long)]
+    max_ticks: Option<u64>,
+}
+
+pub fn run(args: RunArgs) -> Result<()> {
+    let config = DaemonConfig::load(&args.config)?;
+    let sampler =
+        match args.sampler.as_deref() {
+            None => None,
+            Some(s) => Some(SamplerKind::parse(s).with_context(|| {
+                format!("--sampler '{s}' is unknown: use nvml, sim or footprint")
+            })?),
+        };
+    let overrides = Overrides {
+        sampler,
+        listen: args.listen,
+        max_ticks: args.max_ticks,
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let summary = rt.block_on(mfsched_daemon::run(config, overrides, Some(&simulated_gpu)))?;
+    eprintln!(
+        "stopped after {} tick(s), {} missed; the log holds {} record(s)",
+        summary.ticks, summary.missed_ticks, summary.log_records
+    );
+    Ok(())
+}
+
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// A decision log written by `mfsched run`.
+    log: PathBuf,
+    /// Totals per policy instead of one line per tick.
+    #[arg(long)]
+    summary: bool,
+}
+
+pub fn replay(args: ReplayArgs) -> Result<()> {
+    let contents = mfsched_daemon::declog::read(&args.log)?;
+    if args.summary {
+        print!("{}", mfsched_daemon::replay::summary(&contents));
+    } else {
+        print!("{}", mfsched_daemon::replay::lines(&contents));
+    }
+    if let Some(torn) = &contents.torn {
+        eprintln!(
+            "warning: {}: {torn}; the {} record(s) before it are intact",
+            args.log.display(),
+            contents.records.len()
+        );
+    }
+    Ok(())
+}
+
+#[derive(Debug, Subcommand)]
+pub enum NvmlCommand {
+    /// Prints what NVML reports on this machine (driver, devices, memory, utilisation, processes).
+    Probe,
+}
+
+pub fn nvml(cmd: NvmlCommand) -> Result<()> {
+    match cmd {
+        NvmlCommand::Probe => {
+            let text = mfsched_daemon::sampler::nvml_probe()?;
+            if text.is_empty() {
+                bail!("NVML answered with nothing");
+            }
+            print!("{text}");
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,65 @@
+use anyhow::Result;
+use clap::Subcommand;
+use mfsched_core::profile::{self, check::ColumnSummary};
+use std::path::PathBuf;
+
+#[derive(Debug, Subcommand)]
+pub enum DataCommand {
+    /// Validates a profile CSV and summarises it (rows, models, regimes, column ranges).
+    Check {
+        /// The profile CSV.
+        file: PathBuf,
+        /// The scenario to check against (bundled name or .toml). Default: the one
+        /// the file names, else the bundled scenario with the file's models.
+        #[arg(long)]
+        scenario: Option<String>,
+    },
+}
+
+pub fn run(cmd: DataCommand) -> Result<()> {
+    match cmd {
+        DataCommand::Check { file, scenario } => check(&file, scenario.as_deref()),
+    }
+}
+
+fn check(file: &std::path::Path, scenario: Option<&str>) -> Result<()> {
+    let resolved = profile::check::resolve_scenario(file, scenario)?;
+    let problem = &resolved.scenario.problem;
+    let data = profile::read_csv(file, problem)?;
+    let summary = profile::check::summarize(&data, problem);
+    println!(
+        "file      {} (profile format version {})",
+        file.display(),
+        profile::csv::FORMAT_VERSION
+    );
+    println!("scenario  {} ({})", resolved.scenario.name, resolved.reason);
+    println!("rows      {}", summary.rows);
+    let models: Vec<String> = summary
+        .models
+        .iter()
+        .map(|(name, kind, unit)| format!("{name} ({kind}, {unit})"))
+        .collect();
+    println!("models    {}", models.join(", "));
+    let regimes: Vec<String> = summary
+        .regimes
+        .iter()
+        .map(|(w, n)| format!("{w} {n}"))
+        .collect();
+    println!("regimes   {}", regimes.join(", "));
+    println!();
+    println!("{:<22} {:>12} {:>12}  values", "column", "min", "max");
+    for column in &summary.columns {
+        match column {
+            ColumnSummary::Numeric { name, min, max } => {
+                println!("{name:<22} {min:>12.3} {max:>12.3}");
+            }
+            ColumnSummary::Categorical { name, counts } => {
+                let values: Vec<String> = counts.iter().map(|(v, n)| format!("{v} {n}")).collect();
+                println!("{name:<22} {:>12} {:>12}  {}", "", "", values.join(", "));
+            }
+        }
+    }
+    println!();
+    println!("ok: every row is valid for {}", resolved.scenario.name);
+    Ok(())
+}

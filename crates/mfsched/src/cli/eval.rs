@@ -1,0 +1,385 @@
+//! `ab` and `demo`: closed-loop policy comparisons on the simulator (and the
+//! shared machinery `repro`'s Table II runs on).
+
+use super::plugins::{PluginOpts, params_for_field};
+use super::profile::progress_bar;
+use anyhow::{Context as _, Result, bail};
+use clap::Args;
+use mfsched_core::predict::Field;
+use mfsched_core::scenario;
+use mfsched_core::traces::{self, DEFAULT_TICKS, TRACE_NAMES, Trace};
+use mfsched_lab::eval::closed_loop::{Harness, PolicySpec};
+use mfsched_lab::eval::report::Comparison;
+use mfsched_lab::sim;
+use mfsched_plugin_host::PluginEngine;
+use mfsched_plugin_host::registry::{resolve_policy, resolve_utility};
+use mfsched_surrogate::serve::Served;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// What every comparison command shares.
+#[derive(Debug, Args)]
+pub struct EvalOpts {
+    /// The bundled scenario (models and card) or a scenario .toml file.
+    #[arg(long, default_value = "paper-n5")]
+    problem: String,
+    /// Dynamic workload scenarios: `all` or a comma-separated list of
+    /// steady, step-up, step-down, ramp, periodic, bursts, random-walk, mixed.
+    #[arg(long, default_value = "all")]
+    scenarios: String,
+    /// Decision ticks per workload scenario (at least 100 for the published protocol).
+    #[arg(long, default_value_t = DEFAULT_TICKS)]
+    ticks: usize,
+    /// Seed of the workload traces, the simulator and every policy.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Utility component: an embedded name or a .wasm file.
+    #[arg(long, default_value = "utility")]
+    utility: String,
+    #[command(flatten)]
+    plugins: PluginOpts,
+}
+
+#[derive(Debug, Args)]
+pub struct AbArgs {
+    /// Policy A: NAME or FILE.wasm, optionally with parameters: `static-budget:k=500`.
+    #[arg(long)]
+    a: String,
+    /// Policy B, same syntax.
+    #[arg(long)]
+    b: String,
+    /// The field policy A is served under [default: --field].
+    #[arg(long, value_enum)]
+    a_field: Option<Field>,
+    /// The field policy B is served under [default: --field]. `--a ga --b ga
+    /// --b-field candidate-aware` compares the two fields under one policy.
+    #[arg(long, value_enum)]
+    b_field: Option<Field>,
+    /// Directory for report.md, results.json and the SVG plots.
+    #[arg(long, default_value = "ab-report")]
+    out: PathBuf,
+    #[command(flatten)]
+    eval: EvalOpts,
+}
+
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Directory for the report and plots.
+    #[arg(long, default_value = "mfsched-demo")]
+    out: PathBuf,
+    /// Dynamic workload scenario the demo runs.
+    #[arg(long, default_value = "mixed")]
+    scenario: String,
+    #[arg(long, default_value_t = DEFAULT_TICKS)]
+    ticks: usize,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    #[command(flatten)]
+    plugins: PluginOpts,
+}
+
+/// Parses `NAME[:k=v,k=v]` (a path may contain ':' only before a `.wasm`).
+fn parse_policy(spec: &str) -> Result<(String, Vec<(String, String)>)> {
+    let (name, params) = match spec.rsplit_once(':') {
+        Some((name, params)) if params.contains('=') => (name, params),
+        _ => (spec, ""),
+    };
+    if name.trim().is_empty() {
+        bail!("policy '{spec}': the name is empty (use e.g. ga, exhaustive, static-budget:k=500)");
+    }
+    let mut out = Vec::new();
+    for kv in params.split(',').filter(|s| !s.is_empty()) {
+        let (k, v) = kv
+            .split_once('=')
+            .with_context(|| format!("policy '{spec}': parameter '{kv}' is not KEY=VALUE"))?;
+        out.push((k.trim().to_string(), v.trim().to_string()));
+    }
+    Ok((name.to_string(), out))
+}
+
+pub(super) fn trace_list(spec: &str, ticks: usize, seed: u64) -> Result<Vec<Trace>> {
+    if ticks == 0 {
+        bail!("--ticks must be at least 1");
+    }
+    let names: Vec<&str> = if spec == "all" {
+        TRACE_NAMES.to_vec()
+    } else {
+        spec.split(',').map(str::trim).collect()
+    };
+    names
+        .into_iter()
+        .map(|n| {
+            traces::generate(n, ticks, seed).with_context(|| {
+                format!(
+                    "unknown workload scenario '{n}': use all or some of {}",
+                    TRACE_NAMES.join(", ")
+                )
+            })
+        })
+        .collect()
+}
+
+/// One policy of a loop: its report label, its `NAME[:k=v,…]` spec, and the
+/// field it is served under (`None`: the `--field` of the plugin options).
+pub(super) struct Contestant {
+    label: String,
+    spec: String,
+    field: Option<Field>,
+}
+
+impl Contestant {
+    fn new(label: &str, spec: &str) -> Self {
+        Self {
+            label: label.to_string(),
+            spec: spec.to_string(),
+            field: None,
+        }
+    }
+}
+
+/// A closed loop to run: the active policy and its shadows.
+pub(super) struct Loop {
+    active: Contestant,
+    shadows: Vec<Contestant>,
+}
+
+impl Loop {
+    pub(super) fn alone(label: &str, spec: &str) -> Self {
+        Self {
+            active: Contestant::new(label, spec),
+            shadows: Vec::new(),
+        }
+    }
+}
+
+/// Loads `contestant`'s policy, served under its field (see [`params_for_field`]).
+fn load_spec(
+    engine: &PluginEngine,
+    plugin_dir: Option<&Path>,
+    served: &Served,
+    contestant: &Contestant,
+) -> Result<PolicySpec> {
+    let (name, mut params) = parse_policy(&contestant.spec)?;
+    let plugin = resolve_policy(engine, &name, plugin_dir)?;
+    let predictor = match contestant.field {
+        Some(field) => served.under(field)?,
+        None => Arc::clone(&served.predictor),
+    };
+    params_for_field(&contestant.label, &plugin, predictor.field(), &mut params);
+    Ok(PolicySpec {
+        label: contestant.label.clone(),
+        plugin,
+        params,
+        predictor: Some(predictor),
+    })
+}
+
+/// Loads the problem and the plugins and runs every loop over every trace.
+pub(super) fn compare(
+    problem_name: &str,
+    plugins: &PluginOpts,
+    utility: &str,
+    loops: &[Loop],
+    traces: &[Trace],
+    seed: u64,
+) -> Result<Comparison> {
+    let scenario = scenario::load(problem_name)?;
+    let served = plugins.served(&scenario)?;
+    let engine = plugins.engine()?;
+    let plugin_dir = plugins.dir.as_deref();
+    let utility = resolve_utility(&engine, utility, plugin_dir)?;
+    let loaded: Vec<(PolicySpec, Vec<PolicySpec>)> = loops
+        .iter()
+        .map(|l| {
+            let shadows = l
+                .shadows
+                .iter()
+                .map(|s| load_spec(&engine, plugin_dir, &served, s))
+                .collect::<Result<_>>()?;
+            Ok((load_spec(&engine, plugin_dir, &served, &l.active)?, shadows))
+        })
+        .collect::<Result<_>>()?;
+    let utility_title = utility.info.title.clone();
+    let fields: Vec<Field> = loaded
+        .iter()
+        .flat_map(|(a, shadows)| std::iter::once(a).chain(shadows))
+        .filter_map(|p| p.predictor.as_ref().map(|p| p.field()))
+        .fold(Vec::new(), |mut acc, f| {
+            if !acc.contains(&f) {
+                acc.push(f);
+            }
+            acc
+        });
+    let predictor_name = match fields.as_slice() {
+        [f] if *f == served.predictor.field() => served.name.clone(),
+        [f] => format!("{}, {}", served.origin, f.label()),
+        _ => format!(
+            "{}, observed and candidate-aware fields (per policy)",
+            served.origin
+        ),
+    };
+    let harness = Harness::new(
+        engine,
+        utility,
+        Arc::clone(&served.predictor),
+        served.problem.clone(),
+    );
+    let total: usize = traces.iter().map(|t| t.levels.len()).sum::<usize>() * loaded.len();
+    let bar = progress_bar(total, "closed-loop runs on the simulator");
+    let mut runs = Vec::new();
+    for trace in traces {
+        for (active, shadows) in &loaded {
+            bar.set_message(format!("{} / {}", trace.name, active.label));
+            runs.extend(harness.run(active, shadows, trace, seed, || bar.inc(1))?);
+        }
+    }
+    bar.finish_and_clear();
+    let mut policies: Vec<String> = Vec::new();
+    for run in &runs {
+        if !policies.contains(&run.policy) {
+            policies.push(run.policy.clone());
+        }
+    }
+    Ok(Comparison {
+        device: format!("{} (mfsched simulator)", sim::DEVICE_NAME),
+        scenario: scenario.name,
+        predictor: predictor_name,
+        utility: utility_title,
+        seed,
+        feasible_configurations: harness.feasible_count(),
+        policies,
+        traces: traces.iter().map(|t| t.name.clone()).collect(),
+        runs,
+    })
+}
+
+pub(super) fn print_written(files: &[PathBuf], dir: &Path) {
+    println!("\nreport written to {}/", dir.display());
+    for f in files {
+        if let Some(name) = f.file_name() {
+            println!("  {}", name.to_string_lossy());
+        }
+    }
+}
+
+pub fn ab(args: AbArgs) -> Result<()> {
+    let e = &args.eval;
+    let field_a = args.a_field.unwrap_or(e.plugins.field);
+    let field_b = args.b_field.unwrap_or(e.plugins.field);
+    if args.a == args.b && field_a == field_b {
+        bail!(
+            "--a and --b are the same policy ('{}') under the same field: compare two different ones, or set --b-field",
+            args.a
+        );
+    }
+    // Same policy under two fields: the labels say which is which.
+    let label = |spec: &str, field: Field| {
+        if field_a == field_b {
+            spec.to_string()
+        } else {
+            format!("{spec} ({})", field.label())
+        }
+    };
+    let (label_a, label_b) = (label(&args.a, field_a), label(&args.b, field_b));
+    let traces = trace_list(&e.scenarios, e.ticks, e.seed)?;
+    let contestant = |label: &str, spec: &str, field: Field| Loop {
+        active: Contestant {
+            label: label.to_string(),
+            spec: spec.to_string(),
+            field: Some(field),
+        },
+        shadows: Vec::new(),
+    };
+    let loops = [
+        contestant(&label_a, &args.a, field_a),
+        contestant(&label_b, &args.b, field_b),
+    ];
+    let cmp = compare(&e.problem, &e.plugins, &e.utility, &loops, &traces, e.seed)?;
+    println!(
+        "A/B on the {} — {label_a} vs {label_b}, seed {}",
+        cmp.device, e.seed
+    );
+    print!("{}", cmp.summary_table());
+    if let Some(table) = cmp.b_versus_a() {
+        print!("{table}");
+    }
+    let mut command = format!(
+        "mfsched ab --a {} --b {} --problem {} --scenarios {} --ticks {} --seed {}",
+        args.a, args.b, e.problem, e.scenarios, e.ticks, e.seed
+    );
+    for (flag, field) in [("--a-field", field_a), ("--b-field", field_b)] {
+        if field != Field::Observed {
+            command.push_str(&format!(" {flag} candidate-aware"));
+        }
+    }
+    let files = cmp.write(&args.out, "A/B policy comparison", &command)?;
+    print_written(&files, &args.out);
+    Ok(())
+}
+
+pub fn demo(args: DemoArgs) -> Result<()> {
+    let traces = trace_list(&args.scenario, args.ticks, args.seed)?;
+    println!(
+        "mfsched demo: paper-n5 (3 LLMs + 2 YOLO11) on the {}, workload '{}', {} ticks",
+        sim::DEVICE_NAME,
+        args.scenario,
+        args.ticks
+    );
+    println!("active policy: ga; shadow: exhaustive (per-step argmax, never applied)\n");
+    let loops = [Loop {
+        active: Contestant::new("ga", "ga"),
+        shadows: vec![Contestant::new("exhaustive", "exhaustive")],
+    }];
+    let cmp = compare(
+        "paper-n5",
+        &args.plugins,
+        "utility",
+        &loops,
+        &traces,
+        args.seed,
+    )?;
+    print!("{}", cmp.summary_table());
+    let command = format!(
+        "mfsched demo --scenario {} --ticks {} --seed {}",
+        args.scenario, args.ticks, args.seed
+    );
+    let files = cmp.write(
+        &args.out,
+        "mfsched demo: GA with an exhaustive shadow",
+        &command,
+    )?;
+    print_written(&files, &args.out);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn policy_specs_parse() {
+        assert_eq!(parse_policy("ga").expect("plain"), ("ga".into(), vec![]));
+        assert_eq!(
+            parse_policy("static-budget:k=500").expect("with k"),
+            ("static-budget".into(), vec![("k".into(), "500".into())])
+        );
+        assert_eq!(
+            parse_policy("ga:population=64,generations=30")
+                .expect("two")
+                .1
+                .len(),
+            2
+        );
+        assert!(parse_policy(":k=1").is_err());
+        assert!(parse_policy("ga:k=1,oops").is_err());
+    }
+
+    #[test]
+    fn trace_lists() {
+        assert_eq!(trace_list("all", 100, 1).expect("all").len(), 8);
+        assert_eq!(trace_list("ramp, bursts", 100, 1).expect("two").len(), 2);
+        let err = trace_list("ramp,nope", 100, 1).expect_err("unknown");
+        assert!(format!("{err:#}").contains("unknown workload scenario 'nope'"));
+        assert!(trace_list("all", 0, 1).is_err());
+    }
+}

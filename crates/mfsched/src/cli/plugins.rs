@@ -1,0 +1,330 @@
+//! `mfsched plugins ...` and the plugin options other commands share.
+
+use anyhow::{Context as _, Result, bail};
+use clap::{Args, Subcommand, ValueEnum};
+use mfsched_core::predict::Field;
+use mfsched_core::scenario;
+use mfsched_core::scenario::Scenario;
+use mfsched_lab::analytic::AnalyticPredictor;
+use mfsched_plugin_host::check::{CheckInputs, check_file};
+use mfsched_plugin_host::registry;
+use mfsched_plugin_host::setup;
+use mfsched_plugin_host::template;
+use mfsched_plugin_host::{CompileCache, LoadedPolicy, PluginEngine, PluginLimits};
+use mfsched_surrogate::backend::BackendChoice;
+use mfsched_surrogate::serve::{ServeOptions, Served, serve};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Where plugins come from and the limits they run under.
+#[derive(Debug, Clone, Args)]
+pub struct PluginOpts {
+    /// A directory of NAME.wasm components; a NAME found there overrides the embedded one.
+    #[arg(long = "plugin-dir", visible_alias = "dir", value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// Wall-clock budget of one plugin call, milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 2000)]
+    pub deadline_ms: u64,
+    /// Largest linear memory a plugin may use, MiB.
+    #[arg(long, value_name = "MIB", default_value_t = 256)]
+    pub memory_mib: usize,
+    /// Compiled-code cache directory (absolute); default: Wasmtime's per-user cache.
+    #[arg(long, value_name = "DIR", conflicts_with = "no_cache")]
+    pub cache_dir: Option<PathBuf>,
+    /// Compile every plugin afresh.
+    #[arg(long)]
+    pub no_cache: bool,
+    /// The throughput predictor the plugins are served.
+    #[arg(long, value_enum, default_value_t = PredictorKind::Meanfield)]
+    pub predictor: PredictorKind,
+    /// A MeanField bundle directory, or a directory of `<scenario>/` bundles like
+    /// `models/`, instead of the bundle embedded for the scenario.
+    #[arg(long, value_name = "DIR")]
+    pub models: Option<PathBuf>,
+    /// The field MeanField's joint predictions are made under: the state observed
+    /// now (published), or each candidate's own, solved to a fixed point. Only
+    /// joint predictions carry it: use a policy's `predictions=candidates`.
+    #[arg(long, value_enum, default_value_t = Field::Observed)]
+    pub field: Field,
+    /// Where MeanField inference runs: a hardware GPU when there is one (auto),
+    /// the CPU, or any GPU adapter, software ones included.
+    #[arg(long, value_enum, default_value_t = BackendChoice::Auto)]
+    pub backend: BackendChoice,
+}
+
+impl PluginOpts {
+    pub fn engine(&self) -> Result<Arc<PluginEngine>> {
+        if self.deadline_ms == 0 {
+            bail!("--deadline-ms must be positive");
+        }
+        if self.memory_mib == 0 {
+            bail!("--memory-mib must be positive");
+        }
+        if let Some(dir) = &self.dir
+            && !dir.is_dir()
+        {
+            bail!("--plugin-dir {}: not a directory", dir.display());
+        }
+        let cache = match (&self.cache_dir, self.no_cache) {
+            (_, true) => CompileCache::Off,
+            (Some(dir), false) => {
+                let dir = std::path::absolute(dir)
+                    .with_context(|| format!("--cache-dir {}", dir.display()))?;
+                CompileCache::Dir(dir)
+            }
+            (None, false) => CompileCache::Default,
+        };
+        let engine = PluginEngine::new(
+            PluginLimits {
+                deadline: Duration::from_millis(self.deadline_ms),
+                memory_bytes: self.memory_mib << 20,
+            },
+            cache,
+        )?;
+        if let Some(note) = engine.cache_note() {
+            eprintln!("note: {note}");
+        }
+        Ok(Arc::new(engine))
+    }
+}
+
+/// Which throughput predictor serves the plugins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PredictorKind {
+    /// The trained MeanField surrogate (the scenario's embedded bundle, or --models).
+    Meanfield,
+    /// The closed-form stand-in (for comparisons; not a trained model).
+    Analytic,
+}
+
+impl PluginOpts {
+    /// What the plugins are served for `scenario`: the one composition root
+    /// ([`serve`]) for the MeanField surrogate, or the analytic stand-in with
+    /// floors and ranges swept from it.
+    pub fn served(&self, scenario: &Scenario) -> Result<Served> {
+        match self.predictor {
+            PredictorKind::Meanfield => serve(
+                scenario,
+                ServeOptions {
+                    models: self.models.as_deref(),
+                    backend: self.backend,
+                    field: self.field,
+                },
+            ),
+            PredictorKind::Analytic => {
+                if self.models.is_some() {
+                    bail!("--models applies to --predictor meanfield, not analytic");
+                }
+                if self.field != Field::Observed {
+                    bail!("--field candidate-aware is an option of --predictor meanfield");
+                }
+                let mut problem = scenario.problem.clone();
+                setup::fill_defaults(&mut problem, &scenario.explicit_floors, &AnalyticPredictor)?;
+                Ok(Served::other(
+                    Arc::new(AnalyticPredictor),
+                    problem,
+                    "analytic closed-form stand-in (not the MeanField surrogate)",
+                ))
+            }
+        }
+    }
+}
+
+/// Under the candidate-aware field, switches a policy that can ask for joint
+/// predictions to them unless `params` says otherwise (see
+/// [`setup::field_param`]), and says so; names a policy that cannot, since it
+/// may read only the table and so see the observed field.
+pub fn params_for_field(
+    label: &str,
+    policy: &LoadedPolicy,
+    field: Field,
+    params: &mut Vec<(String, String)>,
+) {
+    if let Some(param) = setup::field_param(&policy.info, field, params.iter().map(|(k, _)| k)) {
+        eprintln!(
+            "note: {label}: {}={} (the candidate-aware field lives in joint predictions)",
+            param.0, param.1
+        );
+        params.push(param);
+    } else if field == Field::CandidateAware
+        && !policy.info.params.iter().any(|p| p.name == "predictions")
+    {
+        eprintln!(
+            "warning: {label}: policy '{}' has no `predictions` parameter; if it reads only the table it sees the observed field",
+            policy.info.name
+        );
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PluginsCommand {
+    /// Checks a component before shipping it: WIT version and world, sandboxed
+    /// instantiation, a run on a bundled problem within the limits, and the
+    /// host's validation of its answer. One line per finding; fails on any error.
+    Check {
+        /// The component to check (a .wasm file).
+        file: PathBuf,
+        /// A bundled scenario name or a scenario .toml file to decide on.
+        #[arg(long, default_value = "paper-n5")]
+        scenario: String,
+        /// A policy parameter (repeatable).
+        #[arg(long = "param", value_name = "KEY=VALUE")]
+        params: Vec<String>,
+        /// Seed passed to the policy.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        #[command(flatten)]
+        opts: PluginOpts,
+    },
+    /// Writes a new Rust policy crate (standalone, with the WIT files) that
+    /// builds to a component with `cargo build --target wasm32-wasip2 --release`.
+    New {
+        /// Crate name: lowercase letters, digits, '-' or '_'.
+        name: String,
+        /// Directory to create (default: ./NAME); it must not exist or be empty.
+        #[arg(long, value_name = "PATH")]
+        dir: Option<PathBuf>,
+    },
+    /// Lists the embedded plugins and those of --plugin-dir, with world and WIT version.
+    List {
+        #[command(flatten)]
+        opts: PluginOpts,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+pub fn run(cmd: PluginsCommand) -> Result<()> {
+    match cmd {
+        PluginsCommand::Check {
+            file,
+            scenario,
+            params,
+            seed,
+            opts,
+        } => check(&file, &scenario, &params, seed, &opts),
+        PluginsCommand::New { name, dir } => new_policy(&name, dir),
+        PluginsCommand::List { opts, json } => {
+            let engine = opts.engine()?;
+            let listed = registry::list(&engine, opts.dir.as_deref())?;
+            if json {
+                let rows: Vec<serde_json::Value> = listed
+                    .iter()
+                    .map(|(what, info)| match info {
+                        Ok(i) => serde_json::json!({
+                            "name": i.name,
+                            "origin": i.origin.to_string(),
+                            "world": i.world.to_string(),
+                            "wit": format!("{}@{}", mfsched_plugin_host::bindings::PACKAGE, i.wit_version),
+                            "title": i.title,
+                            "params": i.params,
+                        }),
+                        Err(e) => serde_json::json!({ "source": what, "error": format!("{e:#}") }),
+                    })
+                    .collect();
+                println!("{}", serde_json::to_string_pretty(&rows)?);
+                return Ok(());
+            }
+            println!(
+                "{:<16} {:<8} {:<24} {:<10} description",
+                "name", "world", "WIT", "origin"
+            );
+            for (what, info) in &listed {
+                match info {
+                    Ok(i) => {
+                        let origin = match &i.origin {
+                            mfsched_plugin_host::Origin::Embedded => "embedded".to_string(),
+                            mfsched_plugin_host::Origin::File(_) => "file".to_string(),
+                        };
+                        println!(
+                            "{:<16} {:<8} {:<24} {:<10} {}",
+                            i.name,
+                            i.world.to_string(),
+                            format!(
+                                "{}@{}",
+                                mfsched_plugin_host::bindings::PACKAGE,
+                                i.wit_version
+                            ),
+                            origin,
+                            i.title
+                        );
+                        if let mfsched_plugin_host::Origin::File(p) = &i.origin {
+                            println!("{:<16} {:<8} {:<24} {:<10} {}", "", "", "", "", p.display());
+                        }
+                        for p in &i.params {
+                            println!(
+                                "{:<16} {:<8} {:<24} {:<10}   --param {}={}  {}",
+                                "", "", "", "", p.name, p.default_value, p.description
+                            );
+                        }
+                    }
+                    Err(e) => println!("{what}: cannot load: {e:#}"),
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+fn check(
+    file: &std::path::Path,
+    scenario_name: &str,
+    raw_params: &[String],
+    seed: u64,
+    opts: &PluginOpts,
+) -> Result<()> {
+    if !file.is_file() {
+        bail!("{}: no such component file", file.display());
+    }
+    let scenario = scenario::load(scenario_name)?;
+    let Served {
+        predictor,
+        name: predictor_name,
+        problem,
+        ..
+    } = opts.served(&scenario)?;
+    let inputs = CheckInputs {
+        engine: opts.engine()?,
+        predictor,
+        problem: &problem,
+        problem_name: &scenario.name,
+        state: setup::default_state(&problem),
+        params: super::decide::parse_params(raw_params, seed)?,
+    };
+    println!(
+        "checking {} on {} (predictor: {predictor_name})",
+        file.display(),
+        scenario.name
+    );
+    let findings = check_file(&inputs, file);
+    for f in &findings {
+        println!("{} {}", if f.ok { "ok   " } else { "ERROR" }, f.text);
+    }
+    let failed = findings.iter().filter(|f| !f.ok).count();
+    if failed > 0 {
+        bail!(
+            "{}: {failed} check(s) failed (the ERROR lines above)",
+            file.display()
+        );
+    }
+    println!("passed: {} is ready to ship", file.display());
+    Ok(())
+}
+
+fn new_policy(name: &str, dir: Option<PathBuf>) -> Result<()> {
+    let dir = dir.unwrap_or_else(|| PathBuf::from(name));
+    let written = template::write_policy(name, &dir)?;
+    for path in &written {
+        println!("wrote {}", path.display());
+    }
+    let component = template::component_path(name);
+    println!();
+    println!("next:");
+    println!("  cd {}", dir.display());
+    println!("  cargo build --target wasm32-wasip2 --release");
+    println!("  mfsched plugins check {}", component.display());
+    println!("  mfsched ab --a {} --b ga", component.display());
+    Ok(())
+}

@@ -1,0 +1,139 @@
+//! `mfsched train`: a MeanField bundle from a profile CSV.
+
+use super::profile::progress_bar;
+use anyhow::{Context, Result};
+use clap::Args;
+use mfsched_core::profile;
+use mfsched_core::scenario;
+use mfsched_lab::training::{fit, regenerate};
+use mfsched_nn::TrainConfig;
+use std::path::PathBuf;
+
+/// Trains one MeanField predictor per model on a profile and writes the bundle.
+#[derive(Debug, Args)]
+pub struct TrainArgs {
+    /// The profile CSV (see docs/profile-format.md), e.g. from `mfsched profile`.
+    #[arg(long)]
+    data: PathBuf,
+    /// The scenario the profile was measured for (bundled name or .toml path).
+    #[arg(long)]
+    scenario: String,
+    /// Output bundle directory (bundle.json + weights.safetensors).
+    #[arg(long)]
+    out: PathBuf,
+    /// Seed for initialisation, shuffling, dropout and the hold-out split.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Training epochs per predictor.
+    #[arg(long, default_value_t = TrainConfig::default().epochs)]
+    epochs: usize,
+}
+
+pub fn run(args: TrainArgs) -> Result<()> {
+    let scenario = scenario::load(&args.scenario)?;
+    let problem = &scenario.problem;
+    let bytes = std::fs::read(&args.data)
+        .with_context(|| format!("cannot read {}", args.data.display()))?;
+    let data = profile::read_csv(&args.data, problem)?;
+    let config = TrainConfig {
+        epochs: args.epochs,
+        ..TrainConfig::default()
+    };
+    eprintln!(
+        "training {} MeanField predictors ({:?} hidden, {} epochs) on {} rows of {}",
+        problem.models.len(),
+        config.hidden,
+        config.epochs,
+        data.rows.len(),
+        args.data.display()
+    );
+    let bar = progress_bar(0, "training");
+    let bundle = fit::train_bundle(
+        &scenario,
+        &data,
+        mfsched_surrogate::bundle::sha256_hex(&bytes),
+        &config,
+        args.seed,
+        &mut |done, total| {
+            bar.set_length(total as u64);
+            bar.set_position(done as u64);
+        },
+    )?;
+    bar.finish_and_clear();
+    bundle.write(&args.out)?;
+    println!(
+        "{:<10} {:>8} {:>8} {:>10}",
+        "model", "train", "held out", "R²"
+    );
+    for m in &bundle.meta.models {
+        println!(
+            "{:<10} {:>8} {:>8} {:>10.4}",
+            m.name, m.metrics.train_rows, m.metrics.holdout_rows, m.metrics.r2_holdout
+        );
+    }
+    println!("wrote the bundle to {}", args.out.display());
+    Ok(())
+}
+
+/// `mfsched bench train`: how long training takes.
+#[derive(Debug, Args)]
+pub struct BenchTrainArgs {
+    /// Training rows per run (taken from a seeded paper-n2 profile).
+    #[arg(long, value_delimiter = ',', default_value = "50,200,518")]
+    rows: Vec<usize>,
+    #[arg(long, default_value_t = 500)]
+    epochs: usize,
+    /// Runs per size; the median is reported.
+    #[arg(long, default_value_t = 5)]
+    repeats: usize,
+}
+
+/// Trains the llama3b predictor of paper-n2 on `rows` rows for `epochs` epochs,
+/// `repeats` times per size, and prints the median time and the time per
+/// row-epoch (the unit the cost of a study is made of).
+pub fn bench(args: BenchTrainArgs) -> Result<()> {
+    use mfsched_lab::training::dataset;
+    use std::time::Instant;
+    if args.repeats == 0 || args.epochs == 0 {
+        anyhow::bail!("--repeats and --epochs must be positive");
+    }
+    let scenario = scenario::load("paper-n2")?;
+    let plan = regenerate::regenerate_plan(&scenario);
+    let profile =
+        regenerate::profile_on_simulator("paper-n2", &scenario.problem, &plan, 1, &mut |_, _| {})?;
+    let data = &dataset::build(&scenario.problem, &profile, dataset::Layout::MeanField)[0];
+    let config = TrainConfig {
+        epochs: args.epochs,
+        ..TrainConfig::default()
+    };
+    println!(
+        "training one MeanField predictor (llama3b, {} inputs, {:?} hidden), median of {} runs",
+        data.width, config.hidden, args.repeats
+    );
+    println!(
+        "{:>6} {:>7} {:>10} {:>16}",
+        "rows", "epochs", "median s", "µs / row-epoch"
+    );
+    for &rows in &args.rows {
+        if rows < 2 || rows > data.rows() {
+            anyhow::bail!("--rows: each size must be between 2 and {}", data.rows());
+        }
+        let subset = data.subset(&(0..rows).collect::<Vec<_>>());
+        let mut times: Vec<f64> = (0..args.repeats)
+            .map(|r| {
+                let t = Instant::now();
+                fit::train_net(&subset, &config, r as u64, "llama3b", &mut |_| {})
+                    .map(|_| t.elapsed().as_secs_f64())
+            })
+            .collect::<Result<_>>()?;
+        let median = mfsched_core::stats::nearest_rank(&mut times, 0.5);
+        println!(
+            "{:>6} {:>7} {:>10.3} {:>16.2}",
+            rows,
+            args.epochs,
+            median,
+            median * 1e6 / (rows * args.epochs) as f64
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,301 @@
+//! `mfsched plugins check`: everything a plugin author needs to know about one
+//! component before shipping it, as a list of findings. Loading covers the
+//! WIT version, the world, linking in the sandbox and the self-description;
+//! then the component runs on a real problem and its answer goes through the
+//! same validation the decision path applies.
+
+use super::bindings::{PACKAGE, wit};
+use super::context::Scorer;
+use super::engine::PluginEngine;
+use super::pipeline::{Decider, DecisionOutcome, DecisionReport};
+use super::registry::{self, Loaded, LoadedPolicy, LoadedUtility, Origin, Registry};
+use super::version::WitVersion;
+use mfsched_core::domain::{GpuState, Problem};
+use mfsched_core::predict::Predictor;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// One thing found about the component.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    pub ok: bool,
+    pub text: String,
+}
+
+impl Finding {
+    fn ok(text: impl Into<String>) -> Self {
+        Self {
+            ok: true,
+            text: text.into(),
+        }
+    }
+
+    fn fail(text: impl Into<String>) -> Self {
+        Self {
+            ok: false,
+            text: text.into(),
+        }
+    }
+}
+
+/// What the component is checked on.
+pub struct CheckInputs<'a> {
+    pub engine: Arc<PluginEngine>,
+    pub predictor: Arc<dyn Predictor>,
+    /// The problem, ready for plugins (ranges and floors filled in).
+    pub problem: &'a Problem,
+    /// Its name, for the findings.
+    pub problem_name: &'a str,
+    pub state: GpuState,
+    /// Policy parameters, `seed` included.
+    pub params: Vec<(String, String)>,
+}
+
+impl std::fmt::Debug for CheckInputs<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CheckInputs")
+            .field("problem", &self.problem_name)
+            .field("state", &self.state)
+            .field("params", &self.params)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Checks the component in `path`; stops at the first finding that makes the
+/// rest meaningless (cannot read, cannot load).
+pub fn check_file(inputs: &CheckInputs<'_>, path: &Path) -> Vec<Finding> {
+    let bytes = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(e) => {
+            return vec![Finding::fail(format!(
+                "cannot read {}: {e}",
+                path.display()
+            ))];
+        }
+    };
+    let name = path
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or("plugin")
+        .to_string();
+    let started = Instant::now();
+    let loaded = match registry::load(
+        &inputs.engine,
+        &name,
+        Origin::File(path.to_path_buf()),
+        &bytes,
+    ) {
+        Ok(l) => l,
+        Err(e) => return vec![Finding::fail(format!("load: {e:#}"))],
+    };
+    let load_ms = started.elapsed().as_secs_f64() * 1e3;
+    let info = loaded.info();
+    let host = WitVersion::host();
+    let mut findings = vec![
+        Finding::ok(format!(
+            "{} world of {PACKAGE}@{} (this host is {PACKAGE}@{host} and accepts {})",
+            info.world,
+            info.wit_version,
+            host.accepted_range()
+        )),
+        Finding::ok(format!(
+            "compiled, linked and instantiated in the sandbox in {load_ms:.0} ms ({} KiB); it calls itself \"{}\"",
+            bytes.len() / 1024,
+            info.title
+        )),
+    ];
+    match loaded {
+        Loaded::Policy(policy) => check_policy(inputs, policy, &mut findings),
+        Loaded::Utility(utility) => check_utility(inputs, utility, &mut findings),
+    }
+    findings
+}
+
+fn check_policy(inputs: &CheckInputs<'_>, policy: Arc<LoadedPolicy>, out: &mut Vec<Finding>) {
+    let params = &policy.info.params;
+    let mut names: Vec<&str> = params.iter().map(|p| p.name.as_str()).collect();
+    names.sort_unstable();
+    let duplicate = names.windows(2).find(|w| w[0] == w[1]).map(|w| w[0]);
+    if let Some(d) = duplicate {
+        out.push(Finding::fail(format!(
+            "`parameters` lists `{d}` twice: each name must be unique"
+        )));
+    } else if names.contains(&"seed") {
+        out.push(Finding::fail(
+            "`parameters` lists `seed`: the host always passes it, leave it out of the schema",
+        ));
+    } else {
+        let listed: Vec<String> = params
+            .iter()
+            .map(|p| format!("{}={}", p.name, p.default_value))
+            .collect();
+        out.push(Finding::ok(format!(
+            "parameters: {}",
+            if listed.is_empty() {
+                "none besides seed".to_string()
+            } else {
+                listed.join(", ")
+            }
+        )));
+    }
+    let utility = match registry::resolve_utility(&inputs.engine, "utility", None) {
+        Ok(u) => u,
+        Err(e) => {
+            out.push(Finding::fail(format!("the embedded utility: {e:#}")));
+            return;
+        }
+    };
+    let first = run_once(inputs, &policy, &utility);
+    match &first.outcome {
+        DecisionOutcome::Accepted => out.push(Finding::ok(format!(
+            "decide on {}: {:?} accepted (VRAM {} of {} MiB, every SLA floor met), utility {}, {} candidates scored, {:.1} ms of the {} ms deadline",
+            inputs.problem_name,
+            first.config,
+            inputs.problem.vram_mib(&first.config),
+            inputs.problem.card.vram_mib,
+            first
+                .utility
+                .map_or("unavailable".to_string(), |u| format!("{u:.4}")),
+            first.candidates_evaluated,
+            first.latency.as_secs_f64() * 1e3,
+            inputs.engine.limits().deadline.as_millis(),
+        ))),
+        DecisionOutcome::Kept(why) => {
+            out.push(Finding::fail(format!(
+                "decide on {}: {why}; the host would keep the running configuration",
+                inputs.problem_name
+            )));
+            return;
+        }
+    }
+    let second = run_once(inputs, &policy, &utility);
+    if second.outcome == DecisionOutcome::Accepted && second.config == first.config {
+        out.push(Finding::ok(
+            "deterministic: a second run with the same seed gave the same decision",
+        ));
+    } else {
+        out.push(Finding::fail(format!(
+            "not deterministic: the same seed gave {:?} then {:?} ({}); draw randomness only from the `seed` parameter",
+            first.config,
+            second.config,
+            match &second.outcome {
+                DecisionOutcome::Accepted => "accepted".to_string(),
+                DecisionOutcome::Kept(why) => why.to_string(),
+            }
+        )));
+    }
+}
+
+fn run_once(
+    inputs: &CheckInputs<'_>,
+    policy: &Arc<LoadedPolicy>,
+    utility: &Arc<LoadedUtility>,
+) -> DecisionReport {
+    let registry = Registry::default();
+    let mut decider = Decider::new(
+        Arc::clone(&inputs.engine),
+        registry.policy_slot(Arc::clone(policy)),
+        registry.utility_slot(Arc::clone(utility)),
+        Arc::clone(&inputs.predictor),
+        inputs.params.clone(),
+    );
+    decider.decide(inputs.problem, &inputs.state)
+}
+
+/// A utility must score feasible candidates with finite values, exclude a
+/// VRAM-infeasible one with −∞, and steer a real search to a valid decision.
+fn check_utility(inputs: &CheckInputs<'_>, utility: Arc<LoadedUtility>, out: &mut Vec<Finding>) {
+    let problem = inputs.problem;
+    // A spread of feasible candidates must get at least one finite utility.
+    let feasible = problem.feasible_indices();
+    let step = (feasible.len() / 64).max(1);
+    let sample: Vec<u64> = feasible.iter().step_by(step).copied().collect();
+    match score_batch(inputs, &utility, problem, &sample) {
+        Err(why) => {
+            out.push(Finding::fail(why));
+            return;
+        }
+        Ok(scores) => {
+            let finite = scores.iter().filter(|s| s.is_finite()).count();
+            out.push(if finite == 0 {
+                Finding::fail(format!(
+                    "score: none of {} VRAM-feasible candidates got a finite utility",
+                    sample.len()
+                ))
+            } else {
+                Finding::ok(format!(
+                    "score: {finite} of {} VRAM-feasible candidates finite (the rest under an SLA floor)",
+                    sample.len()
+                ))
+            });
+        }
+    }
+    // Every model at its largest configuration, on the same problem with a
+    // card one MiB too small for it: the utility must exclude it.
+    let largest: Vec<u32> = problem
+        .models
+        .iter()
+        .map(|m| {
+            (0..m.configs.len())
+                .max_by_key(|&c| m.configs[c].vram_mib)
+                .unwrap_or(0) as u32
+        })
+        .collect();
+    let mut tight = problem.clone();
+    let need = u32::try_from(problem.vram_mib(&largest)).unwrap_or(u32::MAX);
+    tight.card.vram_mib = tight.card.vram_mib.min(need.saturating_sub(1));
+    let over = problem.space().index(&largest).unwrap_or(0);
+    match score_batch(inputs, &utility, &tight, &[over]) {
+        Err(why) => out.push(Finding::fail(why)),
+        Ok(scores) if scores[0] == f64::NEG_INFINITY => out.push(Finding::ok(
+            "score: a candidate over the card's VRAM is excluded (negative infinity)",
+        )),
+        Ok(scores) => out.push(Finding::fail(format!(
+            "score: a candidate over the card's VRAM scored {}, expected negative infinity",
+            scores[0]
+        ))),
+    }
+    let ga = match registry::resolve_policy(&inputs.engine, "ga", None) {
+        Ok(p) => p,
+        Err(e) => {
+            out.push(Finding::fail(format!("the embedded ga policy: {e:#}")));
+            return;
+        }
+    };
+    let report = run_once(inputs, &ga, &utility);
+    match report.outcome {
+        DecisionOutcome::Accepted => out.push(Finding::ok(format!(
+            "ga decides with this utility on {}: {:?} accepted",
+            inputs.problem_name, report.config
+        ))),
+        DecisionOutcome::Kept(why) => out.push(Finding::fail(format!(
+            "ga with this utility on {}: {why}",
+            inputs.problem_name
+        ))),
+    }
+}
+
+/// Scores `candidates` of `problem` with the utility, predictions from the
+/// host's predictor; the error is a finding's text.
+fn score_batch(
+    inputs: &CheckInputs<'_>,
+    utility: &Arc<LoadedUtility>,
+    problem: &Problem,
+    candidates: &[u64],
+) -> Result<Vec<f64>, String> {
+    let predictions = inputs
+        .predictor
+        .predict_joint(problem, &inputs.state, candidates)
+        .map_err(|e| format!("predict: {e}"))?;
+    let mut scorer = Scorer::new(Arc::clone(&inputs.engine), Arc::clone(utility));
+    let deadline_at = Instant::now() + inputs.engine.limits().deadline;
+    scorer
+        .score(
+            &wit::Problem::from(problem),
+            candidates,
+            &predictions,
+            deadline_at,
+        )
+        .map_err(|e| format!("score: {e}"))
+}

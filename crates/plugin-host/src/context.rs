@@ -1,0 +1,399 @@
+//! What a plugin's store holds, and the host side of the WIT interfaces:
+//! `surrogate` (served by the predictor) and `objective` (served by the active
+//! utility component, in a store of its own).
+
+use super::bindings::policy::mfsched::scheduler::{objective, surrogate, types};
+use super::bindings::utility::Utility;
+use super::bindings::wit;
+use super::engine::{PluginEngine, arm_deadline};
+use super::failure::{PluginFailure, classify, describe};
+use super::output::OutputCapture;
+use super::registry::LoadedUtility;
+use mfsched_core::domain::{GpuState, Problem};
+use mfsched_core::predict::Predictor;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use wasmtime::component::ResourceTable;
+use wasmtime::{ResourceLimiter, Store};
+use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+
+/// A locked-down WASI context: no preopened directories, no environment, no
+/// arguments, no network, no stdin; the plugin's stdout and stderr go to the
+/// call's capture (capped, logged tagged by the caller), or nowhere when the host
+/// only asks a plugin to describe itself or a utility to score.
+fn locked_down_wasi(capture: Option<&OutputCapture>) -> WasiCtx {
+    let capture = capture.cloned().unwrap_or_else(|| OutputCapture::new(0));
+    WasiCtxBuilder::new()
+        .stdout(capture.stdout)
+        .stderr(capture.stderr)
+        .allow_tcp(false)
+        .allow_udp(false)
+        .allow_ip_name_lookup(false)
+        .build()
+}
+
+/// Caps each linear memory of an instance and remembers that the cap was hit,
+/// so a trap can be reported as what it is.
+#[derive(Debug)]
+pub struct MemoryCap {
+    max_bytes: usize,
+    /// The size asked for when the cap refused a growth.
+    refused: Option<usize>,
+}
+
+impl MemoryCap {
+    fn new(max_bytes: usize) -> Self {
+        Self {
+            max_bytes,
+            refused: None,
+        }
+    }
+
+    pub fn refused(&self) -> Option<usize> {
+        self.refused
+    }
+}
+
+impl ResourceLimiter for MemoryCap {
+    fn memory_growing(
+        &mut self,
+        _: usize,
+        desired: usize,
+        _: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.max_bytes {
+            self.refused = Some(desired);
+            // An error traps the guest at the `memory.grow` itself (like
+            // `trap_on_grow_failure`), instead of letting it limp on.
+            wasmtime::bail!(
+                "memory limit: the plugin asked for {} MiB, the limit is {} MiB",
+                desired.div_ceil(1 << 20),
+                self.max_bytes >> 20
+            );
+        }
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _: usize,
+        desired: usize,
+        _: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        // Tables hold function references; a million is far beyond any real plugin.
+        Ok(desired <= 1_000_000)
+    }
+}
+
+/// Time and volume spent in host calls during one `decide`.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct CallStats {
+    /// In the predictor (`predict-table` and `predict`).
+    pub predict: Duration,
+    /// Predictions served (table entries plus N per candidate).
+    pub predictions: u64,
+    /// In the utility component (`evaluate`), including its instantiation.
+    pub evaluate: Duration,
+    /// Candidates scored through `evaluate`.
+    pub evaluated: u64,
+}
+
+/// The store data of a policy instance.
+pub struct PolicyCtx {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    pub(super) memory: MemoryCap,
+    /// The `decide` call in progress; `None` while the host only asks the
+    /// plugin to describe itself (then the host interfaces refuse service).
+    call: Option<CallState>,
+    pub(super) stats: CallStats,
+}
+
+/// What a policy call is about: shared, read-only inputs.
+#[derive(Clone)]
+pub struct CallInputs {
+    pub problem: Arc<Problem>,
+    pub wit_problem: Arc<wit::Problem>,
+    pub predictor: Arc<dyn Predictor>,
+    pub utility: Arc<LoadedUtility>,
+    pub engine: Arc<PluginEngine>,
+}
+
+impl CallInputs {
+    pub fn new(
+        engine: Arc<PluginEngine>,
+        problem: &Problem,
+        predictor: Arc<dyn Predictor>,
+        utility: Arc<LoadedUtility>,
+    ) -> Self {
+        Self {
+            wit_problem: Arc::new(wit::Problem::from(problem)),
+            problem: Arc::new(problem.clone()),
+            predictor,
+            utility,
+            engine,
+        }
+    }
+}
+
+impl std::fmt::Debug for CallInputs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CallInputs")
+            .field("utility", &self.utility.info.name)
+            .finish_non_exhaustive()
+    }
+}
+
+struct CallState {
+    problem: Arc<Problem>,
+    wit_problem: Arc<wit::Problem>,
+    predictor: Arc<dyn Predictor>,
+    scorer: Scorer,
+    deadline_at: Instant,
+}
+
+impl std::fmt::Debug for PolicyCtx {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PolicyCtx")
+            .field("memory", &self.memory)
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PolicyCtx {
+    /// For a `decide` call that must finish by `deadline_at`.
+    pub(super) fn for_call(
+        inputs: &CallInputs,
+        deadline_at: Instant,
+        capture: &OutputCapture,
+    ) -> Self {
+        let mut ctx = Self::describing(&inputs.engine);
+        ctx.wasi = locked_down_wasi(Some(capture));
+        ctx.call = Some(CallState {
+            problem: Arc::clone(&inputs.problem),
+            wit_problem: Arc::clone(&inputs.wit_problem),
+            predictor: Arc::clone(&inputs.predictor),
+            scorer: Scorer::new(Arc::clone(&inputs.engine), Arc::clone(&inputs.utility)),
+            deadline_at,
+        });
+        ctx
+    }
+
+    /// For asking a plugin its name and parameters only.
+    pub(super) fn describing(engine: &PluginEngine) -> Self {
+        Self {
+            wasi: locked_down_wasi(None),
+            table: ResourceTable::new(),
+            memory: MemoryCap::new(engine.limits().memory_bytes),
+            call: None,
+            stats: CallStats::default(),
+        }
+    }
+
+    /// The utility instance the call scored with, for the host to reuse.
+    pub(crate) fn take_scorer(&mut self) -> Option<Scorer> {
+        self.call.take().map(|c| c.scorer)
+    }
+
+    fn call(&mut self, what: &str) -> wasmtime::Result<&mut CallState> {
+        let Some(call) = self.call.as_mut() else {
+            wasmtime::bail!("{what} is only served during decide");
+        };
+        if Instant::now() >= call.deadline_at {
+            return Err(wasmtime::Error::new(PluginFailure::Deadline));
+        }
+        Ok(call)
+    }
+}
+
+impl WasiView for PolicyCtx {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl types::Host for PolicyCtx {}
+
+impl surrogate::Host for PolicyCtx {
+    fn predict_table(&mut self, state: types::GpuState) -> wasmtime::Result<Vec<f32>> {
+        let call = self.call("predict-table")?;
+        let started = Instant::now();
+        let table = call
+            .predictor
+            .predict_table(&call.problem, &GpuState::from(state))
+            .map_err(|e| wasmtime::Error::new(PluginFailure::Host(e.to_string())))?;
+        self.stats.predict += started.elapsed();
+        self.stats.predictions += table.len() as u64;
+        Ok(table)
+    }
+
+    fn predict(
+        &mut self,
+        state: types::GpuState,
+        candidates: Vec<u64>,
+    ) -> wasmtime::Result<Vec<f32>> {
+        let call = self.call("predict")?;
+        let size = call.problem.space().size();
+        if let Some(bad) = candidates.iter().find(|&&c| c >= size) {
+            return Err(wasmtime::Error::new(PluginFailure::Misuse(format!(
+                "predict: candidate {bad} is not a joint configuration (the space has {size})"
+            ))));
+        }
+        let started = Instant::now();
+        let out = call
+            .predictor
+            .predict_joint(&call.problem, &GpuState::from(state), &candidates)
+            .map_err(|e| wasmtime::Error::new(PluginFailure::Host(e.to_string())))?;
+        self.stats.predict += started.elapsed();
+        self.stats.predictions += out.len() as u64;
+        Ok(out)
+    }
+}
+
+impl objective::Host for PolicyCtx {
+    fn evaluate(
+        &mut self,
+        candidates: Vec<u64>,
+        predictions: Vec<f32>,
+    ) -> wasmtime::Result<Vec<f64>> {
+        let call = self.call("evaluate")?;
+        let started = Instant::now();
+        let scores = call
+            .scorer
+            .score(
+                &call.wit_problem,
+                &candidates,
+                &predictions,
+                call.deadline_at,
+            )
+            .map_err(wasmtime::Error::new)?;
+        self.stats.evaluate += started.elapsed();
+        self.stats.evaluated += candidates.len() as u64;
+        Ok(scores)
+    }
+}
+
+/// The store data of a utility instance.
+pub struct UtilityCtx {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    memory: MemoryCap,
+}
+
+impl WasiView for UtilityCtx {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl std::fmt::Debug for UtilityCtx {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UtilityCtx")
+            .field("memory", &self.memory)
+            .finish_non_exhaustive()
+    }
+}
+
+impl UtilityCtx {
+    pub(super) fn new(engine: &PluginEngine) -> Self {
+        Self {
+            wasi: locked_down_wasi(None),
+            table: ResourceTable::new(),
+            memory: MemoryCap::new(engine.limits().memory_bytes),
+        }
+    }
+
+    pub(super) fn memory_mut(&mut self) -> &mut MemoryCap {
+        &mut self.memory
+    }
+}
+
+impl types::Host for UtilityCtx {}
+
+/// A utility component instantiated on first use and reused for the rest of
+/// one `decide` (instantiation is cheap, but GA calls `evaluate` per generation).
+pub struct Scorer {
+    engine: Arc<PluginEngine>,
+    utility: Arc<LoadedUtility>,
+    live: Option<(Store<UtilityCtx>, Utility)>,
+}
+
+impl std::fmt::Debug for Scorer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scorer")
+            .field("utility", &self.utility.info.name)
+            .field("live", &self.live.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Scorer {
+    pub fn new(engine: Arc<PluginEngine>, utility: Arc<LoadedUtility>) -> Self {
+        Self {
+            engine,
+            utility,
+            live: None,
+        }
+    }
+
+    /// Scores a batch, checking the utility's answer has one finite-or-−∞
+    /// value per candidate. Runs under what is left of `deadline_at`.
+    pub fn score(
+        &mut self,
+        problem: &wit::Problem,
+        candidates: &[u64],
+        predictions: &[f32],
+        deadline_at: Instant,
+    ) -> Result<Vec<f64>, PluginFailure> {
+        let n = problem.models.len();
+        if predictions.len() != candidates.len() * n {
+            return Err(PluginFailure::Misuse(format!(
+                "evaluate: {} predictions for {} candidates of {n} models (expected {})",
+                predictions.len(),
+                candidates.len(),
+                candidates.len() * n
+            )));
+        }
+        let (store, utility) = match &mut self.live {
+            Some(live) => live,
+            empty => {
+                let mut store = Store::new(self.engine.engine(), UtilityCtx::new(&self.engine));
+                store.limiter(|ctx| &mut ctx.memory);
+                arm_deadline(&mut store, deadline_at);
+                let utility = self.utility.pre.instantiate(&mut store).map_err(|e| {
+                    PluginFailure::Utility(format!("{}: {}", self.utility.info.name, describe(&e)))
+                })?;
+                empty.insert((store, utility))
+            }
+        };
+        arm_deadline(store, deadline_at);
+        let name = &self.utility.info.name;
+        let scores = utility
+            .call_score(&mut *store, problem, candidates, predictions)
+            .map_err(|e| match classify(&e, store.data().memory.refused()) {
+                PluginFailure::Trap(why) => PluginFailure::Utility(format!("{name}: {why}")),
+                other => other,
+            })?;
+        if scores.len() != candidates.len() {
+            return Err(PluginFailure::Utility(format!(
+                "{name} returned {} scores for {} candidates",
+                scores.len(),
+                candidates.len()
+            )));
+        }
+        if let Some(i) = scores.iter().position(|s| s.is_nan()) {
+            return Err(PluginFailure::Utility(format!(
+                "{name} scored candidate {} as NaN",
+                candidates[i]
+            )));
+        }
+        Ok(scores)
+    }
+}

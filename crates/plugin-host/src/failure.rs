@@ -1,0 +1,58 @@
+//! Why a plugin call produced no usable answer, as a typed value.
+
+use wasmtime::Trap;
+
+/// A plugin call that failed, classified.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PluginFailure {
+    #[error("ran past its per-call deadline")]
+    Deadline,
+    #[error("hit the memory limit (asked for {requested_mib} MiB)")]
+    Memory { requested_mib: usize },
+    #[error("trapped: {0}")]
+    Trap(String),
+    #[error("refused to decide: {0}")]
+    Refused(String),
+    #[error("misused the host interface: {0}")]
+    Misuse(String),
+    #[error("the utility component failed: {0}")]
+    Utility(String),
+    #[error("could not be instantiated: {0}")]
+    Instantiate(String),
+    #[error("is not loaded: no policy '{0}'")]
+    Unknown(String),
+    #[error("could not be served by the host: {0}")]
+    Host(String),
+}
+
+/// Classifies an error returned by a call into a plugin. `memory_refused` is
+/// the store's memory cap record (a refused growth explains the trap).
+pub fn classify(e: &wasmtime::Error, memory_refused: Option<usize>) -> PluginFailure {
+    if let Some(f) = e.downcast_ref::<PluginFailure>() {
+        return f.clone();
+    }
+    if let Some(bytes) = memory_refused {
+        return PluginFailure::Memory {
+            requested_mib: bytes.div_ceil(1 << 20),
+        };
+    }
+    if e.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
+        return PluginFailure::Deadline;
+    }
+    PluginFailure::Trap(describe(e))
+}
+
+/// One printable line of bounded length: the outermost message and, when
+/// different, the root cause (Wasmtime puts a multi-line backtrace in the outer
+/// message: only its first line is kept).
+pub fn describe(e: &wasmtime::Error) -> String {
+    let first_line = |s: String| s.lines().next().unwrap_or("").trim().to_string();
+    let top = first_line(e.to_string());
+    let root = first_line(e.root_cause().to_string());
+    let line = if top == root || top.is_empty() {
+        root
+    } else {
+        format!("{top}: {root}")
+    };
+    crate::output::printable(&line, crate::output::MESSAGE_BYTES)
+}

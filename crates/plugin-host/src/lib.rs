@@ -1,0 +1,50 @@
+//! The Wasm plugin host: policies and utilities are WebAssembly components
+//! (the WIT package in `wit/`) run by Wasmtime.
+//!
+//! - [`engine`]: the engine, its limits (per-call deadline by epoch
+//!   interruption, memory cap), the compilation cache and the linkers.
+//! - [`bindings`]: the generated WIT bindings and the domain → WIT conversions.
+//! - [`context`]: store data and the host side of `surrogate` and `objective`.
+//! - [`registry`]: loading components (embedded or files), their world and WIT
+//!   version, and the swappable slots.
+//! - [`failure`]: why a call failed, typed.
+//! - [`output`]: what plugins print (captured per call, capped) and return as
+//!   text (made printable, cut) before anyone sees it.
+//! - [`validate`]: the checks every decision passes before use.
+//! - [`pipeline`]: THE decision pipeline (propose under one deadline, validate
+//!   once, score once, keep the last valid decision), for every caller.
+//! - [`reload`]: hot reload of a plugin directory.
+//! - [`version`]: which WIT versions the host accepts.
+//! - [`check`]: `plugins check`, every finding about one component.
+
+pub mod bindings;
+pub mod check;
+pub mod context;
+pub mod engine;
+pub mod failure;
+pub mod output;
+pub mod pipeline;
+pub mod registry;
+pub mod reload;
+pub mod setup;
+pub mod template;
+pub mod validate;
+pub mod version;
+
+pub use context::{CallInputs, CallStats};
+pub use engine::{CompileCache, PluginEngine, PluginLimits};
+pub use failure::PluginFailure;
+pub use pipeline::{
+    Builtin, Call, Checked, Checkpoint, Decider, DecisionEvent, DecisionFailure, DecisionOutcome,
+    DecisionReport, HOLD, LastValid, Pipeline, PolicySource, RawDecision, Verdict,
+};
+pub use registry::{
+    Loaded, LoadedPolicy, LoadedUtility, Origin, ParamInfo, PluginInfo, Registry, Slot, World,
+};
+pub use reload::{HotReload, ReloadContext, ReloadEvent, ReloadOutcome};
+pub use validate::{Rejection, validate};
+
+/// Where the build put the deliberately hostile components of `tests/plugins`
+/// (never embedded): the test suite loads them from here.
+#[doc(hidden)]
+pub const TEST_PLUGINS_DIR: &str = env!("MFSCHED_TEST_PLUGINS");

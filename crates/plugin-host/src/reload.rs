@@ -1,0 +1,304 @@
+//! Hot reload: watch a plugin directory, and when a `.wasm` file settles,
+//! compile it off the decision path, self-check it on the current problem and
+//! swap it in atomically; anything that fails leaves the running plugin in
+//! place and is reported with the reason.
+//!
+//! Events on a path only mark it dirty; the path is reloaded once it has been
+//! quiet for [`DEBOUNCE`]. `cp` over a file emits data events before the copy
+//! is complete, an atomic rename emits one rename-to, cargo removes then
+//! creates: all settle the same way. A file caught half-written fails to
+//! compile, is reported, and its final write triggers another reload.
+
+use super::bindings::wit;
+use super::engine::PluginEngine;
+use super::pipeline::{Checkpoint, DecisionFailure, Pipeline, PolicySource};
+use super::registry::{Loaded, Registry, Slot, World, load_file};
+use anyhow::{Context as _, Result};
+use mfsched_core::predict::Predictor;
+use notify::event::{AccessKind, AccessMode, EventKind, ModifyKind};
+use notify::{RecommendedWatcher, RecursiveMode, Watcher};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{RecvTimeoutError, channel};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How long a path must stay quiet before it is reloaded.
+pub const DEBOUNCE: Duration = Duration::from_millis(150);
+
+/// What happened to one reload attempt.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ReloadOutcome {
+    /// Replaced the plugin of that name; decisions now use the new one.
+    Swapped { name: String, world: World },
+    /// A plugin no one had loaded under that name: now available.
+    Added { name: String, world: World },
+    /// Left the running plugin in place.
+    Rejected { reason: String },
+    /// The file went away; the loaded copy stays in use.
+    Removed,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReloadEvent {
+    pub path: PathBuf,
+    pub outcome: ReloadOutcome,
+}
+
+/// What a reload needs to self-check and install a plugin.
+#[derive(Clone)]
+pub struct ReloadContext {
+    pub engine: Arc<PluginEngine>,
+    pub registry: Arc<Registry>,
+    pub predictor: Arc<dyn Predictor>,
+    /// The utility a new policy is self-checked with.
+    pub utility: Arc<Slot<super::registry::LoadedUtility>>,
+    /// The latest tick's inputs (see `Decider::checkpoint`); `fallback` until the first tick.
+    pub checkpoint: Arc<Mutex<Option<Checkpoint>>>,
+    pub fallback: Checkpoint,
+}
+
+impl std::fmt::Debug for ReloadContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReloadContext").finish_non_exhaustive()
+    }
+}
+
+/// A running directory watch; dropping it stops the watch.
+pub struct HotReload {
+    watcher: Option<RecommendedWatcher>,
+    worker: Option<JoinHandle<()>>,
+    stop: Arc<AtomicBool>,
+    log: Arc<Mutex<Vec<ReloadEvent>>>,
+}
+
+impl std::fmt::Debug for HotReload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HotReload")
+            .field("events", &self.events().len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl HotReload {
+    /// Watches `dir` (not recursively) until dropped.
+    pub fn watch(dir: &Path, ctx: ReloadContext) -> Result<Self> {
+        let (tx, rx) = channel();
+        let mut watcher = notify::recommended_watcher(move |event| {
+            // The receiver only goes away when the watch stops.
+            let _ = tx.send(event);
+        })
+        .context("cannot start the file watcher")?;
+        watcher
+            .watch(dir, RecursiveMode::NonRecursive)
+            .with_context(|| format!("cannot watch the plugin directory {}", dir.display()))?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let worker = {
+            let stop = Arc::clone(&stop);
+            let log = Arc::clone(&log);
+            std::thread::Builder::new()
+                .name("mfsched-reload".into())
+                .spawn(move || {
+                    let mut dirty: HashMap<PathBuf, Instant> = HashMap::new();
+                    while !stop.load(Ordering::Relaxed) {
+                        match rx.recv_timeout(Duration::from_millis(25)) {
+                            Ok(Ok(event)) if marks_dirty(&event.kind) => {
+                                for p in event.paths {
+                                    if p.extension().is_some_and(|e| e == "wasm") {
+                                        dirty.insert(p, Instant::now());
+                                    }
+                                }
+                            }
+                            Ok(Ok(_)) | Err(RecvTimeoutError::Timeout) => {}
+                            Ok(Err(e)) => push(
+                                &log,
+                                ReloadEvent {
+                                    path: PathBuf::new(),
+                                    outcome: ReloadOutcome::Rejected {
+                                        reason: format!("file watcher error: {e}"),
+                                    },
+                                },
+                            ),
+                            Err(RecvTimeoutError::Disconnected) => break,
+                        }
+                        let settled: Vec<PathBuf> = dirty
+                            .iter()
+                            .filter(|(_, t)| t.elapsed() >= DEBOUNCE)
+                            .map(|(p, _)| p.clone())
+                            .collect();
+                        for path in settled {
+                            dirty.remove(&path);
+                            let outcome = reload(&ctx, &path);
+                            push(&log, ReloadEvent { path, outcome });
+                        }
+                    }
+                })
+                .context("cannot start the reload thread")?
+        };
+        Ok(Self {
+            watcher: Some(watcher),
+            worker: Some(worker),
+            stop,
+            log,
+        })
+    }
+
+    /// Every reload attempt so far, oldest first.
+    pub fn events(&self) -> Vec<ReloadEvent> {
+        self.log.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+impl Drop for HotReload {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        // Dropping the watcher closes the channel, which also ends the worker.
+        drop(self.watcher.take());
+        if let Some(w) = self.worker.take() {
+            let _ = w.join();
+        }
+    }
+}
+
+fn push(log: &Mutex<Vec<ReloadEvent>>, event: ReloadEvent) {
+    log.lock().unwrap_or_else(|e| e.into_inner()).push(event);
+}
+
+/// Events that may change a file's content or presence.
+fn marks_dirty(kind: &EventKind) -> bool {
+    matches!(
+        kind,
+        EventKind::Create(_)
+            | EventKind::Remove(_)
+            | EventKind::Modify(ModifyKind::Data(_) | ModifyKind::Name(_) | ModifyKind::Any)
+            | EventKind::Access(AccessKind::Close(AccessMode::Write))
+    )
+}
+
+/// Loads, self-checks and installs one file.
+pub fn reload(ctx: &ReloadContext, path: &Path) -> ReloadOutcome {
+    if !path.exists() {
+        return ReloadOutcome::Removed;
+    }
+    let loaded = match load_file(&ctx.engine, path) {
+        Ok(l) => l,
+        Err(e) => {
+            return ReloadOutcome::Rejected {
+                reason: format!("{e:#}"),
+            };
+        }
+    };
+    let check = ctx
+        .checkpoint
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone()
+        .unwrap_or_else(|| ctx.fallback.clone());
+    if let Err(reason) = self_check(ctx, &loaded, &check) {
+        return ReloadOutcome::Rejected {
+            reason: format!("{}: self-check failed: {reason}", path.display()),
+        };
+    }
+    let name = loaded.info().name.clone();
+    let world = loaded.info().world;
+    let swapped = match loaded {
+        Loaded::Policy(p) => match ctx.registry.find_policy(&name) {
+            Some(slot) => {
+                slot.swap(p);
+                true
+            }
+            None => {
+                ctx.registry.policy_slot(p);
+                false
+            }
+        },
+        Loaded::Utility(u) => match ctx.registry.find_utility(&name) {
+            Some(slot) => {
+                slot.swap(u);
+                true
+            }
+            None => {
+                ctx.registry.utility_slot(u);
+                false
+            }
+        },
+    };
+    if swapped {
+        ReloadOutcome::Swapped { name, world }
+    } else {
+        ReloadOutcome::Added { name, world }
+    }
+}
+
+/// A policy must produce a valid decision on the checkpoint; a utility must
+/// score the running configuration.
+/// Both go through the one decision pipeline, under the engine's deadline.
+fn self_check(ctx: &ReloadContext, loaded: &Loaded, check: &Checkpoint) -> Result<(), String> {
+    let deadline = ctx.engine.limits().deadline;
+    match loaded {
+        Loaded::Policy(p) => {
+            let pipeline = Pipeline::new(
+                Arc::clone(&ctx.engine),
+                Arc::clone(&ctx.utility),
+                Arc::clone(&ctx.predictor),
+            );
+            let inputs = pipeline.prepare(&check.problem);
+            let source: &dyn PolicySource = &Slot::new(Arc::clone(p));
+            let verdict = pipeline.evaluate(
+                &inputs,
+                source,
+                &p.info.name,
+                &check.state,
+                &check.params,
+                deadline,
+            );
+            match verdict.result {
+                Ok(_) => Ok(()),
+                Err(DecisionFailure::Plugin(f)) => Err(format!("the policy {f}")),
+                Err(DecisionFailure::Rejected(r)) => Err(format!("its decision was rejected: {r}")),
+            }
+        }
+        Loaded::Utility(u) => {
+            let pipeline = Pipeline::new(
+                Arc::clone(&ctx.engine),
+                Arc::new(Slot::new(Arc::clone(u))),
+                Arc::clone(&ctx.predictor),
+            );
+            let inputs = pipeline.prepare(&check.problem);
+            let current = &check.problem.current;
+            let index = check
+                .problem
+                .space()
+                .index(current)
+                .ok_or("the running configuration is not in the joint space")?;
+            let predictions = ctx
+                .predictor
+                .predict_joint(&check.problem, &check.state, &[index])
+                .map_err(|e| e.to_string())?;
+            pipeline
+                .score(
+                    &inputs,
+                    current,
+                    &predictions,
+                    None,
+                    Instant::now() + deadline,
+                )
+                .map(|_| ())
+                .map_err(|f| f.to_string())
+        }
+    }
+}
+
+/// Parameters in the WIT form, for a checkpoint built by hand.
+pub fn wit_params(params: &[(String, String)]) -> Vec<wit::Param> {
+    params
+        .iter()
+        .map(|(key, value)| wit::Param {
+            key: key.clone(),
+            value: value.clone(),
+        })
+        .collect()
+}

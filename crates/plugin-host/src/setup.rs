@@ -1,0 +1,64 @@
+//! Getting a problem ready for plugins: the utility needs per-variant
+//! throughput ranges and SLA floors, which profiles (via the surrogate bundle)
+//! supply; until they do, they are derived from the predictor.
+
+use crate::registry::PluginInfo;
+use mfsched_core::domain::{GpuState, Problem, WorkloadLevel};
+use mfsched_core::predict::{
+    Field, PredictError, Predictor, predicted_quantile_floors, predicted_ranges,
+};
+
+/// Utilisations the derived ranges and floors sweep, beside the four regimes.
+const SWEEP_UTILIZATION: [f64; 3] = [0.2, 0.5, 0.9];
+
+/// The quantile SLA floors default to (the published P25).
+pub const FLOOR_QUANTILE: f64 = 0.25;
+
+/// Fills `throughput_ranges` when empty and every floor the scenario did not
+/// set explicitly (`explicit[i]` false) with the P25 of predicted throughput.
+/// Returns how many floors were derived.
+pub fn fill_defaults(
+    problem: &mut Problem,
+    explicit: &[bool],
+    predictor: &dyn Predictor,
+) -> Result<usize, PredictError> {
+    if problem.throughput_ranges.is_empty() {
+        problem.throughput_ranges = predicted_ranges(predictor, problem, &SWEEP_UTILIZATION)?;
+    }
+    let derived =
+        predicted_quantile_floors(predictor, problem, &SWEEP_UTILIZATION, FLOOR_QUANTILE)?;
+    let mut count = 0;
+    for (i, floor) in problem.sla_floors.iter_mut().enumerate() {
+        if !explicit.get(i).copied().unwrap_or(false) {
+            *floor = derived[i];
+            count += 1;
+        }
+    }
+    Ok(count)
+}
+
+/// The state a one-off decision is made for when none is given: medium load,
+/// the running configuration's memory in use, half the SMs busy.
+pub fn default_state(problem: &Problem) -> GpuState {
+    GpuState {
+        workload: WorkloadLevel::Medium,
+        vram_used_mib: problem.vram_mib(&problem.current) as f64,
+        utilization: 0.5,
+    }
+}
+
+/// What a policy must be told to see `field`: under [`Field::CandidateAware`],
+/// `predictions=candidates` for a policy that has a `predictions` parameter and
+/// was given none (the field lives in joint predictions only). `None` when
+/// nothing is to be added.
+pub fn field_param(
+    policy: &PluginInfo,
+    field: Field,
+    given: impl IntoIterator<Item = impl AsRef<str>>,
+) -> Option<(String, String)> {
+    let has = |name: &str| policy.params.iter().any(|p| p.name == name);
+    (field == Field::CandidateAware
+        && has("predictions")
+        && !given.into_iter().any(|k| k.as_ref() == "predictions"))
+    .then(|| ("predictions".into(), "candidates".into()))
+}

@@ -1,0 +1,243 @@
+//! Choosing where MeanField inference runs, and a [`Predictor`] over the choice.
+//!
+//! The CPU path is always built (it is cheap and it is the fallback). The GPU
+//! path is used when asked for, or automatically when a hardware adapter is
+//! present: a software adapter (lavapipe, llvmpipe; `DeviceType::Cpu`) is slower
+//! than the plain CPU loop, so the automatic choice skips it.
+
+use crate::cpu::CpuBackend;
+use crate::gpu::{AdapterSummary, GpuBackend, probe_adapter};
+use crate::net::FoldedNet;
+use anyhow::{Context, Result};
+use mfsched_core::domain::{GpuState, Problem};
+use mfsched_core::predict::{PredictError, Predictor, nan_outside};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Where inference should run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BackendChoice {
+    /// The GPU on a hardware adapter, else the CPU.
+    Auto,
+    Cpu,
+    /// The GPU on whatever adapter there is, software ones included; no adapter is an error.
+    Gpu,
+}
+
+/// Whether the automatic choice uses this adapter.
+pub fn auto_uses(adapter: &AdapterSummary) -> bool {
+    !adapter.is_software()
+}
+
+/// A problem's predictors on the chosen backend, with the CPU as fallback.
+#[derive(Debug)]
+pub struct InferenceBackend {
+    cpu: CpuBackend,
+    gpu: Option<GpuBackend>,
+    /// Cleared after a GPU call fails: later calls go straight to the CPU.
+    gpu_healthy: AtomicBool,
+    /// Why this backend was chosen, for logs and reports.
+    pub reason: String,
+}
+
+impl InferenceBackend {
+    /// Builds the backend `choice` asks for. Only `Gpu` without a usable adapter fails.
+    pub fn select(choice: BackendChoice, problem: &Problem, nets: &[FoldedNet]) -> Result<Self> {
+        let cpu = CpuBackend::new(problem, nets)?;
+        let (gpu, reason) = match choice {
+            BackendChoice::Cpu => (None, "CPU, as asked".to_string()),
+            BackendChoice::Gpu => {
+                let gpu = GpuBackend::new(problem, nets).context("--backend gpu")?;
+                let reason = format!("GPU on {}, as asked", gpu.adapter());
+                (Some(gpu), reason)
+            }
+            BackendChoice::Auto => match probe_adapter() {
+                Ok(adapter) if auto_uses(&adapter) => {
+                    let gpu = GpuBackend::new(problem, nets)?;
+                    let reason = format!("GPU on {} (hardware adapter)", gpu.adapter());
+                    (Some(gpu), reason)
+                }
+                Ok(adapter) => (
+                    None,
+                    format!(
+                        "CPU: adapter {adapter} is a software rasteriser, slower than the CPU loop \
+                         (--backend gpu uses it anyway)"
+                    ),
+                ),
+                Err(e) => (None, format!("CPU: no GPU adapter ({e:#})")),
+            },
+        };
+        Ok(Self {
+            cpu,
+            gpu_healthy: AtomicBool::new(gpu.is_some()),
+            gpu,
+            reason,
+        })
+    }
+
+    /// Where inference runs, in a word or two: `CPU` or `GPU on <adapter>`.
+    pub fn label(&self) -> String {
+        match &self.gpu {
+            Some(gpu) => format!("GPU on {}", gpu.adapter().name),
+            None => "CPU".to_owned(),
+        }
+    }
+
+    /// The GPU backend while it is in use.
+    pub fn gpu(&self) -> Option<&GpuBackend> {
+        self.gpu
+            .as_ref()
+            .filter(|_| self.gpu_healthy.load(Ordering::Relaxed))
+    }
+
+    /// Runs `on_gpu` when the GPU is in use; on its failure reports once, stops
+    /// using the GPU and answers with `on_cpu`.
+    fn run<T>(
+        &self,
+        on_gpu: impl FnOnce(&GpuBackend) -> Result<T>,
+        on_cpu: impl FnOnce(&CpuBackend) -> Result<T>,
+    ) -> Result<T, PredictError> {
+        if let Some(gpu) = self.gpu() {
+            match on_gpu(gpu) {
+                Ok(v) => return Ok(v),
+                Err(e) => {
+                    if self.gpu_healthy.swap(false, Ordering::Relaxed) {
+                        tracing::warn!("GPU inference failed, using the CPU from now on: {e:#}");
+                    }
+                }
+            }
+        }
+        on_cpu(&self.cpu).map_err(|e| PredictError::Backend(format!("{e:#}")))
+    }
+}
+
+/// `problem` must have the models the backend was built for (their predictors
+/// and feature tables were fixed then); only the state and candidates vary.
+impl Predictor for InferenceBackend {
+    fn predict_table(
+        &self,
+        _problem: &Problem,
+        state: &GpuState,
+    ) -> Result<Vec<f32>, PredictError> {
+        self.run(|g| g.predict_table(state), |c| Ok(c.predict_table(state)))
+    }
+
+    /// Candidates outside the joint space (callers such as the plugin host reject
+    /// them first) give NaN rows rather than a panic; the others are predicted.
+    fn predict_joint(
+        &self,
+        problem: &Problem,
+        state: &GpuState,
+        candidates: &[u64],
+    ) -> Result<Vec<f32>, PredictError> {
+        self.predict_joint_fields(problem, state, candidates, None)
+    }
+}
+
+impl InferenceBackend {
+    /// [`Predictor::predict_joint`] with each candidate's own field when `fields`
+    /// is given (one per candidate; see `surrogate::field`). Candidates outside
+    /// the joint space give NaN rows; a field list of the wrong length is a mismatch.
+    pub fn predict_joint_fields(
+        &self,
+        problem: &Problem,
+        state: &GpuState,
+        candidates: &[u64],
+        fields: Option<&[[f32; 2]]>,
+    ) -> Result<Vec<f32>, PredictError> {
+        let n = problem.models.len();
+        if let Some(f) = fields
+            && f.len() != candidates.len()
+        {
+            return Err(PredictError::Mismatch(format!(
+                "{} fields for {} candidates",
+                f.len(),
+                candidates.len()
+            )));
+        }
+        let size = problem.space().size();
+        if candidates.iter().any(|&c| c >= size) {
+            // Predict the valid ones (a device error would take the GPU out of use).
+            return nan_outside(size, n, candidates, |valid| {
+                let valid_candidates: Vec<u64> = valid.iter().map(|&k| candidates[k]).collect();
+                let valid_fields: Option<Vec<[f32; 2]>> =
+                    fields.map(|f| valid.iter().map(|&k| f[k]).collect());
+                self.predict_joint_fields(
+                    problem,
+                    state,
+                    &valid_candidates,
+                    valid_fields.as_deref(),
+                )
+            });
+        }
+        self.run(
+            |g| g.predict_joint_fields(state, candidates, fields),
+            |c| c.predict_joint_fields(state, candidates, fields),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::adapter_gate;
+    use crate::synthetic::synthetic_nets;
+    use mfsched_core::scenario;
+
+    fn adapter(device_type: wgpu::DeviceType) -> AdapterSummary {
+        AdapterSummary {
+            name: "test".into(),
+            device_type,
+            backend: wgpu::Backend::Vulkan,
+            driver: String::new(),
+        }
+    }
+
+    #[test]
+    fn auto_skips_software_adapters_only() {
+        assert!(!auto_uses(&adapter(wgpu::DeviceType::Cpu)));
+        assert!(auto_uses(&adapter(wgpu::DeviceType::DiscreteGpu)));
+        assert!(auto_uses(&adapter(wgpu::DeviceType::IntegratedGpu)));
+    }
+
+    #[test]
+    fn cpu_choice_predicts_and_rejects_nothing_it_should_accept() {
+        let problem = scenario::load("paper-n2").expect("bundled").problem;
+        let nets = synthetic_nets(&problem, 2);
+        let b = InferenceBackend::select(BackendChoice::Cpu, &problem, &nets).expect("cpu");
+        assert!(b.gpu().is_none());
+        let state = crate::agreement::check_states(&problem)[1];
+        let table = b.predict_table(&problem, &state).expect("predicts");
+        assert_eq!(table.len(), 27);
+        let joint = b
+            .predict_joint(&problem, &state, &[0, 161])
+            .expect("predicts");
+        // Candidate 161 is the last configuration of both models.
+        assert_eq!(joint, vec![table[0], table[18], table[17], table[26]]);
+        let bad = b.predict_joint(&problem, &state, &[162]).expect("predicts");
+        assert!(bad.len() == 2 && bad.iter().all(|v| v.is_nan()));
+    }
+
+    #[test]
+    fn gpu_choice_uses_the_adapter_and_matches_the_cpu() {
+        if adapter_gate("gpu_choice_uses_the_adapter_and_matches_the_cpu")
+            .expect("GPU adapter required")
+            .is_none()
+        {
+            return;
+        }
+        let problem = scenario::load("paper-n2").expect("bundled").problem;
+        let nets = synthetic_nets(&problem, 2);
+        let gpu = InferenceBackend::select(BackendChoice::Gpu, &problem, &nets).expect("adapter");
+        let cpu = InferenceBackend::select(BackendChoice::Cpu, &problem, &nets).expect("cpu");
+        assert!(gpu.gpu().is_some(), "{}", gpu.reason);
+        let state = crate::agreement::check_states(&problem)[2];
+        for (g, c) in gpu
+            .predict_table(&problem, &state)
+            .expect("predicts")
+            .iter()
+            .zip(cpu.predict_table(&problem, &state).expect("predicts"))
+        {
+            assert!((g - c).abs() <= 1e-5 * 400.0, "{g} vs {c}");
+        }
+    }
+}

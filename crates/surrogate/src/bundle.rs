@@ -1,0 +1,589 @@
+//! MeanField model bundles: `bundle.json` (metadata) + `weights.safetensors`.
+//!
+//! The weights are the *unfolded* training parameters under the names PyTorch
+//! gives an `nn.Sequential(Linear, BatchNorm1d, ReLU, Dropout, Linear,
+//! BatchNorm1d, ReLU, Dropout, Linear, Sigmoid)` state dict, prefixed with the
+//! model's instance name: `llama3b.0.weight`, `llama3b.1.running_mean`,
+//! `llama3b.8.bias`, … (block l's Linear is at index 4l, its BatchNorm at 4l + 1,
+//! the head at 4L). A net trained in PyTorch can be dropped in; what the
+//! sequential module does not hold (input standardisation, target scale) lives
+//! in `bundle.json` with the feature layout, the training data's SHA-256, the
+//! seed, the held-out R² per model, the default SLA floor (P25 of profiled
+//! throughput) and per-variant throughput ranges.
+//!
+//! Loading validates everything against the scenario it is used with and fails
+//! with one clear message (what, where, what to do); it never panics.
+
+use super::backend::BackendChoice;
+use super::features;
+use super::fold::fold;
+use super::meanfield::MeanField;
+use anyhow::{Context, Result, bail};
+use mfsched_core::domain::{ModelKind, Problem, ThroughputRange};
+use mfsched_core::fsutil::write_atomically;
+use mfsched_core::scenario::Scenario;
+use mfsched_nn::{BatchNorm, Hidden, Linear, Mlp, Standardize, TargetScale};
+use safetensors::tensor::{Dtype, SafeTensors, TensorView};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// Bumped when the files change incompatibly.
+pub const FORMAT_VERSION: u32 = 1;
+pub const META_FILE: &str = "bundle.json";
+pub const WEIGHTS_FILE: &str = "weights.safetensors";
+
+/// What to do when a bundle does not fit.
+const REMEDY: &str = "retrain it with `mfsched train` or `mfsched models regenerate`";
+
+/// `bundle.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BundleMeta {
+    pub format_version: u32,
+    /// The scenario the bundle was trained for.
+    pub scenario: String,
+    /// The card's VRAM: the state feature "VRAM used" is a fraction of it.
+    pub card_vram_mib: u32,
+    pub architecture: Architecture,
+    pub training: TrainingInfo,
+    pub models: Vec<ModelMeta>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Architecture {
+    /// Widths of the Linear → BatchNorm → ReLU → Dropout blocks.
+    pub hidden: Vec<usize>,
+    pub dropout: f32,
+    pub batchnorm_eps: f32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrainingInfo {
+    /// SHA-256 of the training CSV file, hex.
+    pub data_sha256: String,
+    pub data_rows: usize,
+    pub seed: u64,
+    pub epochs: usize,
+    pub batch_size: usize,
+    pub learning_rate: f32,
+    /// Share of rows held out (stratified) to measure `r2_holdout`.
+    pub holdout_fraction: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelMeta {
+    pub name: String,
+    pub family: String,
+    pub kind: ModelKind,
+    /// Unit of the predicted throughput.
+    pub unit: String,
+    /// Input layout, in order (see `surrogate::features`).
+    pub features: Vec<String>,
+    pub input_mean: Vec<f32>,
+    pub input_std: Vec<f32>,
+    /// Throughput = offset + scale · sigmoid output.
+    pub target_offset: f32,
+    pub target_scale: f32,
+    pub metrics: Metrics,
+    /// Default SLA floor: P25 of the profiled throughput.
+    pub sla_floor_p25: f64,
+    /// Per variant (in the model's variant order): profiled throughput range.
+    pub throughput_ranges: Vec<VariantRange>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Metrics {
+    pub train_rows: usize,
+    pub holdout_rows: usize,
+    pub r2_holdout: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VariantRange {
+    pub variant: String,
+    pub min: f64,
+    pub max: f64,
+}
+
+/// A bundle in memory: metadata plus one trained network per model (same order).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Bundle {
+    pub meta: BundleMeta,
+    pub nets: Vec<Mlp>,
+}
+
+impl Bundle {
+    /// Reads `DIR/bundle.json` and `DIR/weights.safetensors`.
+    pub fn read(dir: &Path) -> Result<Self> {
+        let read = |name: &str| {
+            let path = dir.join(name);
+            std::fs::read(&path).with_context(|| {
+                format!(
+                    "model bundle {}: cannot read {name} (a bundle directory holds {META_FILE} and {WEIGHTS_FILE})",
+                    dir.display()
+                )
+            })
+        };
+        let meta = read(META_FILE)?;
+        let weights = read(WEIGHTS_FILE)?;
+        Self::from_bytes(&meta, &weights).with_context(|| format!("model bundle {}", dir.display()))
+    }
+
+    /// Parses a bundle from the two files' bytes (checks its own consistency,
+    /// not yet the fit to a scenario: see [`Bundle::check_against`]).
+    pub fn from_bytes(meta_json: &[u8], weights: &[u8]) -> Result<Self> {
+        let meta: BundleMeta = serde_json::from_slice(meta_json).map_err(|e| {
+            let hint = if e.is_eof() { " (truncated?)" } else { "" };
+            anyhow::anyhow!("{META_FILE} is not valid{hint}: {e}; {REMEDY}")
+        })?;
+        if meta.format_version != FORMAT_VERSION {
+            bail!(
+                "{META_FILE} has format version {}, this mfsched reads version {FORMAT_VERSION}; {REMEDY}",
+                meta.format_version
+            );
+        }
+        let tensors = SafeTensors::deserialize(weights).map_err(|e| {
+            anyhow::anyhow!("{WEIGHTS_FILE} is truncated or corrupt ({e}); {REMEDY}")
+        })?;
+        let nets = meta
+            .models
+            .iter()
+            .map(|m| read_net(&tensors, m, &meta.architecture))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self { meta, nets })
+    }
+
+    /// Checks that the bundle fits the scenario: the same card VRAM, every model
+    /// present in order, the same feature layout.
+    pub fn check_against(&self, scenario: &Scenario) -> Result<()> {
+        let p = &scenario.problem;
+        let wanted: Vec<&str> = p.models.iter().map(|m| m.name.as_str()).collect();
+        let have: Vec<&str> = self.meta.models.iter().map(|m| m.name.as_str()).collect();
+        for name in &wanted {
+            if !have.contains(name) {
+                bail!(
+                    "has no model '{name}' (scenario {} needs {}; the bundle has {}); {REMEDY}",
+                    scenario.name,
+                    wanted.join(", "),
+                    have.join(", ")
+                );
+            }
+        }
+        if have != wanted {
+            bail!(
+                "models are [{}] but scenario {} has [{}] (in this order); {REMEDY}",
+                have.join(", "),
+                scenario.name,
+                wanted.join(", ")
+            );
+        }
+        if self.meta.card_vram_mib != p.card.vram_mib {
+            bail!(
+                "was trained for a {} MiB card, scenario {} has {} MiB; {REMEDY}",
+                self.meta.card_vram_mib,
+                scenario.name,
+                p.card.vram_mib
+            );
+        }
+        for (m, model) in self.meta.models.iter().zip(&p.models) {
+            let expected = features::input_names(model);
+            if m.features != expected {
+                bail!(
+                    "model '{}' was trained on features [{}] but scenario {} gives [{}]; {REMEDY}",
+                    m.name,
+                    m.features.join(", "),
+                    scenario.name,
+                    expected.join(", ")
+                );
+            }
+            let variants: Vec<&str> = model.variants.iter().map(|v| v.name.as_str()).collect();
+            let ranged: Vec<&str> = m
+                .throughput_ranges
+                .iter()
+                .map(|r| r.variant.as_str())
+                .collect();
+            if ranged != variants {
+                bail!(
+                    "model '{}' has throughput ranges for variants [{}], scenario {} has [{}]; {REMEDY}",
+                    m.name,
+                    ranged.join(", "),
+                    scenario.name,
+                    variants.join(", ")
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// The bundle, once [`Bundle::check_against`] accepts it.
+    pub fn checked(self, scenario: &Scenario) -> Result<Self> {
+        self.check_against(scenario)?;
+        Ok(self)
+    }
+
+    /// The predictor for the scenario's problem (after [`Bundle::check_against`]),
+    /// on the CPU reference backend.
+    pub fn meanfield(&self, problem: &Problem) -> Result<MeanField> {
+        self.meanfield_on(problem, BackendChoice::Cpu)
+    }
+
+    /// As [`Bundle::meanfield`], on the backend `choice` asks for.
+    pub fn meanfield_on(&self, problem: &Problem, choice: BackendChoice) -> Result<MeanField> {
+        MeanField::with_backend(problem, self.nets.iter().map(fold).collect(), choice)
+    }
+
+    /// Fills the problem's per-variant throughput ranges and, where the scenario
+    /// did not set a floor explicitly, the default floor (profiled P25).
+    pub fn apply(&self, problem: &mut Problem, explicit_floors: &[bool]) {
+        problem.throughput_ranges = self
+            .meta
+            .models
+            .iter()
+            .map(|m| {
+                m.throughput_ranges
+                    .iter()
+                    .map(|r| ThroughputRange {
+                        min: r.min,
+                        max: r.max,
+                    })
+                    .collect()
+            })
+            .collect();
+        for (i, m) in self.meta.models.iter().enumerate() {
+            if !explicit_floors.get(i).copied().unwrap_or(false)
+                && let Some(floor) = problem.sla_floors.get_mut(i)
+            {
+                *floor = m.sla_floor_p25;
+            }
+        }
+    }
+
+    /// Writes both files into `dir` (created if needed), each atomically.
+    pub fn write(&self, dir: &Path) -> Result<()> {
+        let mut tensors: BTreeMap<String, (Dtype, Vec<usize>, Vec<u8>)> = BTreeMap::new();
+        let mut put_f32 = |name: String, shape: Vec<usize>, values: &[f32]| {
+            let bytes = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+            tensors.insert(name, (Dtype::F32, shape, bytes));
+        };
+        for (m, net) in self.meta.models.iter().zip(&self.nets) {
+            for (l, h) in net.hidden.iter().enumerate() {
+                let (lin, bn) = (
+                    format!("{}.{}", m.name, 4 * l),
+                    format!("{}.{}", m.name, 4 * l + 1),
+                );
+                put_f32(
+                    format!("{lin}.weight"),
+                    vec![h.linear.outputs, h.linear.inputs],
+                    &h.linear.weight,
+                );
+                put_f32(
+                    format!("{lin}.bias"),
+                    vec![h.linear.outputs],
+                    &h.linear.bias,
+                );
+                put_f32(
+                    format!("{bn}.weight"),
+                    vec![h.linear.outputs],
+                    &h.norm.gamma,
+                );
+                put_f32(format!("{bn}.bias"), vec![h.linear.outputs], &h.norm.beta);
+                put_f32(
+                    format!("{bn}.running_mean"),
+                    vec![h.linear.outputs],
+                    &h.norm.running_mean,
+                );
+                put_f32(
+                    format!("{bn}.running_var"),
+                    vec![h.linear.outputs],
+                    &h.norm.running_var,
+                );
+            }
+            let head = format!("{}.{}", m.name, 4 * net.hidden.len());
+            put_f32(
+                format!("{head}.weight"),
+                vec![1, net.head.inputs],
+                &net.head.weight,
+            );
+            put_f32(format!("{head}.bias"), vec![1], &net.head.bias);
+        }
+        // PyTorch keeps the BatchNorm step count as a 0-d int64 tensor.
+        for (m, net) in self.meta.models.iter().zip(&self.nets) {
+            for (l, h) in net.hidden.iter().enumerate() {
+                let count = i64::try_from(h.norm.batches_tracked).unwrap_or(i64::MAX);
+                tensors.insert(
+                    format!("{}.{}.num_batches_tracked", m.name, 4 * l + 1),
+                    (Dtype::I64, vec![], count.to_le_bytes().to_vec()),
+                );
+            }
+        }
+        let views = tensors
+            .iter()
+            .map(|(name, (dtype, shape, bytes))| {
+                TensorView::new(*dtype, shape.clone(), bytes).map(|v| (name.clone(), v))
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .context("building the safetensors views")?;
+        let weights = safetensors::serialize(views, None).context("serialising the weights")?;
+        let mut json = serde_json::to_vec_pretty(&self.meta).context("serialising bundle.json")?;
+        json.push(b'\n');
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("cannot create directory {}", dir.display()))?;
+        write_atomically(&dir.join(WEIGHTS_FILE), &weights)?;
+        write_atomically(&dir.join(META_FILE), &json)
+    }
+}
+
+/// Builds model `m`'s network from the tensors, checking names, dtypes and shapes
+/// against the declared architecture and feature count.
+fn read_net(tensors: &SafeTensors<'_>, m: &ModelMeta, arch: &Architecture) -> Result<Mlp> {
+    let width = m.features.len();
+    if width == 0 {
+        bail!("model '{}' lists no features; {REMEDY}", m.name);
+    }
+    for (what, len) in [
+        ("input_mean", m.input_mean.len()),
+        ("input_std", m.input_std.len()),
+    ] {
+        if len != width {
+            bail!(
+                "model '{}': {what} has {len} values for {width} features; {REMEDY}",
+                m.name
+            );
+        }
+    }
+    if m.input_std.iter().any(|s| !(s.is_finite() && *s > 0.0))
+        || m.input_mean.iter().any(|v| !v.is_finite())
+    {
+        bail!(
+            "model '{}': input standardisation has a non-finite or non-positive value; {REMEDY}",
+            m.name
+        );
+    }
+    if !(m.target_scale.is_finite() && m.target_scale > 0.0 && m.target_offset.is_finite()) {
+        bail!(
+            "model '{}': target scale must be positive and finite; {REMEDY}",
+            m.name
+        );
+    }
+    if arch.hidden.is_empty() || arch.hidden.contains(&0) {
+        bail!(
+            "architecture.hidden must list positive widths, got {:?}; {REMEDY}",
+            arch.hidden
+        );
+    }
+    let f32s = |name: String, shape: &[usize]| -> Result<Vec<f32>> {
+        let view = tensors.tensor(&name).map_err(|_| {
+            anyhow::anyhow!(
+                "{WEIGHTS_FILE} has no tensor '{name}' (model '{}'); {REMEDY}",
+                m.name
+            )
+        })?;
+        if view.dtype() != Dtype::F32 {
+            bail!(
+                "tensor '{name}' is {:?}, expected F32; {REMEDY}",
+                view.dtype()
+            );
+        }
+        if view.shape() != shape {
+            bail!(
+                "tensor '{name}' has shape {:?}, expected {shape:?} ({width} features, hidden widths {:?}); {REMEDY}",
+                view.shape(),
+                arch.hidden
+            );
+        }
+        let values: Vec<f32> = view
+            .data()
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        if values.iter().any(|v| !v.is_finite()) {
+            bail!("tensor '{name}' has non-finite values; {REMEDY}");
+        }
+        Ok(values)
+    };
+    let mut hidden = Vec::with_capacity(arch.hidden.len());
+    let mut inputs = width;
+    for (l, &outputs) in arch.hidden.iter().enumerate() {
+        let (lin, bn) = (
+            format!("{}.{}", m.name, 4 * l),
+            format!("{}.{}", m.name, 4 * l + 1),
+        );
+        let running_var = f32s(format!("{bn}.running_var"), &[outputs])?;
+        if running_var.iter().any(|v| *v < 0.0) {
+            bail!("tensor '{bn}.running_var' has negative variances; {REMEDY}");
+        }
+        let batches_tracked = match tensors.tensor(&format!("{bn}.num_batches_tracked")) {
+            Ok(v) if v.dtype() == Dtype::I64 && v.data().len() == 8 => {
+                let mut b = [0u8; 8];
+                b.copy_from_slice(v.data());
+                u64::try_from(i64::from_le_bytes(b)).unwrap_or(0)
+            }
+            _ => 0, // optional: only informative
+        };
+        hidden.push(Hidden {
+            linear: Linear {
+                inputs,
+                outputs,
+                weight: f32s(format!("{lin}.weight"), &[outputs, inputs])?,
+                bias: f32s(format!("{lin}.bias"), &[outputs])?,
+            },
+            norm: BatchNorm {
+                gamma: f32s(format!("{bn}.weight"), &[outputs])?,
+                beta: f32s(format!("{bn}.bias"), &[outputs])?,
+                running_mean: f32s(format!("{bn}.running_mean"), &[outputs])?,
+                running_var,
+                batches_tracked,
+                eps: arch.batchnorm_eps,
+            },
+        });
+        inputs = outputs;
+    }
+    let head = format!("{}.{}", m.name, 4 * arch.hidden.len());
+    Ok(Mlp {
+        input: Standardize {
+            mean: m.input_mean.clone(),
+            std: m.input_std.clone(),
+        },
+        hidden,
+        head: Linear {
+            inputs,
+            outputs: 1,
+            weight: f32s(format!("{head}.weight"), &[1, inputs])?,
+            bias: f32s(format!("{head}.bias"), &[1])?,
+        },
+        target: TargetScale {
+            offset: m.target_offset,
+            scale: m.target_scale,
+        },
+    })
+}
+
+/// Hex SHA-256 of a file's bytes (the training data's fingerprint).
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bundled;
+    use mfsched_core::scenario;
+    use std::path::PathBuf;
+
+    fn fixture(name: &str) -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../tests/fixtures/bundles")
+            .join(name)
+    }
+
+    fn shipped(name: &str) -> Bundle {
+        bundled::embedded(name).expect("shipped").expect("parses")
+    }
+
+    #[test]
+    fn write_then_read_gives_the_same_bundle_and_bytes() {
+        let bundle = shipped("paper-n3");
+        let dir = tempfile::tempdir().expect("temp dir");
+        bundle.write(dir.path()).expect("writes");
+        assert_eq!(Bundle::read(dir.path()).expect("reads"), bundle);
+        // Writing is deterministic: the shipped weights file comes back byte for byte.
+        let shipped_weights = std::fs::read(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/paper-n3/weights.safetensors"),
+        )
+        .expect("shipped file");
+        let written = std::fs::read(dir.path().join(WEIGHTS_FILE)).expect("written");
+        assert_eq!(written, shipped_weights);
+    }
+
+    #[test]
+    fn shipped_bundles_fit_their_scenarios_and_predict_like_their_training_form() {
+        for name in scenario::bundled_names() {
+            let s = scenario::load(name).expect("bundled");
+            let bundle = shipped(name);
+            bundle.check_against(&s).expect("fits");
+            let mf = bundle.meanfield(&s.problem).expect("binds");
+            let state = mfsched_core::domain::GpuState {
+                workload: mfsched_core::domain::WorkloadLevel::High,
+                vram_used_mib: 14000.0,
+                utilization: 0.8,
+            };
+            for (i, (net, folded)) in bundle.nets.iter().zip(mf.nets()).enumerate() {
+                let model = &s.problem.models[i];
+                let x: Vec<f32> = (0..model.grid_size())
+                    .flat_map(|c| features::input_row(&s.problem, i, c, &state))
+                    .collect();
+                for (a, b) in net.predict(&x).iter().zip(folded.predict(&x)) {
+                    assert!(
+                        (a - b).abs() / net.target.scale < 1e-5,
+                        "{name} {}",
+                        model.name
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_bundle_for_other_models_is_refused() {
+        let err = shipped("paper-n2")
+            .check_against(&scenario::load("paper-n3").expect("bundled"))
+            .expect_err("other models");
+        assert!(err.to_string().contains("has no model 'qwen1.5b'"), "{err}");
+    }
+
+    #[test]
+    fn apply_fills_ranges_and_only_the_floors_the_scenario_left_open() {
+        let s = scenario::load("paper-n2").expect("bundled");
+        let bundle = shipped("paper-n2");
+        let mut problem = s.problem.clone();
+        problem.sla_floors = vec![123.0, 45.0];
+        bundle.apply(&mut problem, &[true, false]);
+        assert_eq!(problem.sla_floors[0], 123.0, "explicit floor kept");
+        assert_eq!(problem.sla_floors[1], bundle.meta.models[1].sla_floor_p25);
+        assert_eq!(problem.throughput_ranges.len(), 2);
+        assert_eq!(problem.throughput_ranges[1].len(), 3, "yolo: n, s, m");
+        assert!(problem.throughput_ranges[1][0].max > problem.throughput_ranges[1][2].max);
+    }
+
+    /// Every broken fixture (made by `tests/fixtures/bundles/make.py`) is one
+    /// clear error naming what is wrong.
+    #[test]
+    fn broken_bundles_are_clear_errors() {
+        let s = scenario::load("paper-n2").expect("bundled");
+        let cases = [
+            ("truncated", "weights.safetensors is truncated or corrupt"),
+            ("truncated-json", "bundle.json is not valid (truncated?)"),
+            (
+                "wrong-shape",
+                "tensor 'llama3b.4.weight' has shape [32, 60], expected [32, 64]",
+            ),
+            ("missing-tensor", "no tensor 'yolo-a.1.running_var'"),
+            ("wrong-layout", "model 'llama3b' was trained on features"),
+            ("missing-model", "has no model 'yolo-a'"),
+            ("wrong-version", "format version 99"),
+        ];
+        for (name, expected) in cases {
+            let result = Bundle::read(&fixture(name)).and_then(|b| b.check_against(&s));
+            let err = format!("{:#}", result.expect_err(name));
+            assert!(err.contains(expected), "{name}: {err}");
+            assert!(!err.contains('\n'), "{name}: one line: {err}");
+        }
+    }
+
+    #[test]
+    fn a_missing_directory_names_the_files_it_wants() {
+        let err = Bundle::read(&fixture("no-such-bundle")).expect_err("missing");
+        let msg = format!("{err:#}");
+        assert!(msg.contains("cannot read bundle.json"), "{msg}");
+    }
+}

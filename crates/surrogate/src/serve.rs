@@ -1,0 +1,121 @@
+//! The served predictor, composed in one place: bundle → MeanField → inference
+//! backend → field. Every command and the daemon build what policies are
+//! served through [`serve`], so they cannot disagree on the backend or the field.
+
+use anyhow::{Result, bail};
+use mfsched_core::domain::Problem;
+use mfsched_core::predict::{Field, Predictor};
+use mfsched_core::scenario::Scenario;
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::backend::BackendChoice;
+use crate::bundled;
+use crate::field::CandidateAware;
+
+/// What to serve for a scenario.
+#[derive(Debug, Clone, Copy)]
+pub struct ServeOptions<'a> {
+    /// A bundle directory, or a directory of `<scenario>/` bundles; `None`: the
+    /// bundle embedded for the scenario.
+    pub models: Option<&'a Path>,
+    pub backend: BackendChoice,
+    pub field: Field,
+}
+
+/// The served predictor, the problem it fills in (the bundle's profiled SLA
+/// floors where the scenario sets none, and per-variant throughput ranges), and
+/// how to name both in logs and reports.
+pub struct Served {
+    pub predictor: Arc<dyn Predictor>,
+    pub problem: Problem,
+    /// Where the predictions come from, without the field: the surrogate, the
+    /// backend it got and why, the bundle.
+    pub origin: String,
+    /// `origin` with the field.
+    pub name: String,
+    /// The same surrogate under the other field, when the bundle supports it.
+    other_field: Option<(Field, Arc<dyn Predictor>)>,
+}
+
+impl std::fmt::Debug for Served {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Served")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Served {
+    /// A predictor that is not the MeanField surrogate (a stand-in), served as is.
+    pub fn other(predictor: Arc<dyn Predictor>, problem: Problem, name: &str) -> Self {
+        Self {
+            predictor,
+            problem,
+            origin: name.to_owned(),
+            name: name.to_owned(),
+            other_field: None,
+        }
+    }
+
+    /// The predictor under `field`: the served one or the same surrogate under
+    /// the other field.
+    pub fn under(&self, field: Field) -> Result<Arc<dyn Predictor>> {
+        if self.predictor.field() == field {
+            return Ok(Arc::clone(&self.predictor));
+        }
+        match &self.other_field {
+            Some((f, p)) if *f == field => Ok(Arc::clone(p)),
+            _ => bail!(
+                "the {} is not available from {}",
+                field.label(),
+                self.origin
+            ),
+        }
+    }
+}
+
+/// Serves the MeanField surrogate of `scenario` as `options` ask. The
+/// candidate-aware field needs the bundle's training profile: a bundle without
+/// one still serves the observed field, and asking it for the other fails in
+/// one line.
+pub fn serve(scenario: &Scenario, options: ServeOptions<'_>) -> Result<Served> {
+    let mut problem = scenario.problem.clone();
+    let bundle = bundled::load(scenario, options.models)?;
+    bundle.apply(&mut problem, &scenario.explicit_floors);
+    let meanfield = Arc::new(bundle.meanfield_on(&problem, options.backend)?);
+    let source = match options.models {
+        Some(dir) => format!(
+            "bundle {}",
+            bundled::bundle_dir(dir, &scenario.name).display()
+        ),
+        None => format!("embedded bundle {}", scenario.name),
+    };
+    let origin = format!(
+        "MeanField surrogate, {} ({source})",
+        meanfield.backend_label()
+    );
+    tracing::debug!("inference backend: {}", meanfield.backend_reason());
+    let candidate_aware = bundled::training_profile(scenario, options.models, &bundle)
+        .and_then(|profile| CandidateAware::new(Arc::clone(&meanfield), &problem, &profile));
+    let observed: Arc<dyn Predictor> = meanfield;
+    let (predictor, other_field) = match (options.field, candidate_aware) {
+        (Field::Observed, Ok(ca)) => (
+            observed,
+            Some((Field::CandidateAware, Arc::new(ca) as Arc<dyn Predictor>)),
+        ),
+        (Field::Observed, Err(_)) => (observed, None),
+        (Field::CandidateAware, Ok(ca)) => (
+            Arc::new(ca) as Arc<dyn Predictor>,
+            Some((Field::Observed, observed)),
+        ),
+        (Field::CandidateAware, Err(e)) => return Err(e.context("the candidate-aware field")),
+    };
+    Ok(Served {
+        name: format!("{origin}, {}", predictor.field().label()),
+        origin,
+        predictor,
+        problem,
+        other_field,
+    })
+}

@@ -1,7 +1,0 @@
-//! The `mfsched` command line: thin, it parses arguments and calls the library.
-
-mod cli;
-
-fn main() -> std::process::ExitCode {
-    cli::main()
-}

@@ -1,0 +1,1124 @@
+//! End-to-end tests: they run the `mfsched` binary as a user would.
+
+use std::process::{Command, Output};
+
+use crate::common::process::{mfsched, stderr, stdout};
+
+#[test]
+fn scenario_show_paper_n5_prints_the_published_feasible_count() {
+    let out = mfsched(&["scenario", "show", "paper-n5"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("VRAM-feasible         78732"), "{text}");
+    assert!(text.contains("llama7b"), "{text}");
+}
+
+#[test]
+fn scenario_list_names_every_bundled_scenario() {
+    let out = mfsched(&["scenario", "list"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    for n in 2..=6 {
+        assert!(text.contains(&format!("paper-n{n}")), "{text}");
+    }
+}
+
+#[test]
+fn unknown_scenario_is_one_clear_line_and_a_failure() {
+    let out = mfsched(&["scenario", "show", "paper-n9"]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("unknown scenario 'paper-n9'"), "{err}");
+}
+
+use crate::common;
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+/// Copies a daemon config fixture into `dir` (its relative paths then land there).
+fn daemon_config(dir: &Path, fixture: &str) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/daemon")
+        .join(fixture);
+    let dst = dir.join("mfsched.toml");
+    std::fs::copy(&src, &dst).expect("copy the fixture");
+    dst
+}
+
+#[test]
+fn run_serves_the_api_and_stops_cleanly_on_sigterm_with_a_replayable_log() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = daemon_config(dir.path(), "fast-footprint.toml");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mfsched"))
+        .args(["run", "--config"])
+        .arg(&config)
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn mfsched run");
+    let mut daemon_err = BufReader::new(child.stderr.take().expect("piped"));
+    let mut line = String::new();
+    let addr: SocketAddr = loop {
+        line.clear();
+        assert!(
+            daemon_err.read_line(&mut line).expect("stderr") > 0,
+            "run exited before listening"
+        );
+        if let Some((_, a)) = line.trim().split_once("listening on http://") {
+            break a.trim().parse().expect("an address");
+        }
+    };
+    // Let a few ticks run.
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    let (status, body) = common::http(addr, "GET", "/healthz", None);
+    assert_eq!(status, 200, "{body}");
+    let (status, metrics) = common::http(addr, "GET", "/metrics", None);
+    assert_eq!(status, 200);
+    assert!(
+        metrics.contains("# TYPE mfsched_ticks_total counter"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("mfsched_decisions_total{policy=\"hold\",role=\"active\"}"),
+        "{metrics}"
+    );
+    let (status, policies) = common::http(addr, "GET", "/v1/policies", None);
+    assert_eq!(status, 200);
+    assert!(policies.contains("\"active\":\"hold\""), "{policies}");
+    let (status, decision) = common::http(addr, "GET", "/v1/decision", None);
+    assert_eq!(status, 200);
+    assert!(decision.contains("applied_knobs"), "{decision}");
+    let (status, refused) = common::http(
+        addr,
+        "POST",
+        "/v1/policies/active",
+        Some(r#"{"policy":"no-such-policy"}"#),
+    );
+    assert_eq!(status, 400, "{refused}");
+
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(killed.success());
+    let status = child.wait().expect("wait");
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut daemon_err, &mut rest).expect("stderr");
+    assert!(status.success(), "exit {status:?}: {rest}");
+    assert!(rest.contains("stopped after"), "{rest}");
+
+    let log = dir.path().join("decisions.log");
+    let out = mfsched(&["replay", "--summary", log.to_str().expect("utf-8 path")]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let summary = stdout(&out);
+    assert!(summary.contains("tick gaps    0"), "{summary}");
+    assert!(summary.contains("hold"), "{summary}");
+    assert!(
+        stderr(&out).is_empty(),
+        "a clean shutdown leaves no torn tail"
+    );
+    let applied = std::fs::read_to_string(dir.path().join("applied.json"));
+    // `hold` never changes anything, so the file actuator had nothing to write.
+    assert!(applied.is_err(), "nothing changed, nothing written");
+
+    // A crash mid-record: the torn tail is reported, the rest is replayed.
+    let bytes = std::fs::read(&log).expect("log");
+    let torn = dir.path().join("torn.log");
+    std::fs::write(&torn, &bytes[..bytes.len() - 5]).expect("write");
+    let out = mfsched(&["replay", torn.to_str().expect("utf-8 path")]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("torn tail"), "{}", stderr(&out));
+    assert!(stdout(&out).contains("tick 0 "), "{}", stdout(&out));
+}
+
+#[test]
+fn a_bounded_run_decides_every_tick() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = daemon_config(dir.path(), "fast-footprint.toml");
+    let out = mfsched(&[
+        "run",
+        "--config",
+        config.to_str().expect("utf-8 path"),
+        "--max-ticks",
+        "5",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("stopped after 5 tick(s)"),
+        "{}",
+        stderr(&out)
+    );
+    let log = dir.path().join("decisions.log");
+    let out = mfsched(&["replay", log.to_str().expect("utf-8 path")]);
+    assert_eq!(stdout(&out).lines().count(), 5, "{}", stdout(&out));
+    // A second run continues the numbering in the same log.
+    let out = mfsched(&[
+        "run",
+        "--config",
+        config.to_str().expect("utf-8 path"),
+        "--max-ticks",
+        "2",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = mfsched(&["replay", "--summary", log.to_str().expect("utf-8 path")]);
+    assert!(
+        stdout(&out).contains("ticks        0..=6"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn the_daemon_decides_under_the_candidate_aware_field() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = daemon_config(dir.path(), "candidate-aware.toml");
+    let config = config.to_str().expect("utf-8 path");
+    let out = mfsched(&["run", "--config", config, "--max-ticks", "3"]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("candidate-aware field"), "{err}");
+    assert!(err.contains("stopped after 3 tick(s)"), "{err}");
+    let log = dir.path().join("decisions.log");
+    let out = mfsched(&["replay", "--summary", log.to_str().expect("utf-8 path")]);
+    let summary = stdout(&out);
+    for (policy, role) in [("ga", "active"), ("exhaustive", "shadow")] {
+        let line = summary
+            .lines()
+            .find(|l| l.starts_with(&format!("{policy} ")))
+            .unwrap_or_else(|| panic!("no {policy} line: {summary}"));
+        let words: Vec<&str> = line.split_whitespace().collect();
+        // policy, role, decisions, failed
+        assert_eq!(words[..4], [policy, role, "3", "0"], "{summary}");
+    }
+    // A bundle without its training profile cannot serve the field: one line.
+    let bundle = dir.path().join("bundle");
+    std::fs::create_dir(&bundle).expect("mkdir");
+    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/paper-n3");
+    for file in ["bundle.json", "weights.safetensors"] {
+        std::fs::copy(shipped.join(file), bundle.join(file)).expect(file);
+    }
+    let text = std::fs::read_to_string(config).expect("config");
+    std::fs::write(
+        config,
+        text.replace("[policy]\n", "[policy]\nbundle_dir = \"bundle\"\n"),
+    )
+    .expect("write");
+    let out = mfsched(&["run", "--config", config, "--max-ticks", "1"]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.lines()
+            .any(|l| l.starts_with("error: ") && l.contains("policy.field")),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_unknown_config_key_is_one_clear_line() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = daemon_config(dir.path(), "unknown-key.toml");
+    let out = mfsched(&["run", "--config", config.to_str().expect("utf-8 path")]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("perod_ms"), "{err}");
+}
+
+#[test]
+fn nvml_sampler_without_nvml_fails_in_one_line_unless_fallback_is_allowed() {
+    let probe = mfsched(&["nvml", "probe"]);
+    if probe.status.success() {
+        // A machine with NVML: the probe reports the devices it found.
+        assert!(stdout(&probe).contains("devices"), "{}", stdout(&probe));
+        return;
+    }
+    assert_eq!(
+        stderr(&probe).trim().lines().count(),
+        1,
+        "{}",
+        stderr(&probe)
+    );
+    assert!(stderr(&probe).contains("NVML is not available"));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = daemon_config(dir.path(), "nvml-no-fallback.toml");
+    let out = mfsched(&["run", "--config", config.to_str().expect("utf-8 path")]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("NVML is not available"), "{err}");
+    assert!(err.contains("allow_fallback"), "{err}");
+}
+
+fn json(o: &Output) -> serde_json::Value {
+    serde_json::from_slice(&o.stdout).expect("stdout is JSON")
+}
+
+#[test]
+fn decide_works_for_each_bundled_policy_on_paper_n5() {
+    for policy in ["ga", "exhaustive", "static-budget"] {
+        let out = mfsched(&[
+            "decide",
+            "--scenario",
+            "paper-n5",
+            "--policy",
+            policy,
+            "--no-cache",
+            "--json",
+        ]);
+        assert!(out.status.success(), "{policy}: {}", stderr(&out));
+        let v = json(&out);
+        assert_eq!(v["accepted"], true, "{v}");
+        assert_eq!(v["feasible"], true, "{v}");
+        assert_eq!(v["floors_met"], true, "{v}");
+        assert_eq!(v["models"].as_array().map(Vec::len), Some(5));
+        assert!(
+            v["predicted_utility"].as_f64().is_some_and(|u| u > 0.0),
+            "{v}"
+        );
+        assert!(v["latency_ms"].as_f64().is_some_and(|l| l > 0.0), "{v}");
+        assert!(v["vram_mib"].as_u64() <= v["cap_mib"].as_u64());
+    }
+}
+
+#[test]
+fn decide_text_names_the_meanfield_predictor_and_the_outcome() {
+    let out = mfsched(&[
+        "decide",
+        "--scenario",
+        "paper-n3",
+        "--policy",
+        "ga",
+        "--param",
+        "population=16",
+        "--state",
+        r#"{"workload":"burst","vram_used_mib":20000,"utilization":0.9}"#,
+        "--no-cache",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains("MeanField surrogate, CPU (embedded bundle paper-n3)"),
+        "{text}"
+    );
+    assert!(text.contains("burst load"), "{text}");
+    assert!(text.contains("population=16"), "{text}");
+    assert!(text.contains("outcome            accepted"), "{text}");
+}
+
+#[test]
+fn decide_can_use_the_analytic_stand_in_or_a_models_dir() {
+    let out = mfsched(&[
+        "decide",
+        "--scenario",
+        "paper-n2",
+        "--policy",
+        "exhaustive",
+        "--predictor",
+        "analytic",
+        "--no-cache",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("not the MeanField surrogate"),
+        "{}",
+        stdout(&out)
+    );
+
+    let models = format!("{}/../../models", env!("CARGO_MANIFEST_DIR"));
+    let out = mfsched(&[
+        "decide",
+        "--scenario",
+        "paper-n2",
+        "--policy",
+        "exhaustive",
+        "--models",
+        &models,
+        "--no-cache",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("models/paper-n2)"),
+        "{}",
+        stdout(&out)
+    );
+
+    let broken = format!(
+        "{}/../../tests/fixtures/bundles/wrong-shape",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let out = mfsched(&[
+        "decide",
+        "--scenario",
+        "paper-n2",
+        "--policy",
+        "exhaustive",
+        "--models",
+        &broken,
+        "--no-cache",
+    ]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("has shape [32, 60]"), "{err}");
+}
+
+#[test]
+fn a_hostile_policy_file_fails_within_the_deadline_with_one_line() {
+    let spin = format!("{}/spin.wasm", mfsched_plugin_host::TEST_PLUGINS_DIR);
+    let out = mfsched(&[
+        "decide",
+        "--scenario",
+        "paper-n2",
+        "--policy",
+        &spin,
+        "--deadline-ms",
+        "150",
+        "--no-cache",
+    ]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("deadline"), "{err}");
+    assert!(err.contains("running configuration was kept"), "{err}");
+    assert!(stdout(&out).contains("KEPT"), "{}", stdout(&out));
+}
+
+#[test]
+fn decide_rejects_bad_input_with_one_clear_line() {
+    let cases: [(&[&str], &str); 5] = [
+        (&["--state", "{\"workload\":\"huge\"}"], "--state"),
+        (&["--param", "population"], "expected KEY=VALUE"),
+        (&["--param", "populaton=3"], "unknown parameter 'populaton'"),
+        (&["--deadline-ms", "0"], "--deadline-ms must be positive"),
+        (&["--utility", "ga"], "is a policy, not a utility"),
+    ];
+    for (extra, want) in cases {
+        let mut args = vec![
+            "decide",
+            "--scenario",
+            "paper-n2",
+            "--policy",
+            "ga",
+            "--no-cache",
+        ];
+        args.extend_from_slice(extra);
+        let out = mfsched(&args);
+        assert!(!out.status.success(), "{extra:?}");
+        let err = stderr(&out);
+        assert_eq!(err.trim().lines().count(), 1, "{extra:?}: {err}");
+        assert!(err.contains(want), "{extra:?}: {err}");
+    }
+    let out = mfsched(&[
+        "decide",
+        "--scenario",
+        "paper-n2",
+        "--policy",
+        "nope",
+        "--no-cache",
+    ]);
+    assert!(
+        stderr(&out).contains("unknown plugin 'nope'"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn plugins_list_shows_worlds_wit_version_and_broken_files() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/plugins");
+    let out = mfsched(&["plugins", "list", "--dir", dir, "--no-cache"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    for (name, world) in [
+        ("ga", "policy"),
+        ("exhaustive", "policy"),
+        ("static-budget", "policy"),
+        ("utility", "utility"),
+    ] {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("no line for {name}: {text}"));
+        assert!(line.contains(world), "{line}");
+        assert!(line.contains("mfsched:scheduler@0.1.0"), "{line}");
+    }
+    assert!(text.contains("corrupt.wasm: cannot load"), "{text}");
+    assert!(text.contains("--param population=96"), "{text}");
+}
+
+#[test]
+fn bench_policies_reports_latency_and_gaps() {
+    let out = mfsched(&[
+        "bench",
+        "policies",
+        "--scenario",
+        "paper-n3",
+        "--decisions",
+        "3",
+        "--json",
+        "--no-cache",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v = json(&out);
+    let rows = v["policies"].as_array().expect("rows");
+    assert_eq!(rows.len(), 7);
+    assert_eq!(rows[0]["gap_p50_pct"].as_f64(), Some(0.0), "{v}");
+    // exact finds exhaustive's optimum on every tick.
+    let exact = rows
+        .iter()
+        .find(|r| r["policy"] == "exact")
+        .expect("an exact row");
+    assert_eq!(exact["gap_max_pct"].as_f64(), Some(0.0), "{exact}");
+    assert!(v["ga_over_exact"].as_f64().is_some_and(|r| r > 0.0), "{v}");
+    for r in rows {
+        assert_eq!(r["failed"], 0, "{r}");
+        assert!(r["latency_p50_ms"].as_f64().is_some_and(|l| l > 0.0), "{r}");
+        assert!(r["gap_p50_pct"].as_f64().is_some_and(|g| g >= 0.0), "{r}");
+    }
+}
+
+#[test]
+fn models_list_shows_every_shipped_bundle_with_its_accuracy() {
+    let out = mfsched(&["models", "list"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    for n in 2..=6 {
+        assert!(text.contains(&format!("paper-n{n}")), "{text}");
+    }
+    assert!(text.contains("llama7b 0.9"), "{text}");
+}
+
+/// profile → train → eval, as a user would, on a small stratified paper-n3 profile.
+#[test]
+fn train_then_eval_a_bundle_from_a_fresh_profile() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let csv = dir.path().join("p.csv");
+    let bundle = dir.path().join("bundle");
+    let csv_s = csv.to_str().expect("utf-8 path");
+    let out = mfsched(&[
+        "profile",
+        "--scenario",
+        "paper-n3",
+        "--samples",
+        "160",
+        "--seed",
+        "3",
+        "--out",
+        csv_s,
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = mfsched(&[
+        "train",
+        "--data",
+        csv_s,
+        "--scenario",
+        "paper-n3",
+        "--out",
+        bundle.to_str().expect("utf-8 path"),
+        "--seed",
+        "5",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("qwen1.5b"), "{}", stdout(&out));
+    assert!(bundle.join("weights.safetensors").exists());
+    let out = mfsched(&[
+        "surrogate",
+        "eval",
+        "--model",
+        bundle.to_str().expect("utf-8 path"),
+        "--data",
+        csv_s,
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let mean: f64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("mean"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("a mean R² line: {text}"));
+    // Scored on its own profile (train + held-out rows): a trained bundle fits it.
+    assert!(mean > 0.9, "{text}");
+}
+
+#[test]
+fn a_broken_bundle_is_one_clear_line_and_a_failure() {
+    for (fixture, expected) in [
+        ("truncated", "truncated or corrupt"),
+        ("wrong-shape", "has shape [32, 60], expected [32, 64]"),
+        ("wrong-layout", "was trained on features"),
+    ] {
+        let dir = format!(
+            "{}/../../tests/fixtures/bundles/{fixture}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let data = format!(
+            "{}/../../tests/fixtures/profiles/good.csv",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let out = mfsched(&[
+            "surrogate",
+            "eval",
+            "--model",
+            &dir,
+            "--scenario",
+            "paper-n2",
+            "--data",
+            &data,
+        ]);
+        assert!(!out.status.success(), "{fixture}");
+        let err = stderr(&out);
+        assert_eq!(err.trim().lines().count(), 1, "{fixture}: {err}");
+        assert!(err.contains(expected), "{fixture}: {err}");
+    }
+}
+
+#[test]
+fn sample_complexity_writes_the_table_json_and_plot() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = mfsched(&[
+        "repro",
+        "sample-complexity",
+        "--scenarios",
+        "paper-n2",
+        "--sizes",
+        "20,60",
+        "--seeds",
+        "1",
+        "--folds",
+        "2",
+        "--out",
+        dir.path().to_str().expect("utf-8 path"),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains("MeanField") && text.contains("Joint MLP"),
+        "{text}"
+    );
+    assert!(text.contains("simulated 24 GB card"), "{text}");
+    let json: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(dir.path().join("results.json")).expect("results.json"),
+    )
+    .expect("valid JSON");
+    let curves = json["curves"].as_array().expect("curves");
+    assert_eq!(curves.len(), 2, "MeanField and Joint MLP at N = 2");
+    for c in curves {
+        let points = c["points"].as_array().expect("points");
+        assert_eq!(points.len(), 2);
+        for p in points {
+            let r2 = p["mean_r2"].as_f64().expect("a number");
+            assert!(r2 > 0.0 && r2 <= 1.0, "{p}");
+            assert_eq!(p["evaluations"], 2);
+        }
+    }
+    let svg = std::fs::read_to_string(dir.path().join("learning-curves.svg")).expect("svg");
+    assert!(
+        svg.starts_with("<svg") && svg.contains("Joint MLP"),
+        "{svg}"
+    );
+}
+
+fn fixture(name: &str) -> String {
+    format!(
+        "{}/../../tests/fixtures/profiles/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    )
+}
+
+#[test]
+fn profile_paper_n2_writes_648_rows_that_data_check_accepts() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = dir.path().join("p.csv");
+    let out_s = out.to_str().expect("utf-8 path");
+    let run = mfsched(&[
+        "profile",
+        "--scenario",
+        "paper-n2",
+        "--seed",
+        "1",
+        "--out",
+        out_s,
+    ]);
+    assert!(run.status.success(), "{}", stderr(&run));
+    assert!(stdout(&run).contains("wrote 648 rows"), "{}", stdout(&run));
+    assert!(
+        stderr(&run).contains("on the simulator"),
+        "{}",
+        stderr(&run)
+    );
+    let text = std::fs::read_to_string(&out).expect("profile written");
+    assert_eq!(text.lines().count(), 649, "header + 648 rows");
+
+    let check = mfsched(&["data", "check", out_s]);
+    assert!(check.status.success(), "{}", stderr(&check));
+    let summary = stdout(&check);
+    assert!(
+        summary.contains("scenario  paper-n2 (named in the file)"),
+        "{summary}"
+    );
+    assert!(summary.contains("rows      648"), "{summary}");
+    assert!(
+        summary.contains("regimes   low 162, medium 162, high 162, burst 162"),
+        "{summary}"
+    );
+    assert!(summary.contains("llama3b.throughput"), "{summary}");
+}
+
+#[test]
+fn profiling_is_reproducible_and_stratified_beyond_two_models() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let write = |name: &str, seed: &str| {
+        let path = dir.path().join(name);
+        let path_s = path.to_str().expect("utf-8 path").to_string();
+        let run = mfsched(&[
+            "profile",
+            "--scenario",
+            "paper-n4",
+            "--samples",
+            "24",
+            "--repeats",
+            "2",
+            "--seed",
+            seed,
+            "--out",
+            &path_s,
+        ]);
+        assert!(run.status.success(), "{}", stderr(&run));
+        std::fs::read_to_string(path).expect("written")
+    };
+    let a = write("a.csv", "5");
+    assert_eq!(a, write("b.csv", "5"), "same seed, same file");
+    assert_ne!(a, write("c.csv", "6"), "another seed, other numbers");
+    assert_eq!(a.lines().count(), 25);
+    for w in ["low", "medium", "high", "burst"] {
+        assert_eq!(
+            a.matches(&format!(",{w},")).count(),
+            6,
+            "{w}: balanced regimes"
+        );
+    }
+}
+
+#[test]
+fn every_bad_profile_is_one_clear_line_and_a_failure() {
+    let cases = [
+        ("unknown-column.csv", "column llama3b.batch"),
+        ("missing-column.csv", "missing column"),
+        (
+            "empty-value.csv",
+            "line 3, column llama3b.throughput: empty value",
+        ),
+        ("non-numeric.csv", "line 2, column utilization"),
+        (
+            "negative-throughput.csv",
+            "line 4, column yolo-a.throughput",
+        ),
+        ("unknown-variant.csv", "'int8' is not a variant of llama3b"),
+        ("wrong-version.csv", "format version '2' is not supported"),
+        ("off-grid.csv", "line 2, column llama3b.concurrency"),
+        ("bad-workload.csv", "line 2, column workload"),
+        ("ragged.csv", "line 3"),
+        ("empty.csv", "the file is empty"),
+        ("header-only.csv", "no data rows"),
+    ];
+    for (file, what) in cases {
+        let out = mfsched(&["data", "check", &fixture(file)]);
+        assert!(!out.status.success(), "{file} was accepted");
+        let err = stderr(&out);
+        assert_eq!(err.trim().lines().count(), 1, "{file}: {err}");
+        assert!(err.contains(what), "{file}: {err}");
+        assert!(!err.contains("panicked"), "{file}: {err}");
+    }
+    // A model the scenario does not know, with --scenario given.
+    let out = mfsched(&[
+        "data",
+        "check",
+        &fixture("unknown-model.csv"),
+        "--scenario",
+        "paper-n2",
+    ]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains("model 'qwen9' is not in the scenario"),
+        "{err}"
+    );
+    // …and without: no scenario can be inferred.
+    let out = mfsched(&["data", "check", &fixture("unknown-model.csv")]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("pass --scenario"), "{}", stderr(&out));
+}
+
+#[test]
+fn data_check_infers_the_scenario_from_the_models() {
+    let out = mfsched(&["data", "check", &fixture("other-scenario-name.csv")]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("scenario  paper-n2 (its models match"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn sim_calibration_shows_measured_against_published() {
+    let out = mfsched(&["sim", "calibration", "--seed", "3"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("measured on the simulator"), "{text}");
+    for figure in [
+        "AWQ LLM throughput loss",
+        "YOLO11n FPS loss",
+        "YOLO11m FPS loss",
+        "largest ANOVA effect, LLM",
+    ] {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(figure))
+            .unwrap_or_else(|| panic!("no line for {figure}: {text}"));
+        assert!(line.trim_end().ends_with("ok"), "{line}");
+    }
+}
+
+#[test]
+fn profiling_an_unknown_scenario_is_one_clear_line() {
+    let out = mfsched(&[
+        "profile",
+        "--scenario",
+        "paper-n9",
+        "--seed",
+        "1",
+        "--out",
+        "x.csv",
+    ]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("unknown scenario 'paper-n9'"), "{err}");
+}
+
+/// Whether a GPU adapter is there; without one the test skips, unless
+/// `MFSCHED_REQUIRE_GPU_ADAPTER=1` (CI) makes that a failure.
+fn gpu_adapter(test: &str) -> bool {
+    mfsched_surrogate::gpu::adapter_gate(test)
+        .expect("a GPU adapter is required")
+        .is_some()
+}
+
+#[test]
+fn check_backends_passes_on_paper_n2_and_names_the_adapter() {
+    if !gpu_adapter("check_backends_passes_on_paper_n2_and_names_the_adapter") {
+        return;
+    }
+    let out = mfsched(&["surrogate", "check-backends", "--scenario", "paper-n2"]);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("adapter     "), "{text}");
+    assert!(
+        text.contains("joint (162 candidates)          324"),
+        "{text}"
+    );
+    assert!(text.contains("PASS: max |Δσ|"), "{text}");
+}
+
+#[test]
+fn check_backends_rejects_bad_input_with_one_clear_line() {
+    for (args, want) in [
+        (
+            &["surrogate", "check-backends", "--scenario", "paper-n9"][..],
+            "unknown scenario 'paper-n9'",
+        ),
+        (
+            &[
+                "surrogate",
+                "check-backends",
+                "--scenario",
+                "paper-n2",
+                "--sample",
+                "0",
+            ][..],
+            "--sample must be positive",
+        ),
+    ] {
+        let out = mfsched(args);
+        assert!(!out.status.success(), "{args:?}");
+        let err = stderr(&out);
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn bench_surrogate_prints_batches_and_the_decision_comparison() {
+    let has_gpu = gpu_adapter("bench_surrogate_prints_batches_and_the_decision_comparison");
+    let out = mfsched(&[
+        "bench",
+        "surrogate",
+        "--scenario",
+        "paper-n2",
+        "--repeats",
+        "1",
+        "--rows",
+        "10,400",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    for want in [
+        "CPU rows/s",
+        "5 candidates",
+        "200 candidates",
+        "table (Σk rows)",
+        "every feasible cand.",
+    ] {
+        assert!(text.contains(want), "{want}: {text}");
+    }
+    // With an adapter the wgpu columns hold numbers, not the "-" of an absent backend.
+    let table_row = text
+        .lines()
+        .find(|l| l.starts_with("table (Σk rows)"))
+        .expect("a table row");
+    assert_eq!(
+        table_row.split_whitespace().any(|w| w == "-"),
+        !has_gpu,
+        "{text}"
+    );
+}
+
+#[test]
+fn a_closed_stdout_ends_the_command_quietly() {
+    // The read end is dropped at once, long before the scenario's 236,196
+    // configurations are enumerated and the first line is printed.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mfsched"))
+        .args(["scenario", "show", "paper-n5"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the mfsched binary runs");
+    drop(child.stdout.take());
+    let out = child.wait_with_output().expect("it exits");
+    let err = stderr(&out);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(out.status.code(), Some(141), "{err}");
+}
+
+#[test]
+fn repro_quick_writes_both_tables_into_one_report() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = mfsched(&[
+        "repro",
+        "--quick",
+        "--ticks",
+        "2",
+        "--out",
+        dir.path().to_str().expect("utf-8 path"),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains("Table I") && text.contains("Table II"),
+        "{text}"
+    );
+    let json: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(dir.path().join("results.json")).expect("results.json"),
+    )
+    .expect("valid JSON");
+    assert_eq!(json["quick"], true);
+    assert!(
+        json["device"]
+            .as_str()
+            .is_some_and(|d| d.contains("simulator")),
+        "{}",
+        json["device"]
+    );
+    let curves = json["table1"]["curves"].as_array().expect("Table I curves");
+    assert_eq!(curves.len(), 3, "N = 2, N = 3 and the Joint MLP at N = 2");
+    let rows = json["table2"]["overall"].as_array().expect("Table II rows");
+    let policies: Vec<&str> = rows.iter().filter_map(|r| r["policy"].as_str()).collect();
+    assert_eq!(
+        policies,
+        [
+            "ga",
+            "exhaustive",
+            "static-full",
+            "static-budget-500",
+            "static-budget-5000"
+        ]
+    );
+    for row in rows {
+        let ticks = row["summary"]["ticks"].as_u64();
+        assert_eq!(ticks, Some(16), "8 scenarios × 2 ticks: {row}");
+    }
+    let md = std::fs::read_to_string(dir.path().join("repro.md")).expect("repro.md");
+    for needle in [
+        "Table I",
+        "Table II",
+        "−10.51 %",
+        "≈40",
+        "not a real GPU",
+        "--quick",
+    ] {
+        assert!(md.contains(needle), "{needle}: {md}");
+    }
+    for svg in ["table1/learning-curves.svg", "table2/latency.svg"] {
+        let text = std::fs::read_to_string(dir.path().join(svg)).expect(svg);
+        assert!(text.starts_with("<svg"), "{svg}");
+    }
+}
+
+/// Reads `dir/results.json` of an `ab` report and checks its plots are SVG.
+fn ab_results(dir: &Path, traces: &[&str]) -> serde_json::Value {
+    for trace in traces {
+        let svg = std::fs::read_to_string(dir.join(format!("utility-{trace}.svg"))).expect(trace);
+        assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+    }
+    let latency = std::fs::read_to_string(dir.join("latency.svg")).expect("latency.svg");
+    assert!(latency.starts_with("<svg"));
+    serde_json::from_slice(&std::fs::read(dir.join("results.json")).expect("results.json"))
+        .expect("valid JSON")
+}
+
+#[test]
+fn ab_compares_ga_with_static_budget_on_the_same_traces() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = mfsched(&[
+        "ab",
+        "--a",
+        "ga",
+        "--b",
+        "static-budget:k=500",
+        "--scenarios",
+        "steady,bursts",
+        "--ticks",
+        "4",
+        "--out",
+        dir.path().to_str().expect("utf-8 path"),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains("static-budget:k=500") && text.contains("real U"),
+        "{text}"
+    );
+    let json = ab_results(dir.path(), &["steady", "bursts"]);
+    let overall = json["overall"].as_array().expect("overall rows");
+    assert_eq!(overall.len(), 2);
+    for row in overall {
+        let s = &row["summary"];
+        assert_eq!(s["ticks"], 8, "{row}");
+        assert!(s["mean_realised_utility"].as_f64().is_some(), "{row}");
+        assert!(
+            s["latency_p50_ms"].as_f64().is_some_and(|v| v > 0.0),
+            "{row}"
+        );
+    }
+    // GA is the better search of the two on the surrogate landscape.
+    let gap = |k: usize| {
+        overall[k]["summary"]["utility_gap_pct"]
+            .as_f64()
+            .expect("gap")
+    };
+    assert!(gap(0) <= gap(1), "ga {} vs k=500 {}", gap(0), gap(1));
+}
+
+#[test]
+fn ab_compares_the_observed_and_candidate_aware_fields_under_one_policy() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = mfsched(&[
+        "ab",
+        "--a",
+        "ga",
+        "--b",
+        "ga",
+        "--b-field",
+        "candidate-aware",
+        "--scenarios",
+        "step-up",
+        "--ticks",
+        "3",
+        "--deadline-ms",
+        "20000",
+        "--out",
+        dir.path().to_str().expect("utf-8 path"),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("predictions=candidates"),
+        "{}",
+        stderr(&out)
+    );
+    let json = ab_results(dir.path(), &["step-up"]);
+    let policies: Vec<&str> = json["policies"]
+        .as_array()
+        .expect("policies")
+        .iter()
+        .filter_map(|p| p.as_str())
+        .collect();
+    assert_eq!(
+        policies,
+        ["ga (observed field)", "ga (candidate-aware field)"]
+    );
+    assert!(
+        json["predictor"]
+            .as_str()
+            .is_some_and(|p| p.contains("observed and candidate-aware")),
+        "{}",
+        json["predictor"]
+    );
+    for row in json["overall"].as_array().expect("rows") {
+        assert_eq!(row["summary"]["failures"], 0, "{row}");
+    }
+    let report = std::fs::read_to_string(dir.path().join("report.md")).expect("report.md");
+    assert!(report.contains("real U change %"), "{report}");
+    assert!(stdout(&out).contains("**all**"), "{}", stdout(&out));
+    // The same policy under the same field is refused.
+    let same = mfsched(&["ab", "--a", "ga", "--b", "ga"]);
+    assert!(!same.status.success());
+    assert!(stderr(&same).contains("--b-field"), "{}", stderr(&same));
+}
+
+#[test]
+fn the_candidate_aware_field_refuses_what_it_cannot_serve_in_one_line() {
+    let one_line_failure = |args: &[&str], expected: &str| {
+        let out = mfsched(args);
+        assert!(!out.status.success(), "{args:?}");
+        let err = stderr(&out);
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(err.contains(expected), "{err}");
+    };
+    fn with<'a>(extra: &[&'a str]) -> Vec<&'a str> {
+        let decide = ["decide", "--scenario", "paper-n5", "--policy", "ga"];
+        [&decide[..], extra].concat()
+    }
+    one_line_failure(
+        &with(&["--predictor", "analytic", "--field", "candidate-aware"]),
+        "option of --predictor meanfield",
+    );
+    // The shipped bundle without the profile it was trained on…
+    let dir = tempfile::tempdir().expect("temp dir");
+    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/paper-n5");
+    for file in ["bundle.json", "weights.safetensors"] {
+        std::fs::copy(shipped.join(file), dir.path().join(file)).expect(file);
+    }
+    let models = dir.path().to_str().expect("utf-8 path");
+    one_line_failure(
+        &with(&["--models", models, "--field", "candidate-aware"]),
+        "the bundle's training profile",
+    );
+    // …still serves the observed field.
+    let out = mfsched(&with(&["--models", models]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    // …and with another profile beside it, refuses it by its hash.
+    std::fs::copy(
+        shipped.join("../paper-n4/profile.csv"),
+        dir.path().join("profile.csv"),
+    )
+    .expect("a profile");
+    one_line_failure(
+        &with(&["--models", models, "--field", "candidate-aware"]),
+        "is not the profile the bundle was trained on",
+    );
+}

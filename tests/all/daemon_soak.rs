@@ -1,0 +1,652 @@
+//! The decision loop under load, in process: 100 Hz ticks for a bounded time
+//! while the active policy is swapped through the HTTP API and some policies
+//! fail, overrun their deadline or propose invalid configurations.
+//!
+//! The deciders here are test deciders, named `test-*`: simple, deterministic
+//! stand-ins for policy components, never offered as real policies.
+
+use crate::common;
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use mfsched_core::domain::Problem;
+use mfsched_daemon::actuator::Actuators;
+use mfsched_daemon::api;
+use mfsched_daemon::config::{ActuatorConfig, WebhookConfig};
+use mfsched_daemon::daemon::{Daemon, Deciding, LoopSettings, WorkloadSource};
+use mfsched_daemon::declog::{self, DecisionLog};
+use mfsched_daemon::metrics::Metrics;
+use mfsched_daemon::outcome::FailureKind;
+use mfsched_daemon::sampler::{FootprintSampler, Sampler};
+use mfsched_plugin_host::registry::{Registry, resolve_utility};
+use mfsched_plugin_host::{
+    Builtin, Call, CompileCache, HOLD, Pipeline, PluginEngine, PluginFailure, PluginLimits,
+    PolicySource, RawDecision,
+};
+use tokio::sync::watch;
+
+/// These tests run one at a time: on a small shared machine, two loops at once
+/// (one compiling Wasm components) would measure each other's scheduling delays.
+static TIMING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Test policies (native, not components):
+/// - `test-round-robin` walks the feasible joint configurations, one per call;
+/// - `test-flaky` answers like round-robin but errors on every third call;
+/// - `test-stall` and `test-overrun` sleep past any deadline used here (one runs as
+///   a shadow, the other is swapped in as the active policy);
+/// - `test-invalid` proposes a configuration out of range;
+/// - `hold` is the built-in policy.
+struct TestDeciders {
+    feasible: Vec<Vec<u32>>,
+    calls: AtomicU64,
+    stall: Duration,
+}
+
+impl TestDeciders {
+    fn new(problem: &Problem, stall: Duration) -> Self {
+        let space = problem.space();
+        let feasible = problem
+            .feasible_indices()
+            .into_iter()
+            .map(|i| space.tuple(i).expect("feasible index in range"))
+            .collect();
+        Self {
+            feasible,
+            calls: AtomicU64::new(0),
+            stall,
+        }
+    }
+
+    fn next(&self) -> (u64, RawDecision) {
+        let n = self.calls.fetch_add(1, Ordering::Relaxed);
+        let joint = self.feasible[(n as usize * 7) % self.feasible.len()].clone();
+        (n, RawDecision::native(joint))
+    }
+}
+
+impl PolicySource for TestDeciders {
+    fn policies(&self) -> Vec<String> {
+        [
+            "hold",
+            "test-flaky",
+            "test-invalid",
+            "test-overrun",
+            "test-round-robin",
+            "test-stall",
+        ]
+        .map(String::from)
+        .to_vec()
+    }
+
+    fn propose(&self, policy: &str, call: &Call<'_>) -> Result<RawDecision, PluginFailure> {
+        match policy {
+            "test-round-robin" => Ok(self.next().1),
+            "test-flaky" => {
+                let (n, p) = self.next();
+                if n.is_multiple_of(3) {
+                    Err(PluginFailure::Refused(
+                        "test-flaky fails every third call".into(),
+                    ))
+                } else {
+                    Ok(p)
+                }
+            }
+            "test-stall" | "test-overrun" => {
+                std::thread::sleep(self.stall);
+                Ok(self.next().1)
+            }
+            "test-invalid" => Ok(RawDecision::native(vec![
+                u32::MAX;
+                call.inputs.problem.models.len()
+            ])),
+            other => Builtin.propose(other, call),
+        }
+    }
+}
+
+/// The one pipeline with the embedded utility and the analytic stand-in
+/// predictor (these tests are about the loop, not about prediction).
+fn pipeline(deadline: Duration) -> Arc<Pipeline> {
+    let engine = Arc::new(
+        PluginEngine::new(
+            PluginLimits {
+                deadline,
+                memory_bytes: 256 << 20,
+            },
+            CompileCache::Default,
+        )
+        .expect("engine"),
+    );
+    let utility = Registry::default()
+        .utility_slot(resolve_utility(&engine, "utility", None).expect("embedded utility"));
+    Arc::new(Pipeline::new(
+        engine,
+        utility,
+        Arc::new(mfsched_lab::analytic::AnalyticPredictor),
+    ))
+}
+
+fn deciding(policies: Arc<dyn PolicySource>, deadline: Duration) -> Deciding {
+    Deciding {
+        pipeline: pipeline(deadline),
+        policies,
+        params: Vec::new(),
+    }
+}
+
+fn problem() -> Problem {
+    mfsched_core::scenario::load("paper-n3")
+        .expect("bundled scenario")
+        .problem
+}
+
+struct Harness {
+    daemon: Daemon,
+    metrics: Arc<Metrics>,
+    log_path: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+fn harness(
+    period: Duration,
+    deadline: Duration,
+    active: &str,
+    shadows: &[&str],
+    actuator: ActuatorConfig,
+) -> Harness {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log_path = dir.path().join("decisions.log");
+    let problem = problem();
+    let policies = Arc::new(TestDeciders::new(&problem, deadline * 6));
+    let metrics = Arc::new(Metrics::default());
+    let actuators = Actuators::new(&actuator, &problem, Arc::clone(&metrics)).expect("actuators");
+    let (log, torn) = DecisionLog::open(&log_path).expect("open log");
+    assert!(torn.is_none());
+    let settings = LoopSettings {
+        period,
+        deadline,
+        active: active.to_owned(),
+        shadows: shadows.iter().map(|s| s.to_string()).collect(),
+        unknown_utilization: 0.5,
+        workload: WorkloadSource::Trace(
+            mfsched_core::traces::generate("bursts", 50, 3)
+                .expect("trace")
+                .levels,
+        ),
+    };
+    let daemon = Daemon::new(
+        settings,
+        problem,
+        Box::new(FootprintSampler),
+        deciding(policies, deadline),
+        actuators,
+        log,
+        Arc::clone(&metrics),
+    )
+    .expect("daemon");
+    Harness {
+        daemon,
+        metrics,
+        log_path,
+        _dir: dir,
+    }
+}
+
+async fn serve_api(daemon: &Daemon) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let app = api::router(daemon.shared());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    addr
+}
+
+async fn http(
+    addr: SocketAddr,
+    method: &'static str,
+    path: &'static str,
+    body: Option<String>,
+) -> (u16, String) {
+    tokio::task::spawn_blocking(move || common::http(addr, method, path, body.as_deref()))
+        .await
+        .expect("http thread")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn soak_at_100_hz_with_policy_swaps_and_failing_policies() {
+    let _serial = TIMING.lock().await;
+    const TICKS: u64 = 300;
+    let h = harness(
+        Duration::from_millis(10),
+        Duration::from_millis(4),
+        "test-round-robin",
+        &["test-invalid", "test-stall"],
+        ActuatorConfig::default(),
+    );
+    let problem = problem();
+    let addr = serve_api(&h.daemon).await;
+    let (_stop_tx, stop_rx) = watch::channel(false);
+    let run = tokio::spawn(h.daemon.run(stop_rx, Some(TICKS)));
+
+    // Swap the active policy through the API while the loop runs.
+    // HOOK(plugins): with the plugin host merged, also replace plugin files in the
+    // watched directory during this soak (good, broken, half-written, endless
+    // loop) and assert the reloads and failures in /metrics.
+    let rotation = ["test-flaky", "hold", "test-overrun", "test-round-robin"];
+    let mut swaps = 0;
+    while !run.is_finished() {
+        let policy = rotation[swaps % rotation.len()];
+        let (status, body) = http(
+            addr,
+            "POST",
+            "/v1/policies/active",
+            Some(format!(r#"{{"policy":"{policy}"}}"#)),
+        )
+        .await;
+        assert_eq!(status, 200, "{body}");
+        swaps += 1;
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    let (status, metrics_text) = http(addr, "GET", "/metrics", None).await;
+    assert_eq!(status, 200);
+    let summary = run.await.expect("loop task").expect("loop ran");
+
+    assert_eq!(summary.ticks, TICKS);
+    // Late ticks are a matter of the machine's load, not a promise a test can
+    // make: they must be counted, agree between the summary, /metrics and the
+    // log, and stay bounded (a loop that stalled would miss far more).
+    let recorded_missed: u64 = declog::read(&h.log_path)
+        .expect("log")
+        .records
+        .iter()
+        .map(|r| r.missed_before)
+        .sum();
+    assert_eq!(recorded_missed, summary.missed_ticks);
+    assert_eq!(h.metrics.counts().missed_ticks, summary.missed_ticks);
+    assert!(
+        summary.missed_ticks < TICKS,
+        "missed {} of {TICKS} slots: the loop stalled",
+        summary.missed_ticks
+    );
+    assert!(swaps >= 8, "the API swapped policies {swaps} times");
+    assert!(
+        metrics_text.contains(&format!("mfsched_ticks_total {TICKS}")),
+        "{metrics_text}"
+    );
+    assert!(
+        metrics_text
+            .contains("mfsched_decision_failures_total{policy=\"test-stall\",reason=\"deadline\"}")
+    );
+    assert!(
+        metrics_text.contains(
+            "mfsched_decision_failures_total{policy=\"test-invalid\",reason=\"invalid\"}"
+        )
+    );
+
+    let contents = declog::read(&h.log_path).expect("log");
+    assert!(contents.torn.is_none());
+    assert_eq!(
+        contents.records.len() as u64,
+        TICKS,
+        "the log has every tick"
+    );
+    let mut previous = problem.current.clone();
+    let mut actives = BTreeSet::new();
+    let mut kept = 0u64;
+    for (i, r) in contents.records.iter().enumerate() {
+        assert_eq!(r.tick, i as u64);
+        problem
+            .check_feasible(&r.applied)
+            .expect("only valid decisions are applied");
+        actives.insert(r.active.policy.clone());
+        match &r.active.outcome {
+            Ok(p) => assert_eq!(p.joint, r.applied),
+            Err(_) => {
+                assert!(r.kept_last_valid);
+                assert_eq!(
+                    r.applied, previous,
+                    "a failed tick keeps the last valid configuration"
+                );
+                kept += 1;
+            }
+        }
+        // Shadows decide every tick, on the same state, and are never applied.
+        assert_eq!(r.shadows.len(), 2);
+        assert!(matches!(&r.shadows[0].outcome, Err(f) if f.kind == FailureKind::Invalid));
+        assert!(matches!(&r.shadows[1].outcome, Err(f) if f.kind == FailureKind::Deadline));
+        previous = r.applied.clone();
+    }
+    assert!(
+        actives.len() >= 3,
+        "several active policies over the run: {actives:?}"
+    );
+    assert!(kept > 0, "the failing policies were exercised");
+    assert_eq!(h.metrics.counts().kept_last_valid, kept);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhooks_get_only_changes_and_failures_are_counted() {
+    let _serial = TIMING.lock().await;
+    use axum::{Json, Router, routing::post};
+    use std::sync::Mutex;
+
+    // A receiving server that records what it is sent.
+    let received: Arc<Mutex<Vec<serde_json::Value>>> = Arc::default();
+    let sink = Arc::clone(&received);
+    let app = Router::new().route(
+        "/cfg",
+        post(move |Json(v): Json<serde_json::Value>| {
+            let sink = Arc::clone(&sink);
+            async move {
+                sink.lock().expect("not poisoned").push(v);
+                "ok"
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    // A port nothing listens on: bind one, then free it.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr");
+
+    let p = problem();
+    let (first, second) = (p.models[0].name.clone(), p.models[1].name.clone());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("applied.json");
+    let actuator = ActuatorConfig {
+        file: Some(file.clone()),
+        webhook: Some(WebhookConfig {
+            urls: [
+                (first.clone(), format!("http://{addr}/cfg")),
+                (second.clone(), format!("http://{dead}/cfg")),
+            ]
+            .into_iter()
+            .collect(),
+            timeout_ms: 300,
+            retries: 1,
+        }),
+    };
+    let h = harness(
+        Duration::from_millis(30),
+        Duration::from_millis(10),
+        "test-round-robin",
+        &[],
+        actuator,
+    );
+    let (_stop_tx, stop_rx) = watch::channel(false);
+    h.daemon.run(stop_rx, Some(12)).await.expect("run");
+
+    let contents = declog::read(&h.log_path).expect("log");
+    let changes_first = contents
+        .records
+        .iter()
+        .filter(|r| r.changed_models.contains(&0))
+        .count();
+    let changes_second = contents
+        .records
+        .iter()
+        .filter(|r| r.changed_models.contains(&1))
+        .count();
+    assert!(
+        changes_first > 0 && changes_second > 0,
+        "round-robin changes both models"
+    );
+    let got = received.lock().expect("not poisoned").clone();
+    assert!(
+        !got.is_empty() && got.len() <= changes_first,
+        "{} posts for {changes_first} changes",
+        got.len()
+    );
+    let last = contents.records.last().expect("records");
+    let want = serde_json::to_value(p.models[0].knobs(last.applied[0] as usize)).expect("json");
+    let last_change = contents
+        .records
+        .iter()
+        .rev()
+        .find(|r| r.changed_models.contains(&0))
+        .expect("a change");
+    assert_eq!(
+        got.last().expect("posts")["config"],
+        want,
+        "the newest configuration arrives last"
+    );
+    assert_eq!(got.last().expect("posts")["tick"], last_change.tick);
+    assert!(got.iter().all(|v| v["model"] == first.as_str()));
+    assert!(
+        h.metrics.actuator_failures("webhook") > 0,
+        "the dead endpoint is counted"
+    );
+
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).expect("file actuator wrote"))
+            .expect("json");
+    assert_eq!(doc["models"][&first], want);
+}
+
+/// A test sampler that stalls on every fifth tick, longer than two periods.
+#[derive(Debug)]
+struct StallingSampler {
+    calls: u64,
+    stall: Duration,
+}
+
+impl Sampler for StallingSampler {
+    fn sample(
+        &mut self,
+        problem: &Problem,
+        applied: &[u32],
+        workload: mfsched_core::domain::WorkloadLevel,
+    ) -> anyhow::Result<mfsched_daemon::sampler::Sample> {
+        self.calls += 1;
+        if self.calls.is_multiple_of(5) {
+            std::thread::sleep(self.stall);
+        }
+        FootprintSampler.sample(problem, applied, workload)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ticks_that_cannot_start_on_time_are_counted_as_missed() {
+    let _serial = TIMING.lock().await;
+    let period = Duration::from_millis(20);
+    let problem = problem();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log_path = dir.path().join("decisions.log");
+    let (log, _) = DecisionLog::open(&log_path).expect("open log");
+    let metrics = Arc::new(Metrics::default());
+    let actuators =
+        Actuators::new(&ActuatorConfig::default(), &problem, Arc::clone(&metrics)).expect("none");
+    let settings = LoopSettings {
+        period,
+        deadline: Duration::from_millis(5),
+        active: HOLD.to_owned(),
+        shadows: vec![],
+        unknown_utilization: 0.5,
+        workload: WorkloadSource::Fixed(mfsched_core::domain::WorkloadLevel::Medium),
+    };
+    let sampler = StallingSampler {
+        calls: 0,
+        stall: period * 2 + period / 2,
+    };
+    let daemon = Daemon::new(
+        settings,
+        problem,
+        Box::new(sampler),
+        deciding(Arc::new(Builtin), Duration::from_millis(5)),
+        actuators,
+        log,
+        Arc::clone(&metrics),
+    )
+    .expect("daemon");
+    let (_stop_tx, stop_rx) = watch::channel(false);
+    let summary = daemon.run(stop_rx, Some(12)).await.expect("run");
+    // Ticks 5 and 10 stall for 2.5 periods: each makes at least two ticks late.
+    assert!(summary.missed_ticks >= 4, "{summary:?}");
+    assert_eq!(metrics.counts().missed_ticks, summary.missed_ticks);
+    let contents = declog::read(&log_path).expect("log");
+    let recorded: u64 = contents.records.iter().map(|r| r.missed_before).sum();
+    assert_eq!(
+        recorded, summary.missed_ticks,
+        "the log accounts for every missed tick"
+    );
+    assert_eq!(contents.records.len(), 12);
+}
+
+fn embedded(name: &str) -> &'static [u8] {
+    mfsched_plugin_host::registry::EMBEDDED_PLUGINS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, b)| *b)
+        .expect("embedded plugin")
+}
+
+fn replace_atomically(path: &Path, bytes: &[u8]) {
+    let tmp = path.with_extension("wasm.tmp");
+    std::fs::write(&tmp, bytes).expect("write temp");
+    std::fs::rename(&tmp, path).expect("rename");
+}
+
+/// The daemon with the real plugin host: the active policy is a file in the
+/// watched plugin directory, replaced while the loop runs by good, broken,
+/// half-written and endless-loop components, and swapped through the API.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn soak_with_plugin_files_replaced_while_running() {
+    let _serial = TIMING.lock().await;
+    use mfsched_daemon::policies::PluginPolicies;
+
+    const TICKS: u64 = 60;
+    let period = Duration::from_millis(50);
+    let deadline = Duration::from_millis(30);
+    let scenario = mfsched_core::scenario::load("paper-n2").expect("bundled");
+    let mut problem = scenario.problem;
+    let predictor: Arc<dyn mfsched_core::predict::Predictor> =
+        Arc::new(mfsched_lab::analytic::AnalyticPredictor);
+    mfsched_plugin_host::setup::fill_defaults(
+        &mut problem,
+        &scenario.explicit_floors,
+        predictor.as_ref(),
+    )
+    .expect("predicts");
+    let plugins = tempfile::tempdir().expect("tempdir");
+    let live = plugins.path().join("live.wasm");
+    std::fs::write(&live, embedded("exhaustive")).expect("write");
+    let (policies, notes) = PluginPolicies::new(
+        &problem,
+        predictor,
+        "utility",
+        Some(plugins.path()),
+        deadline,
+        5,
+    )
+    .expect("plugin host");
+    assert!(notes.is_empty(), "{notes:?}");
+    assert!(policies.policies().contains(&"live".to_owned()));
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log_path = dir.path().join("decisions.log");
+    let (log, _) = DecisionLog::open(&log_path).expect("open log");
+    let metrics = Arc::new(Metrics::default());
+    let actuators =
+        Actuators::new(&ActuatorConfig::default(), &problem, Arc::clone(&metrics)).expect("none");
+    let settings = LoopSettings {
+        period,
+        deadline,
+        active: "live".to_owned(),
+        shadows: vec!["static-budget".to_owned()],
+        unknown_utilization: 0.5,
+        workload: WorkloadSource::Trace(
+            mfsched_core::traces::generate("mixed", 40, 5)
+                .expect("trace")
+                .levels,
+        ),
+    };
+    let daemon = Daemon::new(
+        settings,
+        problem.clone(),
+        Box::new(FootprintSampler),
+        Deciding {
+            pipeline: policies.pipeline(),
+            params: policies.params().to_vec(),
+            policies: Arc::new(policies),
+        },
+        actuators,
+        log,
+        Arc::clone(&metrics),
+    )
+    .expect("daemon");
+    let addr = serve_api(&daemon).await;
+    let (_stop_tx, stop_rx) = watch::channel(false);
+    let run = tokio::spawn(daemon.run(stop_rx, Some(TICKS)));
+
+    let spin = std::fs::read(Path::new(mfsched_plugin_host::TEST_PLUGINS_DIR).join("spin.wasm"))
+        .expect("the spin test plugin");
+    let replacements: Vec<Vec<u8>> = vec![
+        embedded("ga").to_vec(),
+        b"\0asm this is not a component".to_vec(),
+        embedded("ga")[..1000].to_vec(),
+        spin,
+        embedded("exhaustive").to_vec(),
+    ];
+    let policies = ["hold", "live", "ga", "live"];
+    let mut step = 0;
+    while !run.is_finished() {
+        let bytes = &replacements[step % replacements.len()];
+        let file = live.clone();
+        let bytes = bytes.clone();
+        tokio::task::spawn_blocking(move || replace_atomically(&file, &bytes))
+            .await
+            .expect("writer");
+        let policy = policies[step % policies.len()];
+        let (status, body) = http(
+            addr,
+            "POST",
+            "/v1/policies/active",
+            Some(format!(r#"{{"policy":"{policy}"}}"#)),
+        )
+        .await;
+        assert_eq!(status, 200, "{body}");
+        step += 1;
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let (_, metrics_text) = http(addr, "GET", "/metrics", None).await;
+    let summary = run.await.expect("loop task").expect("loop ran");
+
+    assert_eq!(summary.ticks, TICKS);
+    assert_eq!(metrics.counts().missed_ticks, summary.missed_ticks);
+    let contents = declog::read(&log_path).expect("log");
+    assert!(contents.torn.is_none());
+    assert_eq!(
+        contents.records.len() as u64,
+        TICKS,
+        "the log has every tick"
+    );
+    for r in &contents.records {
+        problem
+            .check_feasible(&r.applied)
+            .expect("only valid decisions are applied");
+    }
+    assert!(
+        contents
+            .records
+            .iter()
+            .any(|r| r.active.policy == "live" && r.active.outcome.is_ok()),
+        "the file policy decided"
+    );
+    let reloads: u64 = metrics_text
+        .lines()
+        .find_map(|l| l.strip_prefix("mfsched_plugin_reloads_total "))
+        .and_then(|v| v.parse().ok())
+        .expect("reloads in /metrics");
+    assert!(reloads >= 1, "{metrics_text}");
+}

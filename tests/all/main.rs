@@ -1,0 +1,20 @@
+//! Every integration test in one binary: the host is linked once, not once per
+//! file. `cargo test --test all MODULE` runs one group.
+//!
+//! - [`cli`]: the `mfsched` binary as a user runs it.
+//! - [`daemon_soak`]: the decision loop under load, in process.
+//! - [`exact`]: the exact policy against exhaustive search.
+//! - [`layering`]: no product crate depends on the lab.
+//! - [`pipeline`]: the same invalid answers rejected alike by decide, ab and the daemon.
+//! - [`plugin_host`]: the plugin host against real (and hostile) components.
+//! - [`thirdparty`]: third-party policy development; the slow builds are
+//!   `#[ignore]`d and run by `.ci/run` (`cargo test --test all thirdparty -- --ignored`).
+
+mod cli;
+mod common;
+mod daemon_soak;
+mod exact;
+mod layering;
+mod pipeline;
+mod plugin_host;
+mod thirdparty;

@@ -1,0 +1,476 @@
+//! The plugin host against real Wasm components: the bundled policies on
+//! paper-n5, the hostile plugins of `tests/plugins` (built by `crates/plugin-host/build.rs`),
+//! and hot reload of a plugin directory.
+//!
+//! Predictions come from `AnalyticPredictor`, the closed-form stand-in (not
+//! the surrogate): these tests are about the host, not about prediction.
+
+use mfsched_core::domain::{GpuState, Problem, WorkloadLevel};
+use mfsched_core::predict::Predictor;
+use mfsched_lab::analytic::AnalyticPredictor;
+use mfsched_plugin_host::registry::{EMBEDDED_PLUGINS, Registry, resolve_policy, resolve_utility};
+use mfsched_plugin_host::reload::wit_params;
+use mfsched_plugin_host::{
+    Checkpoint, CompileCache, Decider, DecisionFailure, DecisionOutcome, DecisionReport, HotReload,
+    PluginEngine, PluginFailure, PluginLimits, Rejection, ReloadContext, ReloadOutcome, setup,
+};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const DEADLINE: Duration = Duration::from_millis(400);
+
+fn engine(deadline: Duration, memory_mib: usize) -> Arc<PluginEngine> {
+    Arc::new(
+        PluginEngine::new(
+            PluginLimits {
+                deadline,
+                memory_bytes: memory_mib << 20,
+            },
+            CompileCache::Off,
+        )
+        .expect("engine"),
+    )
+}
+
+fn predictor() -> Arc<dyn Predictor> {
+    Arc::new(AnalyticPredictor)
+}
+
+/// paper-n5 with ranges and P25 floors derived from the predictor.
+fn n5() -> Problem {
+    let s = mfsched_core::scenario::load("paper-n5").expect("bundled");
+    let mut p = s.problem;
+    setup::fill_defaults(&mut p, &s.explicit_floors, &AnalyticPredictor).expect("predicts");
+    p
+}
+
+fn state(workload: WorkloadLevel, utilization: f64) -> GpuState {
+    GpuState {
+        workload,
+        vram_used_mib: 12_000.0,
+        utilization,
+    }
+}
+
+fn test_plugin(name: &str) -> PathBuf {
+    Path::new(mfsched_plugin_host::TEST_PLUGINS_DIR).join(format!("{name}.wasm"))
+}
+
+fn embedded(name: &str) -> &'static [u8] {
+    EMBEDDED_PLUGINS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, b)| *b)
+        .expect("embedded plugin")
+}
+
+struct Rig {
+    engine: Arc<PluginEngine>,
+    registry: Arc<Registry>,
+    decider: Decider,
+    policy_slot: Arc<mfsched_plugin_host::Slot<mfsched_plugin_host::LoadedPolicy>>,
+    utility_slot: Arc<mfsched_plugin_host::Slot<mfsched_plugin_host::LoadedUtility>>,
+}
+
+fn rig(
+    engine: Arc<PluginEngine>,
+    policy: &str,
+    dir: Option<&Path>,
+    params: &[(&str, &str)],
+) -> Rig {
+    let registry = Arc::new(Registry::default());
+    let policy = resolve_policy(&engine, policy, dir).expect("policy loads");
+    let utility = resolve_utility(&engine, "utility", None).expect("utility loads");
+    let policy_slot = registry.policy_slot(policy);
+    let utility_slot = registry.utility_slot(utility);
+    let decider = Decider::new(
+        Arc::clone(&engine),
+        Arc::clone(&policy_slot),
+        Arc::clone(&utility_slot),
+        predictor(),
+        params
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    );
+    Rig {
+        engine,
+        registry,
+        decider,
+        policy_slot,
+        utility_slot,
+    }
+}
+
+fn accepted(r: &DecisionReport) -> bool {
+    r.outcome == DecisionOutcome::Accepted
+}
+
+#[test]
+fn bundled_policies_decide_valid_configurations_on_paper_n5() {
+    let p = n5();
+    let s = state(WorkloadLevel::Medium, 0.5);
+    let engine = engine(Duration::from_secs(10), 256);
+    for (policy, params) in [
+        ("exhaustive", vec![]),
+        ("ga", vec![("seed", "3")]),
+        ("static-budget", vec![("seed", "3"), ("k", "500")]),
+        ("static-budget", vec![("k", "full")]),
+    ] {
+        let mut r = rig(Arc::clone(&engine), policy, None, &params);
+        let report = r.decider.decide(&p, &s);
+        assert!(accepted(&report), "{policy}: {:?}", report.outcome);
+        assert!(p.check_feasible(&report.config).is_ok());
+        assert_eq!(report.predictions.len(), 5);
+        let u = report.utility.expect("scored");
+        assert!(u.is_finite() && u > 0.0, "{policy}: utility {u}");
+        for (t, f) in report.predictions.iter().zip(&p.sla_floors) {
+            assert!(f64::from(*t) >= *f);
+        }
+    }
+}
+
+#[test]
+fn ga_is_within_a_tenth_of_a_percent_of_exhaustive_median_over_seeds() {
+    let p = n5();
+    let engine = engine(Duration::from_secs(10), 256);
+    let mut exhaustive = rig(Arc::clone(&engine), "exhaustive", None, &[]);
+    let mut gaps = Vec::new();
+    for (k, s) in [
+        state(WorkloadLevel::Low, 0.3),
+        state(WorkloadLevel::High, 0.8),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let best = exhaustive.decider.decide(&p, s).utility.expect("scored");
+        for seed in 1..=5u64 {
+            let seed = (seed + 10 * k as u64).to_string();
+            let mut ga = rig(Arc::clone(&engine), "ga", None, &[("seed", seed.as_str())]);
+            let got = ga.decider.decide(&p, s);
+            assert!(accepted(&got), "{:?}", got.outcome);
+            let u = got.utility.expect("scored");
+            assert!(u <= best + 1e-9, "GA {u} beat exhaustive {best}");
+            gaps.push((best - u) / best.abs());
+        }
+    }
+    gaps.sort_by(f64::total_cmp);
+    let median = gaps[gaps.len() / 2];
+    assert!(median <= 0.001, "median gap {median}, gaps {gaps:?}");
+}
+
+#[test]
+fn exhaustive_table_and_candidate_paths_agree() {
+    let p = n5();
+    let s = state(WorkloadLevel::Burst, 0.9);
+    let engine = engine(Duration::from_secs(30), 256);
+    let table = rig(Arc::clone(&engine), "exhaustive", None, &[])
+        .decider
+        .decide(&p, &s);
+    let candidates = rig(engine, "exhaustive", None, &[("predictions", "candidates")])
+        .decider
+        .decide(&p, &s);
+    assert!(accepted(&table) && accepted(&candidates));
+    assert_eq!(table.config, candidates.config);
+    assert_eq!(table.candidates_evaluated, 78_732);
+    // Σk table entries vs N per candidate.
+    assert_eq!(table.stats.predictions, 18 + 18 + 9 + 9 + 9);
+    assert_eq!(candidates.stats.predictions, 78_732 * 5);
+}
+
+#[test]
+fn bad_parameters_are_refused_with_the_reason_and_the_last_valid_decision_is_kept() {
+    let p = n5();
+    let s = state(WorkloadLevel::Medium, 0.5);
+    let mut r = rig(engine(DEADLINE, 256), "ga", None, &[("populaton", "10")]);
+    let report = r.decider.decide(&p, &s);
+    match &report.outcome {
+        DecisionOutcome::Kept(DecisionFailure::Plugin(PluginFailure::Refused(why))) => {
+            assert!(why.contains("unknown parameter 'populaton'"), "{why}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        report.config, p.current,
+        "nothing valid yet: the running configuration"
+    );
+    assert_eq!(r.decider.events().len(), 1);
+}
+
+/// Runs a valid decision with exhaustive, then the hostile plugin in its place.
+fn hostile_tick(name: &str, limits: PluginLimits) -> (DecisionReport, DecisionReport, Vec<u32>) {
+    let p = n5();
+    let s = state(WorkloadLevel::Medium, 0.5);
+    let engine = Arc::new(PluginEngine::new(limits, CompileCache::Off).expect("engine"));
+    let mut r = rig(Arc::clone(&engine), "exhaustive", None, &[]);
+    let first = r.decider.decide(&p, &s);
+    assert!(accepted(&first), "{:?}", first.outcome);
+    let hostile = resolve_policy(&engine, test_plugin(name).to_str().expect("utf-8"), None)
+        .expect("hostile plugin loads");
+    r.policy_slot.swap(hostile);
+    let second = r.decider.decide(&p, &s);
+    assert_eq!(
+        second.config, first.config,
+        "{name}: the last valid decision is used"
+    );
+    assert_eq!(r.decider.events().len(), 1);
+    let _ = (&r.registry, &r.utility_slot, &r.engine);
+    (first.clone(), second, first.config)
+}
+
+fn limits(deadline: Duration, memory_mib: usize) -> PluginLimits {
+    PluginLimits {
+        deadline,
+        memory_bytes: memory_mib << 20,
+    }
+}
+
+#[test]
+fn infinite_loop_is_interrupted_at_the_deadline() {
+    let (_, report, _) = hostile_tick("spin", limits(DEADLINE, 256));
+    assert_eq!(
+        report.outcome,
+        DecisionOutcome::Kept(DecisionFailure::Plugin(PluginFailure::Deadline))
+    );
+    assert!(report.latency >= DEADLINE, "{:?}", report.latency);
+    assert!(
+        report.latency < DEADLINE + Duration::from_millis(250),
+        "{:?}",
+        report.latency
+    );
+}
+
+#[test]
+fn memory_hog_is_stopped_at_the_memory_limit_within_the_deadline() {
+    let (_, report, _) = hostile_tick("memory-bomb", limits(DEADLINE, 64));
+    match &report.outcome {
+        DecisionOutcome::Kept(DecisionFailure::Plugin(PluginFailure::Memory { requested_mib })) => {
+            assert!(*requested_mib > 64, "{requested_mib}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(report.latency < DEADLINE, "{:?}", report.latency);
+}
+
+#[test]
+fn trap_is_caught_within_the_deadline() {
+    let (_, report, _) = hostile_tick("trap", limits(DEADLINE, 256));
+    match &report.outcome {
+        DecisionOutcome::Kept(DecisionFailure::Plugin(PluginFailure::Trap(why))) => {
+            assert!(why.contains("unreachable"), "{why}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(report.latency < DEADLINE, "{:?}", report.latency);
+}
+
+#[test]
+fn out_of_range_decision_is_rejected() {
+    let (_, report, _) = hostile_tick("out-of-range", limits(DEADLINE, 256));
+    match &report.outcome {
+        DecisionOutcome::Kept(DecisionFailure::Rejected(Rejection::Infeasible(e))) => {
+            assert!(e.to_string().contains("out of range"), "{e}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(report.latency < DEADLINE, "{:?}", report.latency);
+}
+
+#[test]
+fn vram_infeasible_decision_is_rejected() {
+    let (_, report, _) = hostile_tick("vram-infeasible", limits(DEADLINE, 256));
+    match &report.outcome {
+        DecisionOutcome::Kept(DecisionFailure::Rejected(Rejection::Infeasible(e))) => {
+            assert!(e.to_string().contains("MiB of VRAM"), "{e}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(report.latency < DEADLINE, "{:?}", report.latency);
+}
+
+#[test]
+fn a_decision_under_an_sla_floor_is_rejected_by_prediction() {
+    let mut p = n5();
+    // No configuration of model 0 reaches this floor: every candidate scores
+    // −∞, the policy still answers, and validation refuses it.
+    p.sla_floors[0] = 1e9;
+    let mut r = rig(
+        engine(Duration::from_secs(10), 256),
+        "exhaustive",
+        None,
+        &[],
+    );
+    let report = r.decider.decide(&p, &state(WorkloadLevel::Medium, 0.5));
+    match &report.outcome {
+        DecisionOutcome::Kept(DecisionFailure::Rejected(Rejection::Floor { model, .. })) => {
+            assert_eq!(model, "qwen1.5b")
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Replaces `path` atomically: write a sibling temp file, then rename over.
+fn replace_atomically(path: &Path, bytes: &[u8]) {
+    let tmp = path.with_extension("wasm.tmp");
+    std::fs::write(&tmp, bytes).expect("write temp");
+    std::fs::rename(&tmp, path).expect("rename");
+}
+
+/// Polls the reload log until `want` holds or `timeout` passes.
+fn wait_for(
+    reload: &HotReload,
+    timeout: Duration,
+    want: impl Fn(&[mfsched_plugin_host::ReloadEvent]) -> bool,
+) -> bool {
+    let until = Instant::now() + timeout;
+    while Instant::now() < until {
+        if want(&reload.events()) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+fn watch(r: &Rig, dir: &Path, p: &Problem, s: &GpuState) -> HotReload {
+    HotReload::watch(
+        dir,
+        ReloadContext {
+            engine: Arc::clone(&r.engine),
+            registry: Arc::clone(&r.registry),
+            predictor: predictor(),
+            utility: Arc::clone(&r.utility_slot),
+            checkpoint: r.decider.checkpoint(),
+            fallback: Checkpoint {
+                problem: p.clone(),
+                state: *s,
+                params: wit_params(&[]),
+            },
+        },
+    )
+    .expect("watch")
+}
+
+#[test]
+fn replacing_a_plugin_while_deciding_swaps_it_without_a_failed_decision() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("live.wasm");
+    std::fs::write(&file, embedded("exhaustive")).expect("write");
+    let p = n5();
+    let s = state(WorkloadLevel::Medium, 0.5);
+    let mut r = rig(
+        engine(Duration::from_secs(10), 256),
+        "live",
+        Some(dir.path()),
+        &[],
+    );
+    assert_eq!(r.policy_slot.load().info.title, "exhaustive search");
+    let reload = watch(&r, dir.path(), &p, &s);
+
+    let writer = {
+        let file = file.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            // Like `cp`: the file is visible half-written for a while.
+            let ga = embedded("ga");
+            let (head, tail) = ga.split_at(ga.len() / 2);
+            std::fs::write(&file, head).expect("write head");
+            std::thread::sleep(Duration::from_millis(40));
+            let mut all = head.to_vec();
+            all.extend_from_slice(tail);
+            std::fs::write(&file, &all).expect("write whole");
+        })
+    };
+    let until = Instant::now() + Duration::from_secs(30);
+    let mut titles = Vec::new();
+    while Instant::now() < until {
+        let report = r.decider.decide(&p, &s);
+        assert!(accepted(&report), "a decision failed: {:?}", report.outcome);
+        titles.push(report.policy_title.clone());
+        if report.policy_title == "genetic algorithm" && titles.len() > 3 {
+            break;
+        }
+    }
+    writer.join().expect("writer");
+    assert_eq!(
+        titles.first().map(String::as_str),
+        Some("exhaustive search")
+    );
+    assert_eq!(
+        titles.last().map(String::as_str),
+        Some("genetic algorithm"),
+        "{titles:?}"
+    );
+    assert!(r.decider.events().is_empty());
+    let events = reload.events();
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(&e.outcome, ReloadOutcome::Swapped { name, .. } if name == "live")),
+        "{events:?}"
+    );
+
+    // Back to exhaustive by an atomic rename.
+    replace_atomically(&file, embedded("exhaustive"));
+    assert!(wait_for(&reload, Duration::from_secs(10), |_| {
+        r.policy_slot.load().info.title == "exhaustive search"
+    }));
+}
+
+#[test]
+fn a_corrupt_or_hostile_file_keeps_the_old_plugin_and_says_why() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("live.wasm");
+    std::fs::write(&file, embedded("exhaustive")).expect("write");
+    let p = n5();
+    let s = state(WorkloadLevel::Medium, 0.5);
+    let mut r = rig(engine(DEADLINE, 64), "live", Some(dir.path()), &[]);
+    let reload = watch(&r, dir.path(), &p, &s);
+    assert!(accepted(&r.decider.decide(&p, &s)));
+
+    let cases: [(&str, Vec<u8>, &str); 4] = [
+        (
+            "garbage",
+            b"\0asm this is not a component".to_vec(),
+            "not a valid Wasm component",
+        ),
+        (
+            "truncated",
+            embedded("ga")[..1000].to_vec(),
+            "not a valid Wasm component",
+        ),
+        (
+            "spin",
+            std::fs::read(test_plugin("spin")).expect("spin"),
+            "deadline",
+        ),
+        (
+            "vram-infeasible",
+            std::fs::read(test_plugin("vram-infeasible")).expect("plugin"),
+            "MiB of VRAM",
+        ),
+    ];
+    for (what, bytes, reason) in cases {
+        let before = reload.events().len();
+        replace_atomically(&file, &bytes);
+        assert!(
+            wait_for(&reload, Duration::from_secs(10), |e| e.len() > before),
+            "{what}: no reload event"
+        );
+        let event = reload.events()[before].clone();
+        match &event.outcome {
+            ReloadOutcome::Rejected { reason: why } => {
+                assert!(why.contains(reason), "{what}: {why}")
+            }
+            other => panic!("{what}: {other:?}"),
+        }
+        assert_eq!(
+            r.policy_slot.load().info.title,
+            "exhaustive search",
+            "{what}"
+        );
+        let report = r.decider.decide(&p, &s);
+        assert!(accepted(&report), "{what}: {:?}", report.outcome);
+    }
+}

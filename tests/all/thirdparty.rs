@@ -1,0 +1,261 @@
+//! Third-party policy development, end to end through the binary: `plugins
+//! check`, `plugins new`, the WIT version rule. The two slow builds (the Rust
+//! template crate, the componentize-py policy) are `#[ignore]`d here and run by
+//! `.ci/run` with `cargo test --test all thirdparty -- --ignored`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use crate::common::process::{mfsched, stderr, stdout};
+
+/// The hostile and incompatible test components build.rs makes.
+fn test_plugin(name: &str) -> PathBuf {
+    Path::new(mfsched_plugin_host::TEST_PLUGINS_DIR).join(format!("{name}.wasm"))
+}
+
+/// A bundled component as a file, as a third party would ship one.
+fn bundled_file(stem: &str) -> PathBuf {
+    Path::new(mfsched_plugin_host::TEST_PLUGINS_DIR)
+        .join("../wasm32-wasip2/release")
+        .join(format!("{stem}.wasm"))
+}
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .nth(2)
+        .expect("crates/mfsched sits two levels below the workspace root")
+        .to_path_buf()
+}
+
+fn path_str(p: &Path) -> &str {
+    p.to_str().expect("test paths are UTF-8")
+}
+
+#[test]
+fn a_component_of_an_incompatible_wit_version_is_rejected_at_load_naming_both_versions() {
+    let file = test_plugin("wit-0-2-0");
+    let out = mfsched(&[
+        "decide",
+        "--scenario",
+        "paper-n5",
+        "--policy",
+        path_str(&file),
+    ]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("built against mfsched:scheduler@0.2.0"),
+        "{err}"
+    );
+    assert!(err.contains("this host (mfsched:scheduler@0.1.0)"), "{err}");
+    assert!(err.contains("mfsched:scheduler@0.1.x"), "{err}");
+
+    let out = mfsched(&["plugins", "check", path_str(&file)]);
+    assert!(!out.status.success());
+    let text = stdout(&out);
+    let errors: Vec<&str> = text.lines().filter(|l| l.starts_with("ERROR")).collect();
+    assert_eq!(errors.len(), 1, "{text}");
+    assert!(errors[0].contains("mfsched:scheduler@0.2.0"), "{text}");
+}
+
+#[test]
+fn plugins_check_passes_a_sound_policy_and_a_sound_utility() {
+    let out = mfsched(&[
+        "plugins",
+        "check",
+        path_str(&bundled_file("mfsched_plugin_ga")),
+    ]);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains("ok    policy world of mfsched:scheduler@0.1.0"),
+        "{text}"
+    );
+    assert!(text.contains("accepted (VRAM"), "{text}");
+    assert!(text.contains("deterministic"), "{text}");
+    assert!(!text.contains("ERROR"), "{text}");
+
+    let out = mfsched(&[
+        "plugins",
+        "check",
+        path_str(&bundled_file("mfsched_plugin_utility")),
+        "--scenario",
+        "paper-n3",
+    ]);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("ok    utility world"), "{text}");
+    assert!(text.contains("over the card's VRAM is excluded"), "{text}");
+    assert!(
+        text.contains("ga decides with this utility on paper-n3"),
+        "{text}"
+    );
+}
+
+#[test]
+fn plugins_check_says_what_is_wrong_one_line_per_finding() {
+    let cases = [
+        (test_plugin("trap"), "the policy trapped"),
+        (test_plugin("out-of-range"), "the decision was rejected"),
+        (
+            workspace_root().join("tests/fixtures/plugins/corrupt.wasm"),
+            "not a valid Wasm component",
+        ),
+    ];
+    for (file, expected) in cases {
+        let out = mfsched(&["plugins", "check", path_str(&file)]);
+        assert!(!out.status.success(), "{}", file.display());
+        let text = stdout(&out);
+        let errors: Vec<&str> = text.lines().filter(|l| l.starts_with("ERROR")).collect();
+        assert_eq!(errors.len(), 1, "{text}");
+        assert!(errors[0].contains(expected), "{}: {text}", file.display());
+        let err = stderr(&out);
+        assert!(err.contains("1 check(s) failed"), "{err}");
+    }
+    let out = mfsched(&["plugins", "check", "no/such/policy.wasm"]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("no such component file"), "{err}");
+}
+
+#[test]
+fn plugins_new_writes_a_standalone_crate_with_the_wit() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let crate_dir = dir.path().join("fast-greedy");
+    let out = mfsched(&[
+        "plugins",
+        "new",
+        "fast-greedy",
+        "--dir",
+        path_str(&crate_dir),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("target/wasm32-wasip2/release/fast_greedy.wasm"),
+        "{}",
+        stdout(&out)
+    );
+    for file in ["Cargo.toml", "src/lib.rs", "README.md", ".gitignore"] {
+        assert!(crate_dir.join(file).is_file(), "{file} missing");
+    }
+    let wit = std::fs::read_to_string(crate_dir.join("wit/scheduler.wit")).expect("copied");
+    let ours = std::fs::read_to_string(workspace_root().join("wit/scheduler.wit")).expect("exists");
+    assert_eq!(wit, ours, "the crate carries the host's WIT unchanged");
+
+    let out = mfsched(&["plugins", "new", "Fast Greedy"]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("not a usable crate name"), "{err}");
+}
+
+/// Runs cargo for a guest crate without the outer build's flags and wrappers.
+fn guest_cargo(dir: &Path, target_dir: &Path) -> Output {
+    let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    cmd.current_dir(dir)
+        .args(["build", "--target", "wasm32-wasip2", "--release"])
+        .env("CARGO_TARGET_DIR", target_dir);
+    for var in [
+        "RUSTFLAGS",
+        "CARGO_ENCODED_RUSTFLAGS",
+        "RUSTC_WRAPPER",
+        "RUSTC_WORKSPACE_WRAPPER",
+        "CARGO_BUILD_TARGET",
+    ] {
+        cmd.env_remove(var);
+    }
+    cmd.output().expect("cargo runs")
+}
+
+#[test]
+#[ignore = "builds the template crate with cargo (minutes on 2 cores); run by .ci/run"]
+fn a_policy_from_the_template_builds_passes_check_and_runs_in_ab_against_ga() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let crate_dir = dir.path().join("my-policy");
+    let out = mfsched(&["plugins", "new", "my-policy", "--dir", path_str(&crate_dir)]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    // A target directory that outlives the test, so reruns reuse wit-bindgen.
+    let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("template-target");
+    let built = guest_cargo(&crate_dir, &target);
+    assert!(built.status.success(), "{}", stderr(&built));
+    let component = target.join("wasm32-wasip2/release/my_policy.wasm");
+
+    let out = mfsched(&["plugins", "check", path_str(&component)]);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    assert!(stdout(&out).contains("accepted (VRAM"), "{}", stdout(&out));
+
+    let report = dir.path().join("ab");
+    let out = mfsched(&[
+        "ab",
+        "--a",
+        path_str(&component),
+        "--b",
+        "ga",
+        "--scenarios",
+        "steady,bursts",
+        "--ticks",
+        "12",
+        "--out",
+        path_str(&report),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let results: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(report.join("results.json")).expect("ab writes results.json"),
+    )
+    .expect("results.json is JSON");
+    let text = results.to_string();
+    assert!(text.contains("my_policy.wasm"), "{text}");
+    assert!(text.contains("\"ga\""), "{text}");
+}
+
+#[test]
+#[ignore = "needs componentize-py on PATH and compiles an 18 MB component; run by .ci/run"]
+fn the_python_policy_runs_under_the_host_and_is_validated() {
+    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let component = tmp.join("python-greedy.wasm");
+    let built = Command::new(workspace_root().join("examples/python-greedy/build.sh"))
+        .arg(&component)
+        .output()
+        .expect("the build script runs");
+    assert!(
+        built.status.success(),
+        "componentize-py build failed (pip install componentize-py==0.25.1): {}{}",
+        stdout(&built),
+        stderr(&built)
+    );
+    // One compilation for both commands: the second loads from the cache.
+    let cache = tmp.join("python-cache");
+    let cache = path_str(&cache);
+    let out = mfsched(&[
+        "plugins",
+        "check",
+        path_str(&component),
+        "--cache-dir",
+        cache,
+    ]);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    assert!(
+        stdout(&out).contains("calls itself \"python greedy (componentize-py)\""),
+        "{}",
+        stdout(&out)
+    );
+
+    let out = mfsched(&[
+        "decide",
+        "--scenario",
+        "paper-n5",
+        "--policy",
+        path_str(&component),
+        "--json",
+        "--cache-dir",
+        cache,
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is JSON");
+    assert_eq!(v["accepted"], true, "{v}");
+    assert_eq!(v["feasible"], true, "{v}");
+    assert_eq!(v["floors_met"], true, "{v}");
+}
