@@ -67,6 +67,16 @@ const TEST_PLUGINS: &[(&str, &str, &str)] = &[
         "mfsched_test_plugin_floor_breaker",
     ),
     (
+        "hostile-decide",
+        "mfsched-test-plugin-hostile-decide",
+        "mfsched_test_plugin_hostile_decide",
+    ),
+    (
+        "hostile-describe",
+        "mfsched-test-plugin-hostile-describe",
+        "mfsched_test_plugin_hostile_describe",
+    ),
+    (
         "wit-0-2-0",
         "mfsched-test-plugin-wit-0-2-0",
         "mfsched_test_plugin_wit_0_2_0",

@@ -56,6 +56,7 @@ fn run_serves_the_api_and_stops_cleanly_on_sigterm_with_a_replayable_log() {
     let mut child = Command::new(env!("CARGO_BIN_EXE_mfsched"))
         .args(["run", "--config"])
         .arg(&config)
+        .env("MFSCHED_API_TOKEN", common::TOKEN)
         .stderr(Stdio::piped())
         .stdout(Stdio::null())
         .spawn()
@@ -69,7 +70,8 @@ fn run_serves_the_api_and_stops_cleanly_on_sigterm_with_a_replayable_log() {
             "run exited before listening"
         );
         if let Some((_, a)) = line.trim().split_once("listening on http://") {
-            break a.trim().parse().expect("an address");
+            let a = a.split_whitespace().next().unwrap_or("");
+            break a.parse().expect("an address");
         }
     };
     // Let a few ticks run.
@@ -92,11 +94,38 @@ fn run_serves_the_api_and_stops_cleanly_on_sigterm_with_a_replayable_log() {
     let (status, decision) = common::http(addr, "GET", "/v1/decision", None);
     assert_eq!(status, 200);
     assert!(decision.contains("applied_knobs"), "{decision}");
-    let (status, refused) = common::http(
+    // Changes need the token; a page that rebound its DNS name to loopback
+    // (another Host) gets nothing, not even reads.
+    let (status, _) = common::http(
+        addr,
+        "POST",
+        "/v1/policies/active",
+        Some(r#"{"policy":"hold"}"#),
+    );
+    assert_eq!(status, 401, "no token");
+    let (auth, bearer) = common::bearer();
+    let (status, _) = common::http_with(
+        addr,
+        "POST",
+        "/v1/policies/active",
+        Some(r#"{"policy":"hold"}"#),
+        &[(auth, &bearer), ("Host", "attacker.example")],
+    );
+    assert_eq!(status, 421, "a foreign Host");
+    let (status, _) = common::http_with(
+        addr,
+        "GET",
+        "/v1/policies",
+        None,
+        &[("Host", "attacker.example:9464")],
+    );
+    assert_eq!(status, 421, "a foreign Host, reading");
+    let (status, refused) = common::http_with(
         addr,
         "POST",
         "/v1/policies/active",
         Some(r#"{"policy":"no-such-policy"}"#),
+        &[(auth, &bearer)],
     );
     assert_eq!(status, 400, "{refused}");
 

@@ -117,6 +117,7 @@ fn pipeline(deadline: Duration) -> Arc<Pipeline> {
             PluginLimits {
                 deadline,
                 memory_bytes: 256 << 20,
+                ..PluginLimits::default()
             },
             CompileCache::Default,
         )
@@ -165,8 +166,8 @@ fn harness(
     let policies = Arc::new(TestDeciders::new(&problem, deadline * 6));
     let metrics = Arc::new(Metrics::default());
     let actuators = Actuators::new(&actuator, &problem, Arc::clone(&metrics)).expect("actuators");
-    let (log, torn) = DecisionLog::open(&log_path).expect("open log");
-    assert!(torn.is_none());
+    let (log, recovery) = DecisionLog::open(&log_path).expect("open log");
+    assert_eq!(recovery, declog::Recovery::default());
     let settings = LoopSettings {
         period,
         deadline,
@@ -197,25 +198,57 @@ fn harness(
     }
 }
 
-async fn serve_api(daemon: &Daemon) -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
+/// The API as `mfsched run` serves it: the guard (with the test token), the
+/// accept loop with its limits, on a runtime of its own thread. It stops when
+/// the returned sender is dropped.
+fn serve_api(daemon: &Daemon, limits: api::ServeLimits) -> (SocketAddr, watch::Sender<bool>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.set_nonblocking(true).expect("non-blocking");
     let addr = listener.local_addr().expect("addr");
-    let app = api::router(daemon.shared());
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    addr
+    let shared = daemon.shared();
+    let metrics = Arc::clone(&shared.metrics);
+    let app = api::router(shared, api::Guard::loopback(Some(common::TOKEN)));
+    let (stop_tx, mut stop_rx) = watch::channel(false);
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("API runtime");
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
+            api::serve(listener, app, limits, metrics, async move {
+                let _ = stop_rx.wait_for(|stop| *stop).await;
+            })
+            .await;
+        });
+    });
+    (addr, stop_tx)
 }
 
+/// The default limits of `[api]`.
+fn default_limits() -> api::ServeLimits {
+    api::ServeLimits::from_config(&mfsched_daemon::config::ApiConfig::default())
+}
+
+/// One request; changes carry the test token.
 async fn http(
     addr: SocketAddr,
     method: &'static str,
     path: &'static str,
     body: Option<String>,
 ) -> (u16, String) {
-    tokio::task::spawn_blocking(move || common::http(addr, method, path, body.as_deref()))
-        .await
-        .expect("http thread")
+    tokio::task::spawn_blocking(move || {
+        let (auth, bearer) = common::bearer();
+        let headers: &[(&str, &str)] = if method == "GET" {
+            &[]
+        } else {
+            &[(auth, &bearer)]
+        };
+        common::http_with(addr, method, path, body.as_deref(), headers)
+    })
+    .await
+    .expect("http thread")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -230,7 +263,7 @@ async fn soak_at_100_hz_with_policy_swaps_and_failing_policies() {
         ActuatorConfig::default(),
     );
     let problem = problem();
-    let addr = serve_api(&h.daemon).await;
+    let (addr, _api) = serve_api(&h.daemon, default_limits());
     let (_stop_tx, stop_rx) = watch::channel(false);
     let run = tokio::spawn(h.daemon.run(stop_rx, Some(TICKS)));
 
@@ -299,6 +332,7 @@ async fn soak_at_100_hz_with_policy_swaps_and_failing_policies() {
     let mut previous = problem.current.clone();
     let mut actives = BTreeSet::new();
     let mut kept = 0u64;
+    let mut invalid_rejected = 0u64;
     for (i, r) in contents.records.iter().enumerate() {
         assert_eq!(r.tick, i as u64);
         problem
@@ -316,9 +350,14 @@ async fn soak_at_100_hz_with_policy_swaps_and_failing_policies() {
                 kept += 1;
             }
         }
-        // Shadows decide every tick, on the same state, and are never applied.
+        // Shadows decide every tick, on the same state, and are never applied:
+        // the invalid one is rejected (or, on a loaded machine, late), the
+        // stalling one always runs out of time.
         assert_eq!(r.shadows.len(), 2);
-        assert!(matches!(&r.shadows[0].outcome, Err(f) if f.kind == FailureKind::Invalid));
+        assert!(matches!(&r.shadows[0].outcome,
+            Err(f) if matches!(f.kind, FailureKind::Invalid | FailureKind::Deadline)));
+        invalid_rejected += u64::from(matches!(&r.shadows[0].outcome,
+            Err(f) if f.kind == FailureKind::Invalid));
         assert!(matches!(&r.shadows[1].outcome, Err(f) if f.kind == FailureKind::Deadline));
         previous = r.applied.clone();
     }
@@ -327,6 +366,10 @@ async fn soak_at_100_hz_with_policy_swaps_and_failing_policies() {
         "several active policies over the run: {actives:?}"
     );
     assert!(kept > 0, "the failing policies were exercised");
+    assert!(
+        invalid_rejected > 0,
+        "the validation rejected the invalid shadow"
+    );
     assert_eq!(h.metrics.counts().kept_last_valid, kept);
 }
 
@@ -585,7 +628,7 @@ async fn soak_with_plugin_files_replaced_while_running() {
         Arc::clone(&metrics),
     )
     .expect("daemon");
-    let addr = serve_api(&daemon).await;
+    let (addr, _api) = serve_api(&daemon, default_limits());
     let (_stop_tx, stop_rx) = watch::channel(false);
     let run = tokio::spawn(daemon.run(stop_rx, Some(TICKS)));
 
@@ -649,4 +692,151 @@ async fn soak_with_plugin_files_replaced_while_running() {
         .and_then(|v| v.parse().ok())
         .expect("reloads in /metrics");
     assert!(reloads >= 1, "{metrics_text}");
+}
+
+/// The API under a flood while the loop runs: 200 clients scraping `/metrics`
+/// in a loop, 100 connections that send half a request and hold it, with a
+/// plugin that refuses with 20 MiB at every (burst) tick as a shadow. The tick
+/// loop runs on its own runtime: every tick is recorded, late ticks are
+/// counted and agree everywhere, connections over the cap are refused and
+/// counted, and the API answers again once the flood is over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tick_loop_keeps_going_under_an_api_flood_with_a_hostile_plugin() {
+    let _serial = TIMING.lock().await;
+    use mfsched_daemon::policies::PluginPolicies;
+    use std::io::Write;
+
+    const TICKS: u64 = 40;
+    let period = Duration::from_millis(100);
+    let deadline = Duration::from_millis(60);
+    let scenario = mfsched_core::scenario::load("paper-n2").expect("bundled");
+    let mut problem = scenario.problem;
+    let predictor: Arc<dyn mfsched_core::predict::Predictor> =
+        Arc::new(mfsched_lab::analytic::AnalyticPredictor);
+    mfsched_plugin_host::setup::fill_defaults(
+        &mut problem,
+        &scenario.explicit_floors,
+        predictor.as_ref(),
+    )
+    .expect("predicts");
+    let plugins = tempfile::tempdir().expect("tempdir");
+    std::fs::copy(
+        Path::new(mfsched_plugin_host::TEST_PLUGINS_DIR).join("hostile-decide.wasm"),
+        plugins.path().join("turncoat.wasm"),
+    )
+    .expect("copy");
+    let (policies, notes) = PluginPolicies::new(
+        &problem,
+        predictor,
+        "utility",
+        Some(plugins.path()),
+        deadline,
+        5,
+    )
+    .expect("plugin host");
+    assert!(notes.is_empty(), "{notes:?}");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log_path = dir.path().join("decisions.log");
+    let (log, _) = DecisionLog::open(&log_path).expect("open log");
+    let metrics = Arc::new(Metrics::default());
+    let actuators =
+        Actuators::new(&ActuatorConfig::default(), &problem, Arc::clone(&metrics)).expect("none");
+    let settings = LoopSettings {
+        period,
+        deadline,
+        active: "hold".to_owned(),
+        shadows: vec!["turncoat".to_owned()],
+        unknown_utilization: 0.5,
+        workload: WorkloadSource::Fixed(mfsched_core::domain::WorkloadLevel::Burst),
+    };
+    let daemon = Daemon::new(
+        settings,
+        problem.clone(),
+        Box::new(FootprintSampler),
+        Deciding {
+            pipeline: policies.pipeline(),
+            params: policies.params().to_vec(),
+            policies: Arc::new(policies),
+        },
+        actuators,
+        log,
+        Arc::clone(&metrics),
+    )
+    .expect("daemon");
+    let limits = api::ServeLimits {
+        max_connections: 64,
+        header_timeout: Duration::from_millis(1500),
+        connection_lifetime: Duration::from_secs(3),
+    };
+    let (addr, _api) = serve_api(&daemon, limits);
+    let (_stop_tx, stop_rx) = watch::channel(false);
+    let run = tokio::spawn(daemon.run(stop_rx, Some(TICKS)));
+
+    // Half-sent requests, held open: they fill the connection slots.
+    let held: Vec<std::net::TcpStream> = (0..100)
+        .filter_map(|_| {
+            let mut s = std::net::TcpStream::connect(addr).ok()?;
+            s.write_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+                .ok()?;
+            Some(s)
+        })
+        .collect();
+    // Scrapers, bounded in count and time, each stopping with the loop.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let scrapers: Vec<_> = (0..200)
+        .map(|_| {
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || {
+                let mut sent = 0u32;
+                while !stop.load(Ordering::Relaxed) && sent < 500 {
+                    if let Ok(mut s) = std::net::TcpStream::connect(addr) {
+                        let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+                        let _ = s.write_all(
+                            b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+                        );
+                        let _ = std::io::Read::read_to_end(&mut s, &mut Vec::new());
+                    }
+                    sent += 1;
+                }
+            })
+        })
+        .collect();
+    let summary = run.await.expect("loop task").expect("loop ran");
+    stop.store(true, Ordering::Relaxed);
+    for s in scrapers {
+        s.join().expect("scraper");
+    }
+    drop(held);
+
+    assert_eq!(summary.ticks, TICKS);
+    let contents = declog::read(&log_path).expect("log");
+    assert_eq!(contents.records.len() as u64, TICKS, "every tick recorded");
+    let recorded_missed: u64 = contents.records.iter().map(|r| r.missed_before).sum();
+    assert_eq!(recorded_missed, summary.missed_ticks);
+    assert!(
+        summary.missed_ticks < TICKS,
+        "the loop stalled: {summary:?}"
+    );
+    for r in &contents.records {
+        problem
+            .check_feasible(&r.applied)
+            .expect("only valid decisions are applied");
+        let shadow = r.shadows[0].outcome.as_ref().expect_err("turncoat refuses");
+        assert!(shadow.message.len() < 8 << 10, "the refusal is cut");
+    }
+    assert!(
+        metrics.counts().api_connections_refused > 0,
+        "100 held connections over a cap of 64 are refused and counted"
+    );
+    // Once the held connections are gone, the API answers again.
+    let (status, body) = http(addr, "GET", "/metrics", None).await;
+    assert_eq!(status, 200);
+    assert!(body.contains("mfsched_api_connections_refused_total"));
+    eprintln!(
+        "flood soak: {} ticks at {} ms, {} missed, {} API connections refused",
+        summary.ticks,
+        period.as_millis(),
+        summary.missed_ticks,
+        metrics.counts().api_connections_refused
+    );
 }

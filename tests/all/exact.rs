@@ -23,6 +23,7 @@ fn engine() -> Arc<PluginEngine> {
             PluginLimits {
                 deadline: Duration::from_secs(5),
                 memory_bytes: 256 << 20,
+                ..PluginLimits::default()
             },
             CompileCache::Off,
         )

@@ -4,6 +4,7 @@
 //! - [`cli`]: the `mfsched` binary as a user runs it.
 //! - [`daemon_soak`]: the decision loop under load, in process.
 //! - [`exact`]: the exact policy against exhaustive search.
+//! - [`hostile`]: hostile components and files against the sandbox promise.
 //! - [`layering`]: no product crate depends on the lab.
 //! - [`pipeline`]: the same invalid answers rejected alike by decide, ab and the daemon.
 //! - [`plugin_host`]: the plugin host against real (and hostile) components.
@@ -14,6 +15,7 @@ mod cli;
 mod common;
 mod daemon_soak;
 mod exact;
+mod hostile;
 mod layering;
 mod pipeline;
 mod plugin_host;

@@ -83,11 +83,11 @@ fn ab_rejects_each_invalid_answer_on_every_tick() {
     }
 }
 
+/// `mfsched run` self-checks the files of its plugin directory at start-up,
+/// through the same pipeline: each hostile policy is refused there, for the
+/// same reason, and the daemon does not start on it.
 #[test]
-fn the_daemon_rejects_each_invalid_answer_and_applies_nothing_invalid() {
-    let problem = mfsched_core::scenario::load("paper-n5")
-        .expect("bundled")
-        .problem;
+fn the_daemon_refuses_each_invalid_policy_at_start_up_for_the_same_reason() {
     for (name, reason) in HOSTILE {
         let dir = tempfile::tempdir().expect("temp dir");
         let plugins = dir.path().join("plugins");
@@ -121,19 +121,123 @@ listen = "127.0.0.1:0"
         )
         .expect("config");
         let out = mfsched(&["run", "--config", utf8(&config), "--max-ticks", "2"]);
-        assert!(out.status.success(), "{name}: {}", stderr(&out));
-        let log = mfsched_daemon::declog::read(&dir.path().join("decisions.log")).expect("log");
+        assert!(!out.status.success(), "{name}");
+        let err = stderr(&out);
+        assert!(err.contains("self-check failed"), "{name}: {err}");
+        assert!(
+            err.contains("the decision was rejected") || err.contains("its decision was rejected"),
+            "{name}: {err}"
+        );
+        assert!(err.contains(reason), "{name}: {err}");
+        assert!(
+            err.contains(&format!("policy '{name}' is not loaded")),
+            "{name}: {err}"
+        );
+    }
+}
+
+/// The daemon's tick, with the hostile components offered directly (as a
+/// plugin that passed its self-check and turned later would be): every tick
+/// rejects the answer for the same reason and applies nothing new.
+#[test]
+fn the_daemon_rejects_each_invalid_answer_on_every_tick_and_applies_nothing_invalid() {
+    use mfsched_daemon::actuator::Actuators;
+    use mfsched_daemon::config::ActuatorConfig;
+    use mfsched_daemon::daemon::{Daemon, Deciding, LoopSettings, WorkloadSource};
+    use mfsched_daemon::declog::{self, DecisionLog};
+    use mfsched_daemon::metrics::Metrics;
+    use mfsched_daemon::outcome::FailureKind;
+    use mfsched_daemon::sampler::FootprintSampler;
+    use mfsched_plugin_host::registry::{Loaded, Registry, load_file, resolve_utility};
+    use mfsched_plugin_host::{CompileCache, Pipeline, PluginEngine, PluginLimits};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    let scenario = mfsched_core::scenario::load("paper-n5").expect("bundled");
+    let served = mfsched_surrogate::serve::serve(
+        &scenario,
+        mfsched_surrogate::serve::ServeOptions {
+            models: None,
+            backend: mfsched_surrogate::backend::BackendChoice::Cpu,
+            field: mfsched_core::predict::Field::Observed,
+        },
+    )
+    .expect("the embedded bundle");
+    let engine = Arc::new(
+        PluginEngine::new(PluginLimits::default(), CompileCache::Default).expect("engine"),
+    );
+    let registry = Arc::new(Registry::default());
+    let utility =
+        registry.utility_slot(resolve_utility(&engine, "utility", None).expect("utility"));
+    for (name, _) in HOSTILE {
+        match load_file(&engine, &hostile(name)).expect(name) {
+            Loaded::Policy(p) => {
+                registry.policy_slot(p);
+            }
+            Loaded::Utility(_) => panic!("{name} is a policy"),
+        }
+    }
+    let pipeline = Arc::new(Pipeline::new(
+        engine,
+        utility,
+        Arc::clone(&served.predictor),
+    ));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    for (name, reason) in HOSTILE {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let log_path = dir.path().join("decisions.log");
+        let (log, _) = DecisionLog::open(&log_path).expect("log");
+        let metrics = Arc::new(Metrics::default());
+        let actuators = Actuators::new(
+            &ActuatorConfig::default(),
+            &served.problem,
+            Arc::clone(&metrics),
+        )
+        .expect("actuators");
+        let settings = LoopSettings {
+            period: Duration::from_millis(1000),
+            deadline: Duration::from_millis(900),
+            active: (*name).to_owned(),
+            shadows: Vec::new(),
+            unknown_utilization: 0.5,
+            workload: WorkloadSource::Fixed(mfsched_core::domain::WorkloadLevel::Medium),
+        };
+        let deciding = Deciding {
+            pipeline: Arc::clone(&pipeline),
+            policies: Arc::clone(&registry) as Arc<dyn mfsched_plugin_host::PolicySource>,
+            params: Vec::new(),
+        };
+        let daemon = Daemon::new(
+            settings,
+            served.problem.clone(),
+            Box::new(FootprintSampler),
+            deciding,
+            actuators,
+            log,
+            metrics,
+        )
+        .expect("daemon");
+        let (_stop, stop_rx) = tokio::sync::watch::channel(false);
+        rt.block_on(daemon.run(stop_rx, Some(2))).expect("runs");
+        let log = declog::read(&log_path).expect("log");
         assert_eq!(log.records.len(), 2, "{name}");
         for r in &log.records {
             let failure = r.active.outcome.as_ref().expect_err("rejected");
-            assert_eq!(
-                failure.kind,
-                mfsched_daemon::outcome::FailureKind::Invalid,
-                "{name}"
+            assert_eq!(failure.kind, FailureKind::Invalid, "{name}");
+            assert!(
+                failure.message.contains("the decision was rejected"),
+                "{failure:?}"
             );
             assert!(failure.message.contains(reason), "{name}: {failure:?}");
             assert!(r.kept_last_valid);
-            assert_eq!(r.applied, problem.current, "{name}: nothing new applied");
+            assert_eq!(
+                r.applied, served.problem.current,
+                "{name}: nothing new applied"
+            );
         }
     }
 }

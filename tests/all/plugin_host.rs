@@ -26,6 +26,7 @@ fn engine(deadline: Duration, memory_mib: usize) -> Arc<PluginEngine> {
             PluginLimits {
                 deadline,
                 memory_bytes: memory_mib << 20,
+                ..PluginLimits::default()
             },
             CompileCache::Off,
         )
@@ -223,6 +224,7 @@ fn limits(deadline: Duration, memory_mib: usize) -> PluginLimits {
     PluginLimits {
         deadline,
         memory_bytes: memory_mib << 20,
+        ..PluginLimits::default()
     }
 }
 

@@ -1,23 +1,178 @@
-//! The HTTP control API (axum). Bound to 127.0.0.1 unless configured otherwise.
+//! The HTTP control API (axum routes on the daemon's own accept loop). Bound to
+//! 127.0.0.1 unless configured otherwise.
 //!
 //! `GET /healthz`, `GET /v1/state`, `GET /v1/decision`, `GET /v1/policies`,
 //! `POST /v1/policies/active` (`{"policy": "name"}`), `GET /metrics`.
+//!
+//! Every request passes the [`Guard`]: its `Host` must be a loopback name, the
+//! listen address or an allowed host (a page that rebinds its own DNS name to
+//! 127.0.0.1 sends its own); changes need the bearer token (reads too with
+//! `api.auth_reads`); bodies are capped and requests time out. The accept loop
+//! ([`serve`]) caps open connections and the time a client has to send its
+//! headers. It runs on a runtime of its own, so no client load reaches the
+//! tick loop's threads.
 
-use axum::extract::State;
-use axum::http::{StatusCode, header};
+use anyhow::{Result, bail};
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{Method, StatusCode, header};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::config::{ApiConfig, TOKEN_ENV};
 use super::daemon::Shared;
+use super::metrics::Metrics;
 use mfsched_core::domain::KnobSetting;
 
-pub fn router(shared: Arc<Shared>) -> Router {
+/// Who may call the API and how much a request may take.
+#[derive(Clone)]
+pub struct Guard {
+    token: Option<Arc<str>>,
+    auth_reads: bool,
+    /// Lower-case host names (no port) a `Host` header may carry.
+    hosts: Arc<Vec<String>>,
+    request_timeout: Duration,
+    max_body_bytes: usize,
+}
+
+impl std::fmt::Debug for Guard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Guard")
+            .field("token", &self.token.as_ref().map(|_| "<set>"))
+            .field("auth_reads", &self.auth_reads)
+            .field("hosts", &self.hosts)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Guard {
+    /// The guard of an API config. A `listen` address off loopback without a
+    /// token, or `auth_reads` without one, is refused: nothing would guard it.
+    pub fn from_config(api: &ApiConfig) -> Result<Self> {
+        let token = api.token()?;
+        if token.is_none() && !api.listen.ip().is_loopback() {
+            bail!(
+                "api.listen {} is not a loopback address and the API has no token: set api.token_file or {TOKEN_ENV}",
+                api.listen
+            );
+        }
+        if token.is_none() && api.auth_reads {
+            bail!("api.auth_reads needs a token: set api.token_file or {TOKEN_ENV}");
+        }
+        let mut hosts: Vec<String> = ["localhost", "127.0.0.1", "::1"]
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
+        hosts.push(api.listen.ip().to_string());
+        hosts.extend(api.allowed_hosts.iter().map(|h| h.to_ascii_lowercase()));
+        Ok(Self {
+            token: token.map(Arc::from),
+            auth_reads: api.auth_reads,
+            hosts: Arc::new(hosts),
+            request_timeout: Duration::from_millis(api.request_timeout_ms),
+            max_body_bytes: api.max_body_bytes,
+        })
+    }
+
+    /// A guard for tests and embedding: loopback hosts, this token (if any).
+    pub fn loopback(token: Option<&str>) -> Self {
+        let api = ApiConfig::default();
+        Self {
+            token: token.map(Arc::from),
+            auth_reads: false,
+            hosts: Arc::new(vec!["localhost".into(), "127.0.0.1".into(), "::1".into()]),
+            request_timeout: Duration::from_millis(api.request_timeout_ms),
+            max_body_bytes: api.max_body_bytes,
+        }
+    }
+
+    /// Whether the API has a token (mutating endpoints are refused without one).
+    pub fn has_token(&self) -> bool {
+        self.token.is_some()
+    }
+
+    fn host_allowed(&self, host: &str) -> bool {
+        let host = host.trim().to_ascii_lowercase();
+        // `[::1]:9464`, `127.0.0.1:9464`, `localhost`: the name without the port.
+        let name = match host.strip_prefix('[') {
+            Some(rest) => rest.split(']').next().unwrap_or(""),
+            None => host.split(':').next().unwrap_or(""),
+        };
+        self.hosts.iter().any(|h| h == name)
+    }
+
+    fn authorised(&self, req: &Request) -> bool {
+        let Some(token) = &self.token else {
+            return false;
+        };
+        let given = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .unwrap_or("");
+        constant_time_eq(given.as_bytes(), token.as_bytes())
+    }
+}
+
+/// Compares without an early exit, so the time taken says nothing of the token.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn refuse(status: StatusCode, error: &str) -> Response {
+    (status, Json(json!({ "error": error }))).into_response()
+}
+
+/// The guard in front of every route: Host, token, request time.
+async fn guard(State(guard): State<Guard>, req: Request, next: Next) -> Response {
+    let host = req
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("");
+    if !guard.host_allowed(host) {
+        return refuse(
+            StatusCode::MISDIRECTED_REQUEST,
+            "this Host is not allowed (see api.allowed_hosts)",
+        );
+    }
+    let reading = matches!(*req.method(), Method::GET | Method::HEAD);
+    if !reading && !guard.has_token() {
+        return refuse(
+            StatusCode::FORBIDDEN,
+            "changes need the API token, and none is configured: set api.token_file or MFSCHED_API_TOKEN",
+        );
+    }
+    if (!reading || guard.auth_reads) && !guard.authorised(&req) {
+        let mut response = refuse(
+            StatusCode::UNAUTHORIZED,
+            "a valid `Authorization: Bearer <token>` header is required",
+        );
+        response.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            header::HeaderValue::from_static("Bearer"),
+        );
+        return response;
+    }
+    match tokio::time::timeout(guard.request_timeout, next.run(req)).await {
+        Ok(response) => response,
+        Err(_) => refuse(StatusCode::REQUEST_TIMEOUT, "the request took too long"),
+    }
+}
+
+pub fn router(shared: Arc<Shared>, guard_config: Guard) -> Router {
+    let body_limit = guard_config.max_body_bytes;
     Router::new()
         .route("/healthz", get(healthz))
         .route("/v1/state", get(state))
@@ -25,7 +180,76 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/policies", get(policies))
         .route("/v1/policies/active", post(set_active))
         .route("/metrics", get(metrics))
+        .layer(DefaultBodyLimit::max(body_limit))
+        .layer(middleware::from_fn_with_state(guard_config, guard))
         .with_state(shared)
+}
+
+/// Limits of the accept loop.
+#[derive(Debug, Clone, Copy)]
+pub struct ServeLimits {
+    pub max_connections: usize,
+    pub header_timeout: Duration,
+    /// The longest a connection stays open, whatever it does.
+    pub connection_lifetime: Duration,
+}
+
+impl ServeLimits {
+    pub fn from_config(api: &ApiConfig) -> Self {
+        let header_timeout = Duration::from_millis(api.header_timeout_ms);
+        Self {
+            max_connections: api.max_connections,
+            header_timeout,
+            connection_lifetime: header_timeout + Duration::from_millis(api.request_timeout_ms),
+        }
+    }
+}
+
+/// Serves `app` on `listener` until `shutdown` resolves: one request per
+/// connection (no keep-alive), at most `max_connections` open (more are closed
+/// on accept and counted), headers within `header_timeout`, every connection
+/// closed after `connection_lifetime`.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    limits: ServeLimits,
+    metrics: Arc<Metrics>,
+    shutdown: impl Future<Output = ()>,
+) {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    use hyper_util::service::TowerToHyperService;
+    let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
+    tokio::pin!(shutdown);
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // Out of descriptors and the like: back off, keep serving.
+                    tracing::warn!("api: accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+            metrics.api_connection_refused();
+            drop(stream);
+            continue;
+        };
+        let service = TowerToHyperService::new(app.clone());
+        tokio::spawn(async move {
+            let connection = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(limits.header_timeout)
+                .keep_alive(false)
+                .serve_connection(TokioIo::new(stream), service);
+            // A connection past its lifetime is dropped, closing the socket.
+            let _ = tokio::time::timeout(limits.connection_lifetime, connection).await;
+            drop(slot);
+        });
+    }
 }
 
 /// Healthy while ticks keep coming: the last one finished within three periods

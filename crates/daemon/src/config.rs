@@ -227,17 +227,99 @@ pub struct LogConfig {
 pub struct ApiConfig {
     #[serde(default = "default_listen")]
     pub listen: SocketAddr,
+    /// A file holding the bearer token the API requires (its first line);
+    /// `MFSCHED_API_TOKEN` in the environment wins. Without a token the
+    /// mutating endpoints refuse, and only a loopback `listen` is allowed.
+    #[serde(default)]
+    pub token_file: Option<PathBuf>,
+    /// Require the token on reads (`GET`) too, not only on changes.
+    #[serde(default)]
+    pub auth_reads: bool,
+    /// Host names a request's `Host` header may carry besides loopback ones and
+    /// the `listen` address (a browser tricked by DNS rebinding sends another).
+    #[serde(default)]
+    pub allowed_hosts: Vec<String>,
+    /// Open connections at most; more are closed on accept and counted.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
+    /// Time a client has to send a request's headers.
+    #[serde(default = "default_header_timeout_ms")]
+    pub header_timeout_ms: u64,
+    /// Time a request may take, body and answer included.
+    #[serde(default = "default_request_timeout_ms")]
+    pub request_timeout_ms: u64,
+    /// Largest request body, bytes.
+    #[serde(default = "default_max_body_bytes")]
+    pub max_body_bytes: usize,
 }
 
 fn default_listen() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 9464))
 }
 
+fn default_max_connections() -> usize {
+    64
+}
+
+fn default_header_timeout_ms() -> u64 {
+    5_000
+}
+
+fn default_request_timeout_ms() -> u64 {
+    10_000
+}
+
+fn default_max_body_bytes() -> usize {
+    16 << 10
+}
+
 impl Default for ApiConfig {
     fn default() -> Self {
         Self {
             listen: default_listen(),
+            token_file: None,
+            auth_reads: false,
+            allowed_hosts: Vec::new(),
+            max_connections: default_max_connections(),
+            header_timeout_ms: default_header_timeout_ms(),
+            request_timeout_ms: default_request_timeout_ms(),
+            max_body_bytes: default_max_body_bytes(),
         }
+    }
+}
+
+/// The environment variable that holds the API token (it wins over `token_file`).
+pub const TOKEN_ENV: &str = "MFSCHED_API_TOKEN";
+
+impl ApiConfig {
+    /// The bearer token from the environment or `token_file`, if any. A token
+    /// file that cannot be read, or an empty token, is an error.
+    pub fn token(&self) -> Result<Option<String>> {
+        if let Ok(t) = std::env::var(TOKEN_ENV) {
+            let t = t.trim().to_owned();
+            if t.is_empty() {
+                bail!("{TOKEN_ENV} is set but empty");
+            }
+            return Ok(Some(t));
+        }
+        let Some(path) = &self.token_file else {
+            return Ok(None);
+        };
+        let meta = std::fs::metadata(path)
+            .with_context(|| format!("api.token_file {}", path.display()))?;
+        if !meta.is_file() || meta.len() > 4096 {
+            bail!(
+                "api.token_file {}: not a regular file of at most 4 KiB",
+                path.display()
+            );
+        }
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("api.token_file {}", path.display()))?;
+        let token = text.lines().next().unwrap_or("").trim().to_owned();
+        if token.is_empty() {
+            bail!("api.token_file {}: the first line is empty", path.display());
+        }
+        Ok(Some(token))
     }
 }
 
@@ -285,6 +367,15 @@ impl DaemonConfig {
                 self.policy.active
             );
         }
+        if self.api.max_connections == 0
+            || self.api.header_timeout_ms == 0
+            || self.api.request_timeout_ms == 0
+            || self.api.max_body_bytes == 0
+        {
+            bail!(
+                "api.max_connections, api.header_timeout_ms, api.request_timeout_ms and api.max_body_bytes must be positive"
+            );
+        }
         if !(0.0..=1.0).contains(&self.sampler.unknown_utilization) {
             bail!("sampler.unknown_utilization must be in [0, 1]");
         }
@@ -316,6 +407,9 @@ impl DaemonConfig {
             }
         };
         fix(&mut self.log.path);
+        if let Some(p) = &mut self.api.token_file {
+            fix(p);
+        }
         if let Some(p) = &mut self.actuator.file {
             fix(p);
         }

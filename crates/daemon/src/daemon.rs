@@ -148,6 +148,8 @@ pub struct Daemon {
     shared: Arc<Shared>,
     next_tick: u64,
     last_valid: LastValid,
+    /// The last append failed (the next failure is not logged again).
+    log_failing: bool,
 }
 
 impl Daemon {
@@ -190,6 +192,7 @@ impl Daemon {
             shared,
             next_tick: first_tick,
             last_valid: LastValid::default(),
+            log_failing: false,
         })
     }
 
@@ -339,7 +342,19 @@ impl Daemon {
             kept_last_valid,
             changed_models: changed.iter().map(|&i| i as u32).collect(),
         };
-        self.log.append(&record)?;
+        // Nothing a tick records may end the daemon: a failed write is counted
+        // and logged (once per run of failures), and the loop goes on.
+        match self.log.append(&record) {
+            Ok(()) => self.log_failing = false,
+            Err(e) => {
+                self.shared.metrics.log_write_failed();
+                if !std::mem::replace(&mut self.log_failing, true) {
+                    tracing::error!(
+                        "decision log: tick {tick} not recorded: {e:#}; still deciding"
+                    );
+                }
+            }
+        }
         self.shared.metrics.tick(missed_before);
         *self.shared.last.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(record));
         *self

@@ -122,13 +122,12 @@ pub async fn run(
     if let Some(note) = note {
         tracing::warn!("{note}");
     }
-    let (log, torn) = declog::DecisionLog::open(&config.log.path)?;
-    if let Some(torn) = torn {
-        tracing::warn!(
-            "decision log {}: {torn}; cut off, appending after the last intact record",
-            config.log.path.display()
-        );
+    let (log, recovery) = declog::DecisionLog::open(&config.log.path)?;
+    for note in recovery.notes() {
+        tracing::warn!("decision log {}: {note}", config.log.path.display());
     }
+    // Refused before anything runs: an unguarded API off loopback.
+    let guard = api::Guard::from_config(&config.api)?;
     let metrics = Arc::new(Metrics::default());
     let actuators = actuator::Actuators::new(&config.actuator, &problem, Arc::clone(&metrics))?;
     let settings = LoopSettings {
@@ -145,14 +144,27 @@ pub async fn run(
         policies: Arc::new(policies),
     };
     let daemon = Daemon::new(
-        settings, problem, sampler, deciding, actuators, log, metrics,
+        settings,
+        problem,
+        sampler,
+        deciding,
+        actuators,
+        log,
+        Arc::clone(&metrics),
     )?;
 
-    let listener = tokio::net::TcpListener::bind(config.api.listen)
-        .await
+    let listener = std::net::TcpListener::bind(config.api.listen)
         .with_context(|| format!("cannot listen on {}", config.api.listen))?;
+    listener.set_nonblocking(true).context("the API listener")?;
     let bound = listener.local_addr().context("listener address")?;
-    tracing::info!("listening on http://{bound}");
+    tracing::info!(
+        "listening on http://{bound}{}",
+        if guard.has_token() {
+            " (changes need the API token)"
+        } else {
+            " (read-only: no API token configured)"
+        }
+    );
 
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::spawn(async move {
@@ -160,21 +172,35 @@ pub async fn run(
         stop_tx.send_replace(true);
     });
     // The API stops once the loop has stopped (signal, bound reached or error),
-    // so it answers until the last tick is recorded.
+    // so it answers until the last tick is recorded. It runs on a runtime of
+    // its own thread: no number of clients can take the tick loop's workers.
     let (done_tx, mut done_rx) = watch::channel(false);
-    let app = api::router(daemon.shared());
-    let server = tokio::spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                let _ = done_rx.wait_for(|done| *done).await;
+    let app = api::router(daemon.shared(), guard);
+    let limits = api::ServeLimits::from_config(&config.api);
+    let api_runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("mfsched-api")
+        .enable_all()
+        .build()
+        .context("cannot start the API runtime")?;
+    let server = std::thread::Builder::new()
+        .name("mfsched-api".into())
+        .spawn(move || {
+            api_runtime.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener)?;
+                api::serve(listener, app, limits, metrics, async move {
+                    let _ = done_rx.wait_for(|done| *done).await;
+                })
+                .await;
+                anyhow::Ok(())
             })
-            .await
-    });
+        })
+        .context("cannot start the API thread")?;
     let summary = daemon.run(stop_rx, overrides.max_ticks).await;
     done_tx.send_replace(true);
     server
-        .await
-        .context("the API server task")?
+        .join()
+        .map_err(|_| anyhow::anyhow!("the API thread panicked"))?
         .context("the API server")?;
     summary
 }

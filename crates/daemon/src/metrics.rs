@@ -61,6 +61,8 @@ struct Inner {
     actuator_sent: BTreeMap<String, u64>,
     actuator_failures: BTreeMap<String, u64>,
     policy_swaps: u64,
+    log_write_failures: u64,
+    api_connections_refused: u64,
 }
 
 #[derive(Debug, Default)]
@@ -75,6 +77,8 @@ pub struct Counts {
     pub missed_ticks: u64,
     pub kept_last_valid: u64,
     pub policy_swaps: u64,
+    pub log_write_failures: u64,
+    pub api_connections_refused: u64,
 }
 
 impl Metrics {
@@ -137,6 +141,16 @@ impl Metrics {
         *map.entry(actuator.to_owned()).or_default() += 1;
     }
 
+    /// An API connection closed on accept: the connection cap was reached.
+    pub fn api_connection_refused(&self) {
+        self.lock().api_connections_refused += 1;
+    }
+
+    /// A tick record the decision log could not take (the tick itself went on).
+    pub fn log_write_failed(&self) {
+        self.lock().log_write_failures += 1;
+    }
+
     pub fn policy_swapped(&self) {
         self.lock().policy_swaps += 1;
     }
@@ -148,6 +162,8 @@ impl Metrics {
             missed_ticks: m.missed_ticks,
             kept_last_valid: m.kept_last_valid,
             policy_swaps: m.policy_swaps,
+            log_write_failures: m.log_write_failures,
+            api_connections_refused: m.api_connections_refused,
         }
     }
 
@@ -267,6 +283,26 @@ impl Metrics {
             vec![format!(
                 "mfsched_kept_last_valid_total {}",
                 m.kept_last_valid
+            )],
+        );
+        section(
+            &mut out,
+            "mfsched_api_connections_refused_total",
+            "counter",
+            "API connections closed on accept because api.max_connections were open.",
+            vec![format!(
+                "mfsched_api_connections_refused_total {}",
+                m.api_connections_refused
+            )],
+        );
+        section(
+            &mut out,
+            "mfsched_log_write_failures_total",
+            "counter",
+            "Tick records the decision log could not write (the daemon kept deciding).",
+            vec![format!(
+                "mfsched_log_write_failures_total {}",
+                m.log_write_failures
             )],
         );
         section(

@@ -11,9 +11,10 @@ use mfsched_core::domain::Problem;
 use mfsched_core::predict::Predictor;
 use mfsched_plugin_host::bindings::wit;
 use mfsched_plugin_host::registry::{self, Loaded, Registry};
+use mfsched_plugin_host::reload::self_check;
 use mfsched_plugin_host::{
     Call, Checkpoint, CompileCache, HotReload, Pipeline, PluginEngine, PluginFailure, PluginLimits,
-    PolicySource, RawDecision, ReloadContext, ReloadEvent, ReloadOutcome, setup,
+    PolicySource, RawDecision, ReloadContext, ReloadEvent, setup,
 };
 
 /// The memory a policy instance may grow to.
@@ -24,26 +25,26 @@ pub struct PluginPolicies {
     registry: Arc<Registry>,
     /// The parameters every policy gets.
     params: Vec<wit::Param>,
-    /// Policies loaded at start; hot reload may add more.
-    names: Vec<String>,
     /// The inputs of the latest decision, for reload self-checks.
     checkpoint: Arc<Mutex<Option<Checkpoint>>>,
-    reload: Option<Mutex<HotReload>>,
+    reload: Option<HotReload>,
 }
 
 impl std::fmt::Debug for PluginPolicies {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PluginPolicies")
-            .field("policies", &self.names)
+            .field("policies", &self.registry.policy_names())
             .field("hot_reload", &self.reload.is_some())
             .finish_non_exhaustive()
     }
 }
 
 impl PluginPolicies {
-    /// Loads every embedded policy and every `.wasm` policy of `dir` (a file that
-    /// does not load is reported in the returned notes and skipped), and watches
-    /// `dir` for hot reload. `deadline` bounds each policy call inside the guest.
+    /// Loads every embedded policy and every `.wasm` policy of `dir`, and
+    /// watches `dir` for hot reload. A file from `dir` passes the same
+    /// self-check as a hot reload (a valid decision on the problem) before it is
+    /// offered; one that does not load or fails is reported in the returned
+    /// notes and skipped. `deadline` bounds each policy call, host work included.
     pub fn new(
         problem: &Problem,
         predictor: Arc<dyn Predictor>,
@@ -56,6 +57,7 @@ impl PluginPolicies {
             PluginLimits {
                 deadline,
                 memory_bytes: MEMORY_BYTES,
+                ..PluginLimits::default()
             },
             CompileCache::Default,
         )?);
@@ -78,43 +80,56 @@ impl PluginPolicies {
                 }
             }
         }
-        let mut names = Vec::new();
-        let mut notes = Vec::new();
-        for (name, loaded) in candidates {
-            match loaded {
-                Ok(Loaded::Policy(p)) => {
-                    registry.policy_slot(p);
-                    names.push(name);
-                }
-                Ok(Loaded::Utility(_)) => {}
-                Err(e) => notes.push(format!("plugin {name} not loaded: {e:#}")),
-            }
-        }
         let params = vec![wit::Param {
             key: "seed".into(),
             value: seed.to_string(),
         }];
         let checkpoint = Arc::new(Mutex::new(None));
+        let reload_context = ReloadContext {
+            engine: Arc::clone(&engine),
+            registry: Arc::clone(&registry),
+            predictor: Arc::clone(&predictor),
+            utility: Arc::clone(&utility),
+            checkpoint: Arc::clone(&checkpoint),
+            fallback: Checkpoint {
+                problem: problem.clone(),
+                state: setup::default_state(problem),
+                params: params.clone(),
+            },
+        };
+        let mut notes = Vec::new();
+        for (name, loaded) in candidates {
+            match loaded {
+                Ok(Loaded::Policy(p)) => {
+                    let from_dir = matches!(p.info.origin, registry::Origin::File(_));
+                    let checked = if from_dir {
+                        self_check(
+                            &reload_context,
+                            &Loaded::Policy(Arc::clone(&p)),
+                            &reload_context.fallback,
+                        )
+                    } else {
+                        Ok(())
+                    };
+                    match checked {
+                        Ok(()) => {
+                            registry.policy_slot(p);
+                        }
+                        Err(why) => notes.push(format!(
+                            "plugin {name} not loaded: self-check failed: {why}"
+                        )),
+                    }
+                }
+                Ok(Loaded::Utility(_)) => {}
+                Err(e) => notes.push(format!("plugin {name} not loaded: {e:#}")),
+            }
+        }
         let reload = match dir {
             None => None,
-            Some(dir) => Some(Mutex::new(
-                HotReload::watch(
-                    dir,
-                    ReloadContext {
-                        engine: Arc::clone(&engine),
-                        registry: Arc::clone(&registry),
-                        predictor: Arc::clone(&predictor),
-                        utility: Arc::clone(&utility),
-                        checkpoint: Arc::clone(&checkpoint),
-                        fallback: Checkpoint {
-                            problem: problem.clone(),
-                            state: setup::default_state(problem),
-                            params: params.clone(),
-                        },
-                    },
-                )
-                .with_context(|| format!("hot reload of {}", dir.display()))?,
-            )),
+            Some(dir) => Some(
+                HotReload::watch(dir, reload_context)
+                    .with_context(|| format!("hot reload of {}", dir.display()))?,
+            ),
         };
         let pipeline = Arc::new(Pipeline::new(engine, utility, predictor));
         Ok((
@@ -122,7 +137,6 @@ impl PluginPolicies {
                 pipeline,
                 registry,
                 params,
-                names,
                 checkpoint,
                 reload,
             },
@@ -140,28 +154,18 @@ impl PluginPolicies {
         &self.params
     }
 
-    fn reload_events(&self) -> Vec<ReloadEvent> {
+    /// The newest hot-reload attempts (bounded), oldest first.
+    pub fn reload_events(&self) -> Vec<ReloadEvent> {
         self.reload
             .as_ref()
-            .map(|r| r.lock().unwrap_or_else(|p| p.into_inner()).events())
+            .map(HotReload::events)
             .unwrap_or_default()
     }
 }
 
 impl PolicySource for PluginPolicies {
     fn policies(&self) -> Vec<String> {
-        let mut all = self.names.clone();
-        for event in self.reload_events() {
-            if let ReloadOutcome::Added { name, .. } = event.outcome
-                && self.registry.find_policy(&name).is_some()
-            {
-                all.push(name);
-            }
-        }
-        all.push(mfsched_plugin_host::HOLD.to_owned());
-        all.sort();
-        all.dedup();
-        all
+        self.registry.policies()
     }
 
     fn title(&self, policy: &str) -> Option<String> {
@@ -197,14 +201,6 @@ impl PolicySource for PluginPolicies {
     }
 
     fn reloads(&self) -> u64 {
-        self.reload_events()
-            .iter()
-            .filter(|e| {
-                matches!(
-                    e.outcome,
-                    ReloadOutcome::Swapped { .. } | ReloadOutcome::Added { .. }
-                )
-            })
-            .count() as u64
+        self.reload.as_ref().map_or(0, HotReload::loaded)
     }
 }

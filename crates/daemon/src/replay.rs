@@ -4,20 +4,23 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use super::declog::{LogContents, PolicyRecord, TickRecord};
+use mfsched_plugin_host::output::{MESSAGE_BYTES, NAME_BYTES, printable};
 
+/// Names and messages come from plugins (through the log): printed escaped, so
+/// none can forge a line.
 fn outcome_text(r: &PolicyRecord) -> String {
+    let policy = printable(&r.policy, NAME_BYTES);
     match &r.outcome {
         Ok(p) => {
             let utility = p
                 .predicted_utility
                 .map_or_else(String::new, |u| format!(" u={u:.4}"));
-            format!("{} {:?}{utility} {}us", r.policy, p.joint, r.latency_us)
+            format!("{policy} {:?}{utility} {}us", p.joint, r.latency_us)
         }
         Err(f) => format!(
-            "{} FAILED {}: {} {}us",
-            r.policy,
+            "{policy} FAILED {}: {} {}us",
             f.kind.as_str(),
-            f.message,
+            printable(&f.message, MESSAGE_BYTES),
             r.latency_us
         ),
     }
@@ -135,8 +138,7 @@ pub fn summary(contents: &LogContents) -> String {
         "policy", "role", "decisions", "failed", "p50 us", "p99 us", "mean util"
     )
     .ok();
-    for ((policy, role), mut s) in stats {
-        s.latencies_us.sort_unstable();
+    for ((policy, role), s) in stats {
         let failed: u64 = s.failures.values().sum();
         let util = if s.utility_n > 0 {
             format!("{:.4}", s.utility_sum / s.utility_n as f64)
@@ -152,7 +154,8 @@ pub fn summary(contents: &LogContents) -> String {
         }
         writeln!(
             out,
-            "{policy:<20} {role:<6} {:>9} {failed:>9} {:>10} {:>10} {util:>10}  {}",
+            "{:<20} {role:<6} {:>9} {failed:>9} {:>10} {:>10} {util:>10}  {}",
+            printable(&policy, NAME_BYTES),
             s.decisions,
             percentile(&s.latencies_us, 0.5),
             percentile(&s.latencies_us, 0.99),

@@ -150,6 +150,25 @@ struct CallState {
     predictor: Arc<dyn Predictor>,
     scorer: Scorer,
     deadline_at: Instant,
+    max_candidates: usize,
+}
+
+/// Candidates predicted between two looks at the deadline: a few tens of
+/// milliseconds of CPU work (MeanField, N = 5), more under the candidate-aware
+/// field. Slicing changes no result: every candidate is predicted on its own.
+pub const PREDICT_SLICE: usize = 8192;
+
+impl CallState {
+    /// Refuses a batch over the per-call cap before any work is done for it.
+    fn check_batch(&self, what: &str, candidates: usize) -> wasmtime::Result<()> {
+        if candidates > self.max_candidates {
+            return Err(wasmtime::Error::new(PluginFailure::Misuse(format!(
+                "{what}: {candidates} candidates in one call, the most is {}",
+                self.max_candidates
+            ))));
+        }
+        Ok(())
+    }
 }
 
 impl std::fmt::Debug for PolicyCtx {
@@ -176,6 +195,7 @@ impl PolicyCtx {
             predictor: Arc::clone(&inputs.predictor),
             scorer: Scorer::new(Arc::clone(&inputs.engine), Arc::clone(&inputs.utility)),
             deadline_at,
+            max_candidates: inputs.engine.limits().max_candidates_per_call,
         });
         ctx
     }
@@ -231,12 +251,15 @@ impl surrogate::Host for PolicyCtx {
         Ok(table)
     }
 
+    /// Joint predictions, computed in slices with the deadline checked between
+    /// them: the host's work for a call ends within one slice of the deadline.
     fn predict(
         &mut self,
         state: types::GpuState,
         candidates: Vec<u64>,
     ) -> wasmtime::Result<Vec<f32>> {
         let call = self.call("predict")?;
+        call.check_batch("predict", candidates.len())?;
         let size = call.problem.space().size();
         if let Some(bad) = candidates.iter().find(|&&c| c >= size) {
             return Err(wasmtime::Error::new(PluginFailure::Misuse(format!(
@@ -244,10 +267,18 @@ impl surrogate::Host for PolicyCtx {
             ))));
         }
         let started = Instant::now();
-        let out = call
-            .predictor
-            .predict_joint(&call.problem, &GpuState::from(state), &candidates)
-            .map_err(|e| wasmtime::Error::new(PluginFailure::Host(e.to_string())))?;
+        let state = GpuState::from(state);
+        let mut out = Vec::with_capacity(candidates.len() * call.problem.models.len());
+        for slice in candidates.chunks(PREDICT_SLICE) {
+            if Instant::now() >= call.deadline_at {
+                return Err(wasmtime::Error::new(PluginFailure::Deadline));
+            }
+            out.extend(
+                call.predictor
+                    .predict_joint(&call.problem, &state, slice)
+                    .map_err(|e| wasmtime::Error::new(PluginFailure::Host(e.to_string())))?,
+            );
+        }
         self.stats.predict += started.elapsed();
         self.stats.predictions += out.len() as u64;
         Ok(out)
@@ -261,6 +292,7 @@ impl objective::Host for PolicyCtx {
         predictions: Vec<f32>,
     ) -> wasmtime::Result<Vec<f64>> {
         let call = self.call("evaluate")?;
+        call.check_batch("evaluate", candidates.len())?;
         let started = Instant::now();
         let scores = call
             .scorer

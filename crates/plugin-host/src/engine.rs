@@ -56,18 +56,24 @@ pub struct PluginLimits {
     pub deadline: Duration,
     /// Largest linear memory a plugin instance may grow to, bytes.
     pub memory_bytes: usize,
+    /// The most candidates one `predict` or `evaluate` call may ask about: the
+    /// host's work for a call is bounded by this as well as by the deadline.
+    pub max_candidates_per_call: usize,
 }
+
+/// The default cap on candidates per host call: 16x paper-n5's feasible set,
+/// far above what any bundled scenario needs.
+pub const MAX_CANDIDATES_PER_CALL: usize = 1 << 20;
 
 impl Default for PluginLimits {
     fn default() -> Self {
         Self {
             deadline: Duration::from_secs(2),
             memory_bytes: 256 << 20,
+            max_candidates_per_call: MAX_CANDIDATES_PER_CALL,
         }
     }
 }
-
-impl PluginLimits {}
 
 /// Where compiled code is cached between runs.
 #[derive(Debug, Clone, Default)]

@@ -5,6 +5,7 @@
 //!   interruption, memory cap), the compilation cache and the linkers.
 //! - [`bindings`]: the generated WIT bindings and the domain → WIT conversions.
 //! - [`context`]: store data and the host side of `surrogate` and `objective`.
+//! - [`precheck`]: what a component file must be before it is compiled.
 //! - [`registry`]: loading components (embedded or files), their world and WIT
 //!   version, and the swappable slots.
 //! - [`failure`]: why a call failed, typed.
@@ -24,6 +25,7 @@ pub mod engine;
 pub mod failure;
 pub mod output;
 pub mod pipeline;
+pub mod precheck;
 pub mod registry;
 pub mod reload;
 pub mod setup;

@@ -164,7 +164,8 @@ impl PluginOutput {
     pub fn log(&self, plugin: &str, tick: u64) {
         for (stream, captured) in [("stdout", &self.stdout), ("stderr", &self.stderr)] {
             let text = String::from_utf8_lossy(&captured.bytes);
-            for line in text.lines() {
+            let mut lines = text.lines();
+            for line in lines.by_ref().take(LINES_PER_CALL) {
                 tracing::info!(
                     target: "mfsched::plugin",
                     plugin = %printable(plugin, NAME_BYTES),
@@ -172,6 +173,16 @@ impl PluginOutput {
                     stream,
                     "{}",
                     printable(line, LINE_BYTES)
+                );
+            }
+            let unlogged = lines.count();
+            if unlogged > 0 {
+                tracing::warn!(
+                    target: "mfsched::plugin",
+                    plugin = %printable(plugin, NAME_BYTES),
+                    tick,
+                    stream,
+                    "{unlogged} more line(s) over the per-call cap were not logged"
                 );
             }
             if captured.dropped > 0 {
@@ -190,6 +201,8 @@ impl PluginOutput {
 
 /// The most of a name shown anywhere.
 pub const NAME_BYTES: usize = 200;
+/// The most lines of one stream of one call logged.
+pub const LINES_PER_CALL: usize = 100;
 /// The most of one line of plugin output logged.
 pub const LINE_BYTES: usize = 1000;
 /// The most of a refusal or other message from a plugin kept anywhere (logs,

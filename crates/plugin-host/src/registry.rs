@@ -141,6 +141,9 @@ pub fn load(engine: &PluginEngine, name: &str, origin: Origin, bytes: &[u8]) -> 
             bytes.len()
         );
     }
+    if !looks_like_wat {
+        super::precheck::check_shape(bytes)?;
+    }
     let component = Component::new(engine.engine(), bytes)
         .map_err(|e| anyhow!("not a valid Wasm component: {}", describe(&e)))?;
     let ty = component.component_type();
@@ -284,7 +287,7 @@ impl ParamInfo {
 
 /// Loads a plugin file; its registry name is the file stem.
 pub fn load_file(engine: &PluginEngine, path: &Path) -> Result<Loaded> {
-    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let bytes = super::precheck::read_component_file(path)?;
     let name = path
         .file_stem()
         .and_then(|s| s.to_str())
@@ -299,7 +302,7 @@ pub fn dir_plugins(dir: &Path) -> Result<Vec<PathBuf>> {
         .with_context(|| format!("cannot read the plugin directory {}", dir.display()))?;
     let mut files: Vec<PathBuf> = entries
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.is_file() && p.extension().is_some_and(|e| e == "wasm"))
+        .filter(|p| !p.is_dir() && p.extension().is_some_and(|e| e == "wasm"))
         .collect();
     files.sort();
     Ok(files)

@@ -66,12 +66,24 @@ impl std::fmt::Debug for ReloadContext {
     }
 }
 
+/// Reload events kept for inspection (the newest); older ones live on only in
+/// the counts and the log lines written when they happened.
+pub const HISTORY: usize = 64;
+
+/// Every reload attempt: the newest [`HISTORY`] events and running totals.
+#[derive(Debug, Default)]
+struct History {
+    recent: std::collections::VecDeque<ReloadEvent>,
+    loaded: u64,
+    rejected: u64,
+}
+
 /// A running directory watch; dropping it stops the watch.
 pub struct HotReload {
     watcher: Option<RecommendedWatcher>,
     worker: Option<JoinHandle<()>>,
     stop: Arc<AtomicBool>,
-    log: Arc<Mutex<Vec<ReloadEvent>>>,
+    log: Arc<Mutex<History>>,
 }
 
 impl std::fmt::Debug for HotReload {
@@ -95,7 +107,7 @@ impl HotReload {
             .watch(dir, RecursiveMode::NonRecursive)
             .with_context(|| format!("cannot watch the plugin directory {}", dir.display()))?;
         let stop = Arc::new(AtomicBool::new(false));
-        let log = Arc::new(Mutex::new(Vec::new()));
+        let log = Arc::new(Mutex::new(History::default()));
         let worker = {
             let stop = Arc::clone(&stop);
             let log = Arc::clone(&log);
@@ -146,9 +158,23 @@ impl HotReload {
         })
     }
 
-    /// Every reload attempt so far, oldest first.
+    /// The newest reload attempts (at most [`HISTORY`]), oldest first.
     pub fn events(&self) -> Vec<ReloadEvent> {
-        self.log.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.history().recent.iter().cloned().collect()
+    }
+
+    /// Plugins swapped in or added since the watch started.
+    pub fn loaded(&self) -> u64 {
+        self.history().loaded
+    }
+
+    /// Reload attempts rejected since the watch started.
+    pub fn rejected(&self) -> u64 {
+        self.history().rejected
+    }
+
+    fn history(&self) -> std::sync::MutexGuard<'_, History> {
+        self.log.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -163,8 +189,32 @@ impl Drop for HotReload {
     }
 }
 
-fn push(log: &Mutex<Vec<ReloadEvent>>, event: ReloadEvent) {
-    log.lock().unwrap_or_else(|e| e.into_inner()).push(event);
+/// Records a reload attempt: logged (every rejection with its reason), counted,
+/// and kept among the newest [`HISTORY`].
+fn push(log: &Mutex<History>, event: ReloadEvent) {
+    let path = event.path.display().to_string();
+    let mut h = log.lock().unwrap_or_else(|e| e.into_inner());
+    match &event.outcome {
+        ReloadOutcome::Swapped { name, .. } => {
+            h.loaded += 1;
+            tracing::info!(target: "mfsched::reload", %path, "swapped in policy or utility '{name}'");
+        }
+        ReloadOutcome::Added { name, .. } => {
+            h.loaded += 1;
+            tracing::info!(target: "mfsched::reload", %path, "added '{name}'");
+        }
+        ReloadOutcome::Rejected { reason } => {
+            h.rejected += 1;
+            tracing::warn!(target: "mfsched::reload", %path, "rejected, the running plugin stays: {reason}");
+        }
+        ReloadOutcome::Removed => {
+            tracing::info!(target: "mfsched::reload", %path, "file removed; the loaded copy stays in use");
+        }
+    }
+    if h.recent.len() == HISTORY {
+        h.recent.pop_front();
+    }
+    h.recent.push_back(event);
 }
 
 /// Events that may change a file's content or presence.
@@ -236,7 +286,7 @@ pub fn reload(ctx: &ReloadContext, path: &Path) -> ReloadOutcome {
 /// A policy must produce a valid decision on the checkpoint; a utility must
 /// score the running configuration.
 /// Both go through the one decision pipeline, under the engine's deadline.
-fn self_check(ctx: &ReloadContext, loaded: &Loaded, check: &Checkpoint) -> Result<(), String> {
+pub fn self_check(ctx: &ReloadContext, loaded: &Loaded, check: &Checkpoint) -> Result<(), String> {
     let deadline = ctx.engine.limits().deadline;
     match loaded {
         Loaded::Policy(p) => {

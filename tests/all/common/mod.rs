@@ -6,15 +6,37 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
+/// The API token the end-to-end tests configure.
+pub const TOKEN: &str = "test-token-3f9c";
+
 /// A minimal blocking HTTP/1.1 exchange: returns (status code, body).
 pub fn http(addr: SocketAddr, method: &str, path: &str, body: Option<&str>) -> (u16, String) {
+    http_with(addr, method, path, body, &[])
+}
+
+/// [`http`] with extra headers (`Authorization`, another `Host`, …); a `Host`
+/// given here replaces the default one.
+pub fn http_with(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+    headers: &[(&str, &str)],
+) -> (u16, String) {
     let mut stream = TcpStream::connect(addr).expect("the API accepts connections");
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
         .expect("timeout");
     let body = body.unwrap_or("");
+    let mut extra = String::new();
+    if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
+        extra.push_str(&format!("Host: {addr}\r\n"));
+    }
+    for (k, v) in headers {
+        extra.push_str(&format!("{k}: {v}\r\n"));
+    }
     let request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
+        "{method} {path} HTTP/1.1\r\n{extra}Connection: close\r\n\
          Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     );
@@ -32,4 +54,9 @@ pub fn http(addr: SocketAddr, method: &str, path: &str, body: Option<&str>) -> (
         .unwrap_or_default();
     // Bodies may be chunked; the tests only look for substrings in them.
     (status, body)
+}
+
+/// `Authorization: Bearer` [`TOKEN`].
+pub fn bearer() -> (&'static str, String) {
+    ("Authorization", format!("Bearer {TOKEN}"))
 }

@@ -67,6 +67,9 @@ pub fn replay(args: ReplayArgs) -> Result<()> {
     } else {
         print!("{}", mfsched_daemon::replay::lines(&contents));
     }
+    for skipped in &contents.skipped {
+        eprintln!("warning: {}: {skipped}", args.log.display());
+    }
     if let Some(torn) = &contents.torn {
         eprintln!(
             "warning: {}: {torn}; the {} record(s) before it are intact",

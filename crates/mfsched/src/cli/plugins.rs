@@ -79,6 +79,7 @@ impl PluginOpts {
             PluginLimits {
                 deadline: Duration::from_millis(self.deadline_ms),
                 memory_bytes: self.memory_mib << 20,
+                ..PluginLimits::default()
             },
             cache,
         )?;

@@ -1,0 +1,208 @@
+//! What a component file must be before anything expensive is done with it:
+//! a regular file under a size cap, read without ever blocking, whose
+//! top-level imports are ones the host links, whose exports name a world the
+//! host runs, and whose code stays under a function budget. Compiling is the
+//! costly step (a component with 200,000 functions took most of a minute and
+//! gigabytes), so it comes only after these checks pass.
+
+use anyhow::{Context as _, Result, bail};
+use std::io::Read;
+use std::path::Path;
+use wasmparser::{Parser, Payload};
+
+/// The interfaces the host links, by prefix: WASI 0.2's cli, clocks,
+/// filesystem, io, random and sockets (each store denies what they could
+/// reach: no preopens, no network), and mfsched:scheduler. Not wasi:http.
+pub const LINKED: &[&str] = &[
+    "wasi:cli/",
+    "wasi:clocks/",
+    "wasi:filesystem/",
+    "wasi:io/",
+    "wasi:random/",
+    "wasi:sockets/",
+    "mfsched:scheduler/",
+];
+
+/// The largest component file the host reads (a JavaScript policy with its
+/// engine is about 12 MB).
+pub const MAX_COMPONENT_BYTES: u64 = 64 << 20;
+/// The most functions, over every core module of a component, the host compiles.
+pub const MAX_FUNCTIONS: u64 = 250_000;
+
+/// Reads a component file: only a regular file (a symlink is followed to what
+/// it names) of at most [`MAX_COMPONENT_BYTES`]. A FIFO, a device or a socket
+/// is refused without blocking: the file is opened non-blocking and checked on
+/// the descriptor, so it cannot be swapped between the check and the read.
+pub fn read_component_file(path: &Path) -> Result<Vec<u8>> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .with_context(|| format!("cannot open {}", path.display()))?;
+    let meta = file
+        .metadata()
+        .with_context(|| format!("cannot stat {}", path.display()))?;
+    if !meta.is_file() {
+        bail!(
+            "{} is not a regular file ({}): only component files are loaded",
+            path.display(),
+            kind_of(&meta.file_type())
+        );
+    }
+    if meta.len() > MAX_COMPONENT_BYTES {
+        bail!(
+            "{} has {} bytes, over the {} MiB a component may have",
+            path.display(),
+            meta.len(),
+            MAX_COMPONENT_BYTES >> 20
+        );
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    // The cap holds even if the file grows while it is read.
+    file.take(MAX_COMPONENT_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    if bytes.len() as u64 > MAX_COMPONENT_BYTES {
+        bail!(
+            "{} grew past the {} MiB a component may have while it was read",
+            path.display(),
+            MAX_COMPONENT_BYTES >> 20
+        );
+    }
+    Ok(bytes)
+}
+
+fn kind_of(t: &std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if t.is_dir() {
+        "a directory"
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else if t.is_socket() {
+        "a socket"
+    } else {
+        "not a file"
+    }
+}
+
+/// Checks a component binary's shape without compiling it: its top-level
+/// imports are WASI or `mfsched:scheduler` interfaces, it exports `decide`
+/// (policy) or `score` (utility), and its core modules hold at most
+/// [`MAX_FUNCTIONS`] functions.
+pub fn check_shape(bytes: &[u8]) -> Result<()> {
+    let mut depth = 0usize;
+    let mut functions = 0u64;
+    let mut exports = Vec::new();
+    for payload in Parser::new(0).parse_all(bytes) {
+        let payload = payload.map_err(|e| anyhow::anyhow!("not a valid Wasm component: {e}"))?;
+        match payload {
+            Payload::Version { encoding, .. }
+                if depth == 0 && encoding != wasmparser::Encoding::Component =>
+            {
+                bail!(
+                    "not a valid Wasm component: this is a core Wasm module; build a component (e.g. for wasm32-wasip2)"
+                );
+            }
+            Payload::ModuleSection { .. } | Payload::ComponentSection { .. } => depth += 1,
+            Payload::End(_) => depth = depth.saturating_sub(1),
+            Payload::CodeSectionStart { count, .. } => {
+                functions += u64::from(count);
+                if functions > MAX_FUNCTIONS {
+                    bail!(
+                        "has over {MAX_FUNCTIONS} functions: too large to compile (the host's budget)"
+                    );
+                }
+            }
+            Payload::ComponentImportSection(reader) if depth == 0 => {
+                for import in reader {
+                    let import = import.map_err(|e| anyhow::anyhow!("bad import section: {e}"))?;
+                    let name = import.name.name;
+                    // Types the world shares (`use types.{problem, …}`) are
+                    // imported as types; everything else must be an interface
+                    // the host links.
+                    if matches!(import.ty, wasmparser::ComponentTypeRef::Type(_)) {
+                        continue;
+                    }
+                    if !LINKED.iter().any(|p| name.starts_with(p)) {
+                        bail!(
+                            "imports `{}`, which the host does not provide (it links {})",
+                            crate::output::printable(name, 200),
+                            LINKED.join(", ")
+                        );
+                    }
+                }
+            }
+            Payload::ComponentExportSection(reader) if depth == 0 => {
+                for export in reader {
+                    let export = export.map_err(|e| anyhow::anyhow!("bad export section: {e}"))?;
+                    exports.push(export.name.name.to_owned());
+                }
+            }
+            _ => {}
+        }
+    }
+    if !exports.iter().any(|e| e == "decide" || e == "score") {
+        bail!(
+            "exports neither `decide` (policy world) nor `score` (utility world) of mfsched:scheduler"
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fifo_and_a_device_are_refused_without_blocking() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let fifo = dir.path().join("x.wasm");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .expect("mkfifo runs");
+        assert!(made.success());
+        let err = read_component_file(&fifo).expect_err("a FIFO");
+        assert!(err.to_string().contains("a FIFO"), "{err}");
+        let zero = dir.path().join("zero.wasm");
+        std::os::unix::fs::symlink("/dev/zero", &zero).expect("symlink");
+        let err = read_component_file(&zero).expect_err("a device");
+        assert!(err.to_string().contains("character device"), "{err}");
+    }
+
+    #[test]
+    fn a_file_over_the_cap_is_refused_before_it_is_read() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let big = dir.path().join("big.wasm");
+        let f = std::fs::File::create(&big).expect("create");
+        f.set_len(MAX_COMPONENT_BYTES + 1).expect("sparse file");
+        let err = read_component_file(&big).expect_err("too big");
+        assert!(
+            err.to_string().contains("MiB a component may have"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_core_module_or_a_foreign_world_is_refused_before_compiling() {
+        let module = wat::parse_str("(module (func))").expect("wat");
+        let err = check_shape(&module).expect_err("a module");
+        assert!(err.to_string().contains("core Wasm module"), "{err}");
+        let foreign = wat::parse_str(r#"(component (import "wasi:http/types@0.2.10" (instance)))"#)
+            .expect("wat");
+        let err = check_shape(&foreign).expect_err("foreign import");
+        assert!(
+            err.to_string()
+                .contains("imports `wasi:http/types@0.2.10`, which the host does not provide"),
+            "{err}"
+        );
+        let empty = wat::parse_str("(component)").expect("wat");
+        let err = check_shape(&empty).expect_err("no world");
+        assert!(err.to_string().contains("exports neither"), "{err}");
+    }
+}

@@ -1,0 +1,206 @@
+//! The sandbox promise, attacked: hostile components (`tests/plugins/hostile-*`)
+//! and hostile files. Each test asserts what must hold whatever the machine's
+//! load: the host answers, bounds what it keeps and prints, escapes what it
+//! shows, and never applies an invalid configuration.
+
+use std::path::{Path, PathBuf};
+
+use crate::common::process::{mfsched, stderr, stdout};
+
+fn plugin(name: &str) -> PathBuf {
+    Path::new(mfsched_plugin_host::TEST_PLUGINS_DIR).join(format!("{name}.wasm"))
+}
+
+fn utf8(p: &Path) -> &str {
+    p.to_str().expect("a UTF-8 path")
+}
+
+/// No line a person reads may be forged into a success line by plugin text.
+fn assert_no_forged_line(text: &str) {
+    for line in text.lines() {
+        let l = line.trim_start();
+        assert!(
+            !l.starts_with("ok    passed") && !l.contains('\u{1b}'),
+            "forged or raw line: {line:?}"
+        );
+    }
+}
+
+fn decide_with(mode: &str, deadline_ms: &str) -> std::process::Output {
+    mfsched(&[
+        "decide",
+        "--scenario",
+        "paper-n3",
+        "--policy",
+        utf8(&plugin("hostile-decide")),
+        "--param",
+        &format!("mode={mode}"),
+        "--deadline-ms",
+        deadline_ms,
+    ])
+}
+
+#[test]
+fn a_huge_refusal_is_cut_to_one_escaped_line() {
+    let out = decide_with("refuse", "5000");
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(err.len() < 16 << 10, "{} bytes on stderr", err.len());
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("refused to decide"), "{err}");
+    assert!(err.contains("more bytes"), "the cut is said: {err}");
+    assert_no_forged_line(&err);
+    assert_no_forged_line(&stdout(&out));
+}
+
+#[test]
+fn plugin_output_is_captured_capped_and_tagged() {
+    let out = decide_with("print", "20000");
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    // 32 MiB printed; each stream keeps 64 KiB per call, the rest is counted.
+    assert!(err.len() < 1 << 20, "{} bytes on stderr", err.len());
+    assert!(
+        err.contains("mfsched::plugin"),
+        "tagged: {}",
+        &err[..err.len().min(2000)]
+    );
+    assert!(err.contains("chatty"));
+    assert!(
+        err.contains("over the per-call cap were dropped"),
+        "counted"
+    );
+}
+
+#[test]
+fn host_work_in_a_predict_call_ends_at_the_deadline() {
+    let out = decide_with("predict", "300");
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(err.contains("deadline"), "{err}");
+    assert!(err.contains("running configuration was kept"), "{err}");
+}
+
+#[test]
+fn a_predict_call_over_the_candidate_cap_is_refused_before_any_work() {
+    let out = decide_with("flood", "20000");
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(err.contains("candidates in one call, the most is"), "{err}");
+}
+
+#[test]
+fn a_bloated_self_description_is_refused_at_load_in_one_line() {
+    let out = mfsched(&["plugins", "check", utf8(&plugin("hostile-describe"))]);
+    assert!(!out.status.success());
+    let text = format!("{}{}", stdout(&out), stderr(&out));
+    assert!(text.len() < 16 << 10, "{} bytes", text.len());
+    assert!(text.contains("`name` returned"), "{text}");
+    assert_no_forged_line(&text);
+}
+
+/// The plugin passes the start-up self-check (medium load), then refuses with
+/// 20 MiB at burst load on every tick: the daemon records every tick with the
+/// reason cut, its log stays small, and it exits cleanly.
+#[test]
+fn the_daemon_survives_a_policy_that_turns_hostile() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir(&plugins).expect("plugin dir");
+    std::fs::copy(plugin("hostile-decide"), plugins.join("turncoat.wasm")).expect("copy");
+    let config = dir.path().join("mfsched.toml");
+    std::fs::write(
+        &config,
+        r#"scenario = "paper-n3"
+seed = 7
+
+[loop]
+period_ms = 400
+deadline_ms = 300
+
+[policy]
+active = "turncoat"
+plugin_dir = "plugins"
+
+[workload]
+level = "burst"
+
+[sampler]
+kind = "footprint"
+
+[log]
+path = "decisions.log"
+
+[api]
+listen = "127.0.0.1:0"
+"#,
+    )
+    .expect("config");
+    let out = mfsched(&["run", "--config", utf8(&config), "--max-ticks", "4"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let log_path = dir.path().join("decisions.log");
+    let size = std::fs::metadata(&log_path).expect("log").len();
+    assert!(size < 64 << 10, "the log holds {size} bytes for 4 ticks");
+    let log = mfsched_daemon::declog::read(&log_path).expect("log");
+    assert_eq!(log.records.len(), 4);
+    for r in &log.records {
+        let failure = r.active.outcome.as_ref().expect_err("refused");
+        assert!(failure.message.contains("refused to decide"), "{failure:?}");
+        assert!(failure.message.len() < 8 << 10);
+        assert!(r.kept_last_valid);
+    }
+    let replay = mfsched(&["replay", utf8(&log_path)]);
+    assert!(replay.status.success());
+    assert_no_forged_line(&stdout(&replay));
+    assert_eq!(stdout(&replay).lines().count(), 4, "one line per tick");
+}
+
+/// Files no component can be: a FIFO (which would block a reader forever),
+/// a symlink to /dev/zero (which would never end), a huge sparse file. Each
+/// is refused with its reason at start-up; the daemon runs on.
+#[test]
+fn hostile_files_in_the_plugin_directory_are_refused_without_blocking() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir(&plugins).expect("plugin dir");
+    let made = std::process::Command::new("mkfifo")
+        .arg(plugins.join("fifo.wasm"))
+        .status()
+        .expect("mkfifo runs");
+    assert!(made.success());
+    std::os::unix::fs::symlink("/dev/zero", plugins.join("zero.wasm")).expect("symlink");
+    let big = std::fs::File::create(plugins.join("big.wasm")).expect("create");
+    big.set_len(mfsched_plugin_host::precheck::MAX_COMPONENT_BYTES + 1)
+        .expect("sparse");
+    let config = dir.path().join("mfsched.toml");
+    std::fs::write(
+        &config,
+        r#"scenario = "paper-n3"
+seed = 7
+
+[loop]
+period_ms = 400
+deadline_ms = 300
+
+[policy]
+active = "hold"
+plugin_dir = "plugins"
+
+[sampler]
+kind = "footprint"
+
+[log]
+path = "decisions.log"
+
+[api]
+listen = "127.0.0.1:0"
+"#,
+    )
+    .expect("config");
+    let out = mfsched(&["run", "--config", utf8(&config), "--max-ticks", "2"]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("a FIFO"), "{err}");
+    assert!(err.contains("a character device"), "{err}");
+    assert!(err.contains("MiB a component may have"), "{err}");
+}
