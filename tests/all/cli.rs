@@ -91,6 +91,18 @@ fn run_serves_the_api_and_stops_cleanly_on_sigterm_with_a_replayable_log() {
     let (status, policies) = common::http(addr, "GET", "/v1/policies", None);
     assert_eq!(status, 200);
     assert!(policies.contains("\"active\":\"hold\""), "{policies}");
+    // Each component is named by its content hash too.
+    let ga_sha = mfsched_plugin_host::registry::sha256_hex(
+        mfsched_plugin_host::registry::EMBEDDED_PLUGINS
+            .iter()
+            .find(|(n, _)| *n == "ga")
+            .map(|(_, b)| *b)
+            .expect("embedded ga"),
+    );
+    assert!(
+        policies.contains(&format!("\"ga\":\"{ga_sha}\"")),
+        "{policies}"
+    );
     let (status, decision) = common::http(addr, "GET", "/v1/decision", None);
     assert_eq!(status, 200);
     assert!(decision.contains("applied_knobs"), "{decision}");

@@ -143,7 +143,15 @@ listen = "127.0.0.1:0"
     assert!(size < 64 << 10, "the log holds {size} bytes for 4 ticks");
     let log = mfsched_daemon::declog::read(&log_path).expect("log");
     assert_eq!(log.records.len(), 4);
+    let sha = mfsched_plugin_host::registry::sha256_hex(
+        &std::fs::read(plugin("hostile-decide")).expect("component"),
+    );
     for r in &log.records {
+        assert_eq!(
+            r.active.component.as_deref(),
+            Some(sha.as_str()),
+            "the log names the build that decided"
+        );
         let failure = r.active.outcome.as_ref().expect_err("refused");
         assert!(failure.message.contains("refused to decide"), "{failure:?}");
         assert!(failure.message.len() < 8 << 10);
@@ -153,6 +161,7 @@ listen = "127.0.0.1:0"
     assert!(replay.status.success());
     assert_no_forged_line(&stdout(&replay));
     assert_eq!(stdout(&replay).lines().count(), 4, "one line per tick");
+    assert!(stdout(&replay).contains(&format!("turncoat@{}", &sha[..12])));
 }
 
 /// Files no component can be: a FIFO (which would block a reader forever),

@@ -310,13 +310,20 @@ struct Policies<'a> {
     active: String,
     shadows: &'a [String],
     available: Vec<String>,
+    /// SHA-256 of the component behind each available policy (not `hold`).
+    components: BTreeMap<String, String>,
 }
 
 async fn policies(State(shared): State<Arc<Shared>>) -> Response {
+    let available = shared.deciding.policies.policies();
     Json(Policies {
         active: shared.active_policy(),
         shadows: shared.shadows(),
-        available: shared.deciding.policies.policies(),
+        components: available
+            .iter()
+            .filter_map(|p| Some((p.clone(), shared.deciding.policies.component(p)?)))
+            .collect(),
+        available,
     })
     .into_response()
 }

@@ -409,13 +409,13 @@ async fn decide_all(
                     budget,
                 );
                 verdict.output.log(&policy, tick);
-                (from_verdict(&verdict), verdict.latency)
+                (from_verdict(&verdict), verdict.latency, verdict.component)
             })
         })
         .collect();
     let mut records = Vec::with_capacity(policies.len());
     for (policy, handle) in policies.iter().zip(handles) {
-        let (outcome, latency): (DecideOutcome, Duration) =
+        let (outcome, latency, component): (DecideOutcome, Duration, Option<String>) =
             match tokio::time::timeout_at(deadline, handle).await {
                 Ok(Ok(done)) => done,
                 Ok(Err(join)) => (
@@ -424,6 +424,7 @@ async fn decide_all(
                         message: format!("the decider panicked: {join}"),
                     }),
                     budget,
+                    None,
                 ),
                 Err(_) => (
                     Err(Failure {
@@ -431,12 +432,14 @@ async fn decide_all(
                         message: format!("no answer within {} ms", budget.as_millis()),
                     }),
                     budget,
+                    None,
                 ),
             };
         records.push(PolicyRecord {
             policy: policy.clone(),
             outcome,
             latency_us: latency.as_micros() as u64,
+            component,
         });
     }
     records

@@ -64,6 +64,9 @@ pub struct PolicyRecord {
     pub policy: String,
     pub outcome: DecideOutcome,
     pub latency_us: u64,
+    /// SHA-256 of the component that answered (none for `hold`, or when the
+    /// call failed before it answered): which build decided, whatever its name.
+    pub component: Option<String>,
 }
 
 /// Bytes at the end of a log that do not form a whole, intact record.
@@ -421,6 +424,7 @@ mod tests {
                     predicted_throughput: None,
                 }),
                 latency_us: 42,
+                component: Some("ab".repeat(32)),
             },
             shadows: vec![PolicyRecord {
                 policy: "other".into(),
@@ -429,6 +433,7 @@ mod tests {
                     message: "over 5 ms".into(),
                 }),
                 latency_us: 5000,
+                component: None,
             }],
             applied: vec![1, 2],
             kept_last_valid: false,

@@ -172,6 +172,10 @@ impl PolicySource for PluginPolicies {
         self.registry.title(policy)
     }
 
+    fn component(&self, policy: &str) -> Option<String> {
+        self.registry.component(policy)
+    }
+
     fn propose(&self, policy: &str, call: &Call<'_>) -> Result<RawDecision, PluginFailure> {
         // A reload's self-check runs another policy: only the common parameters.
         *self.checkpoint.lock().unwrap_or_else(|p| p.into_inner()) = Some(Checkpoint {

@@ -9,7 +9,15 @@ use mfsched_plugin_host::output::{MESSAGE_BYTES, NAME_BYTES, printable};
 /// Names and messages come from plugins (through the log): printed escaped, so
 /// none can forge a line.
 fn outcome_text(r: &PolicyRecord) -> String {
-    let policy = printable(&r.policy, NAME_BYTES);
+    let policy = match &r.component {
+        // Which build decided: the name alone does not say after a hot reload.
+        Some(sha) => format!(
+            "{}@{}",
+            printable(&r.policy, NAME_BYTES),
+            &sha[..sha.len().min(12)]
+        ),
+        None => printable(&r.policy, NAME_BYTES),
+    };
     match &r.outcome {
         Ok(p) => {
             let utility = p

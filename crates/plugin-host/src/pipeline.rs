@@ -83,6 +83,11 @@ pub trait PolicySource: Send + Sync {
     /// (the plugin host interrupts guests and bounds host calls).
     fn propose(&self, policy: &str, call: &Call<'_>) -> Result<RawDecision, PluginFailure>;
 
+    /// SHA-256 of the component behind `policy` now (`None` for a native one).
+    fn component(&self, _policy: &str) -> Option<String> {
+        None
+    }
+
     /// How many times its policies were reloaded from disk (hot reload).
     fn reloads(&self) -> u64 {
         0
@@ -153,6 +158,10 @@ impl PolicySource for Slot<LoadedPolicy> {
         Some(self.load().info.title.clone())
     }
 
+    fn component(&self, _policy: &str) -> Option<String> {
+        Some(self.load().info.sha256.clone())
+    }
+
     fn propose(&self, _policy: &str, call: &Call<'_>) -> Result<RawDecision, PluginFailure> {
         run_component(&self.load(), call)
     }
@@ -173,6 +182,11 @@ impl PolicySource for Registry {
             Some(slot) => Some(slot.load().info.title.clone()),
             None => (policy == HOLD).then(|| HOLD.to_owned()),
         }
+    }
+
+    fn component(&self, policy: &str) -> Option<String> {
+        self.find_policy(policy)
+            .map(|slot| slot.load().info.sha256.clone())
     }
 
     fn propose(&self, policy: &str, call: &Call<'_>) -> Result<RawDecision, PluginFailure> {
@@ -213,6 +227,8 @@ pub struct Verdict {
     pub latency: Duration,
     /// What the policy printed (capped), for the caller to log with the tick.
     pub output: PluginOutput,
+    /// SHA-256 of the component asked (`None` for a native policy).
+    pub component: Option<String>,
 }
 
 /// The predictor and utility every policy is served, and the engine they run on.
@@ -285,6 +301,7 @@ impl Pipeline {
             deadline_at: started + deadline,
             output: &capture,
         };
+        let component = source.component(policy);
         let (result, candidates_evaluated, stats) = match source.propose(policy, &call) {
             Ok(raw) => {
                 let result = self
@@ -305,6 +322,7 @@ impl Pipeline {
             stats,
             latency: started.elapsed(),
             output: capture.take(),
+            component,
         }
     }
 

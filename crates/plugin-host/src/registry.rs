@@ -65,6 +65,15 @@ pub struct PluginInfo {
     pub title: String,
     /// The parameter schema (policies only).
     pub params: Vec<ParamInfo>,
+    /// SHA-256 of the component's bytes, hex: its identity, whatever its name.
+    pub sha256: String,
+}
+
+impl PluginInfo {
+    /// The first 12 hex digits of [`PluginInfo::sha256`], for people.
+    pub fn short_hash(&self) -> &str {
+        &self.sha256[..self.sha256.len().min(12)]
+    }
 }
 
 /// One entry of a policy's parameter schema.
@@ -180,6 +189,7 @@ pub fn load(engine: &PluginEngine, name: &str, origin: Origin, bytes: &[u8]) -> 
         })
         .unwrap_or_else(|| "unknown".into());
     let mut info = PluginInfo {
+        sha256: sha256_hex(bytes),
         name: name.to_string(),
         origin,
         world,
@@ -242,6 +252,15 @@ pub fn load(engine: &PluginEngine, name: &str, origin: Origin, bytes: &[u8]) -> 
             Ok(Loaded::Utility(Arc::new(LoadedUtility { info, pre })))
         }
     }
+}
+
+/// Hex SHA-256 of a component's bytes.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// The most bytes a plugin's `name` may return (it is shown in one line).

@@ -32,9 +32,18 @@ pub const DEBOUNCE: Duration = Duration::from_millis(150);
 #[derive(Debug, Clone, PartialEq)]
 pub enum ReloadOutcome {
     /// Replaced the plugin of that name; decisions now use the new one.
-    Swapped { name: String, world: World },
+    Swapped {
+        name: String,
+        world: World,
+        /// SHA-256 of the component now in use.
+        sha256: String,
+    },
     /// A plugin no one had loaded under that name: now available.
-    Added { name: String, world: World },
+    Added {
+        name: String,
+        world: World,
+        sha256: String,
+    },
     /// Left the running plugin in place.
     Rejected { reason: String },
     /// The file went away; the loaded copy stays in use.
@@ -195,13 +204,13 @@ fn push(log: &Mutex<History>, event: ReloadEvent) {
     let path = event.path.display().to_string();
     let mut h = log.lock().unwrap_or_else(|e| e.into_inner());
     match &event.outcome {
-        ReloadOutcome::Swapped { name, .. } => {
+        ReloadOutcome::Swapped { name, sha256, .. } => {
             h.loaded += 1;
-            tracing::info!(target: "mfsched::reload", %path, "swapped in policy or utility '{name}'");
+            tracing::info!(target: "mfsched::reload", %path, %sha256, "swapped in '{name}'");
         }
-        ReloadOutcome::Added { name, .. } => {
+        ReloadOutcome::Added { name, sha256, .. } => {
             h.loaded += 1;
-            tracing::info!(target: "mfsched::reload", %path, "added '{name}'");
+            tracing::info!(target: "mfsched::reload", %path, %sha256, "added '{name}'");
         }
         ReloadOutcome::Rejected { reason } => {
             h.rejected += 1;
@@ -254,6 +263,7 @@ pub fn reload(ctx: &ReloadContext, path: &Path) -> ReloadOutcome {
     }
     let name = loaded.info().name.clone();
     let world = loaded.info().world;
+    let sha256 = loaded.info().sha256.clone();
     let swapped = match loaded {
         Loaded::Policy(p) => match ctx.registry.find_policy(&name) {
             Some(slot) => {
@@ -277,9 +287,17 @@ pub fn reload(ctx: &ReloadContext, path: &Path) -> ReloadOutcome {
         },
     };
     if swapped {
-        ReloadOutcome::Swapped { name, world }
+        ReloadOutcome::Swapped {
+            name,
+            world,
+            sha256,
+        }
     } else {
-        ReloadOutcome::Added { name, world }
+        ReloadOutcome::Added {
+            name,
+            world,
+            sha256,
+        }
     }
 }
 

@@ -220,6 +220,7 @@ pub fn run(cmd: PluginsCommand) -> Result<()> {
                             "world": i.world.to_string(),
                             "wit": format!("{}@{}", mfsched_plugin_host::bindings::PACKAGE, i.wit_version),
                             "title": i.title,
+                            "sha256": i.sha256,
                             "params": i.params,
                         }),
                         Err(e) => serde_json::json!({ "source": what, "error": format!("{e:#}") }),
@@ -229,8 +230,8 @@ pub fn run(cmd: PluginsCommand) -> Result<()> {
                 return Ok(());
             }
             println!(
-                "{:<16} {:<8} {:<24} {:<10} description",
-                "name", "world", "WIT", "origin"
+                "{:<16} {:<8} {:<24} {:<10} {:<12} description",
+                "name", "world", "WIT", "origin", "sha256"
             );
             for (what, info) in &listed {
                 match info {
@@ -240,7 +241,7 @@ pub fn run(cmd: PluginsCommand) -> Result<()> {
                             mfsched_plugin_host::Origin::File(_) => "file".to_string(),
                         };
                         println!(
-                            "{:<16} {:<8} {:<24} {:<10} {}",
+                            "{:<16} {:<8} {:<24} {:<10} {:<12} {}",
                             i.name,
                             i.world.to_string(),
                             format!(
@@ -249,15 +250,24 @@ pub fn run(cmd: PluginsCommand) -> Result<()> {
                                 i.wit_version
                             ),
                             origin,
+                            i.short_hash(),
                             i.title
                         );
                         if let mfsched_plugin_host::Origin::File(p) = &i.origin {
-                            println!("{:<16} {:<8} {:<24} {:<10} {}", "", "", "", "", p.display());
+                            println!(
+                                "{:<16} {:<8} {:<24} {:<10} {:<12} {}",
+                                "",
+                                "",
+                                "",
+                                "",
+                                "",
+                                p.display()
+                            );
                         }
                         for p in &i.params {
                             println!(
-                                "{:<16} {:<8} {:<24} {:<10}   --param {}={}  {}",
-                                "", "", "", "", p.name, p.default_value, p.description
+                                "{:<16} {:<8} {:<24} {:<10} {:<12}   --param {}={}  {}",
+                                "", "", "", "", "", p.name, p.default_value, p.description
                             );
                         }
                     }
