@@ -241,3 +241,57 @@ fn the_daemon_rejects_each_invalid_answer_on_every_tick_and_applies_nothing_inva
         }
     }
 }
+
+/// A parameter the policy does not declare is refused by every command, with
+/// the ones it knows; `plugins check` is no exception.
+#[test]
+fn an_undeclared_parameter_is_refused_everywhere_naming_the_known_ones() {
+    let out = mfsched(&[
+        "decide",
+        "--scenario",
+        "paper-n3",
+        "--policy",
+        "ga",
+        "--param",
+        "bogus=1",
+    ]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains("unknown parameter 'bogus' for policy 'ga'"),
+        "{err}"
+    );
+    assert!(
+        err.contains("population"),
+        "the known ones are named: {err}"
+    );
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = mfsched(&[
+        "ab",
+        "--a",
+        "ga:bogus=1",
+        "--b",
+        "static-budget",
+        "--scenarios",
+        "steady",
+        "--ticks",
+        "2",
+        "--out",
+        utf8(dir.path()),
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("unknown parameter 'bogus'"),
+        "{}",
+        stderr(&out)
+    );
+    let ga = Path::new(mfsched_plugin_host::TEST_PLUGINS_DIR)
+        .join("../wasm32-wasip2/release/mfsched_plugin_ga.wasm");
+    let out = mfsched(&["plugins", "check", utf8(&ga), "--param", "bogus=1"]);
+    assert!(!out.status.success());
+    assert!(
+        stdout(&out).contains("ERROR unknown parameter 'bogus'"),
+        "{}",
+        stdout(&out)
+    );
+}

@@ -121,10 +121,6 @@ fn check_policy(inputs: &CheckInputs<'_>, policy: Arc<LoadedPolicy>, out: &mut V
         out.push(Finding::fail(format!(
             "`parameters` lists `{d}` twice: each name must be unique"
         )));
-    } else if names.contains(&"seed") {
-        out.push(Finding::fail(
-            "`parameters` lists `seed`: the host always passes it, leave it out of the schema",
-        ));
     } else {
         let listed: Vec<String> = params
             .iter()
@@ -146,7 +142,16 @@ fn check_policy(inputs: &CheckInputs<'_>, policy: Arc<LoadedPolicy>, out: &mut V
             return;
         }
     };
-    let first = run_once(inputs, &policy, &utility);
+    // The parameters given must be ones the policy declares; the rest run at
+    // their declared defaults, passed explicitly.
+    let params = match super::setup::with_declared_params(&policy.info, inputs.params.clone()) {
+        Ok(p) => p,
+        Err(e) => {
+            out.push(Finding::fail(e));
+            return;
+        }
+    };
+    let first = run_once(inputs, &policy, &utility, &params);
     match &first.outcome {
         DecisionOutcome::Accepted => out.push(Finding::ok(format!(
             "decide on {}: {:?} accepted (VRAM {} of {} MiB, every SLA floor met), utility {}, {} candidates scored, {:.1} ms of the {} ms deadline",
@@ -169,7 +174,7 @@ fn check_policy(inputs: &CheckInputs<'_>, policy: Arc<LoadedPolicy>, out: &mut V
             return;
         }
     }
-    let second = run_once(inputs, &policy, &utility);
+    let second = run_once(inputs, &policy, &utility, &params);
     if second.outcome == DecisionOutcome::Accepted && second.config == first.config {
         out.push(Finding::ok(
             "deterministic: a second run with the same seed gave the same decision",
@@ -191,6 +196,7 @@ fn run_once(
     inputs: &CheckInputs<'_>,
     policy: &Arc<LoadedPolicy>,
     utility: &Arc<LoadedUtility>,
+    params: &[(String, String)],
 ) -> DecisionReport {
     let registry = Registry::default();
     let mut decider = Decider::new(
@@ -198,7 +204,7 @@ fn run_once(
         registry.policy_slot(Arc::clone(policy)),
         registry.utility_slot(Arc::clone(utility)),
         Arc::clone(&inputs.predictor),
-        inputs.params.clone(),
+        params.to_vec(),
     );
     decider.decide(inputs.problem, &inputs.state)
 }
@@ -263,7 +269,15 @@ fn check_utility(inputs: &CheckInputs<'_>, utility: Arc<LoadedUtility>, out: &mu
             return;
         }
     };
-    let report = run_once(inputs, &ga, &utility);
+    // ga with its own defaults and the seed (the parameters given are the checked component's).
+    let seed_only: Vec<(String, String)> = inputs
+        .params
+        .iter()
+        .filter(|(k, _)| k == super::setup::SEED)
+        .cloned()
+        .collect();
+    let ga_params = super::setup::with_declared_params(&ga.info, seed_only).unwrap_or_default();
+    let report = run_once(inputs, &ga, &utility, &ga_params);
     match report.outcome {
         DecisionOutcome::Accepted => out.push(Finding::ok(format!(
             "ga decides with this utility on {}: {:?} accepted",

@@ -219,6 +219,11 @@ pub fn load(engine: &PluginEngine, name: &str, origin: Origin, bytes: &[u8]) -> 
             let params = instance
                 .call_parameters(&mut store)
                 .map_err(|e| anyhow!("`parameters` failed: {}", describe(&e)))?;
+            if params.iter().any(|p| p.name == super::setup::SEED) {
+                bail!(
+                    "`parameters` declares `seed`, which the host reserves (it always passes one)"
+                );
+            }
             if params.len() > MAX_PARAMS {
                 bail!(
                     "`parameters` declared {} parameters (the most is {MAX_PARAMS})",

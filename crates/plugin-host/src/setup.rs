@@ -37,6 +37,40 @@ pub fn fill_defaults(
     Ok(count)
 }
 
+/// The parameter the host always passes and a policy may not declare.
+pub const SEED: &str = "seed";
+
+/// The parameters a policy is called with: `given` checked against what it
+/// declares (an unknown key is refused, naming the known ones), then every
+/// declared parameter not given, at its declared default, so the defaults a
+/// policy shows are the ones it runs with. `seed` may be in `given` (the host
+/// puts it there); nothing else undeclared may.
+pub fn with_declared_params(
+    policy: &PluginInfo,
+    mut given: Vec<(String, String)>,
+) -> Result<Vec<(String, String)>, String> {
+    for (key, _) in &given {
+        if key != SEED && !policy.params.iter().any(|p| &p.name == key) {
+            let known: Vec<&str> = policy.params.iter().map(|p| p.name.as_str()).collect();
+            return Err(format!(
+                "unknown parameter '{key}' for policy '{}'; it knows: {}",
+                policy.name,
+                if known.is_empty() {
+                    "none".to_owned()
+                } else {
+                    known.join(", ")
+                }
+            ));
+        }
+    }
+    for p in &policy.params {
+        if !given.iter().any(|(k, _)| *k == p.name) {
+            given.push((p.name.clone(), p.default_value.clone()));
+        }
+    }
+    Ok(given)
+}
+
 /// The state a one-off decision is made for when none is given: medium load,
 /// the running configuration's memory in use, half the SMs busy.
 pub fn default_state(problem: &Problem) -> GpuState {

@@ -1,6 +1,6 @@
 //! `mfsched decide`: one decision tick through a policy component.
 
-use super::plugins::{PluginOpts, params_for_field};
+use super::plugins::{PluginOpts, policy_params};
 use anyhow::{Context as _, Result, bail};
 use clap::Args;
 use mfsched_core::domain::GpuState;
@@ -103,11 +103,11 @@ pub fn run(args: DecideArgs) -> Result<()> {
         None => setup::default_state(&problem),
         Some(json) => parse_state(json)?,
     };
-    let mut params = parse_params(&args.params, args.seed)?;
+    let params = parse_params(&args.params, args.seed)?;
     let engine = args.opts.engine()?;
     let dir = args.opts.dir.as_deref();
     let policy = resolve_policy(&engine, &args.policy, dir)?;
-    params_for_field(&args.policy, &policy, predictor.field(), &mut params);
+    let params = policy_params(&args.policy, &policy, predictor.field(), params)?;
     let utility = resolve_utility(&engine, &args.utility, dir)?;
     let registry = Registry::default();
     let mut decider = Decider::new(

@@ -1,7 +1,7 @@
 //! `ab` and `demo`: closed-loop policy comparisons on the simulator (and the
 //! shared machinery `repro`'s Table II runs on).
 
-use super::plugins::{PluginOpts, params_for_field};
+use super::plugins::{PluginOpts, policy_params};
 use super::profile::progress_bar;
 use anyhow::{Context as _, Result, bail};
 use clap::Args;
@@ -159,13 +159,13 @@ fn load_spec(
     served: &Served,
     contestant: &Contestant,
 ) -> Result<PolicySpec> {
-    let (name, mut params) = parse_policy(&contestant.spec)?;
+    let (name, params) = parse_policy(&contestant.spec)?;
     let plugin = resolve_policy(engine, &name, plugin_dir)?;
     let predictor = match contestant.field {
         Some(field) => served.under(field)?,
         None => Arc::clone(&served.predictor),
     };
-    params_for_field(&contestant.label, &plugin, predictor.field(), &mut params);
+    let params = policy_params(&contestant.label, &plugin, predictor.field(), params)?;
     Ok(PolicySpec {
         label: contestant.label.clone(),
         plugin,

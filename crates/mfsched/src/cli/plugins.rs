@@ -132,16 +132,19 @@ impl PluginOpts {
     }
 }
 
-/// Under the candidate-aware field, switches a policy that can ask for joint
-/// predictions to them unless `params` says otherwise (see
-/// [`setup::field_param`]), and says so; names a policy that cannot, since it
-/// may read only the table and so see the observed field.
-pub fn params_for_field(
+/// The parameters `policy` runs with: under the candidate-aware field, a
+/// policy that can ask for joint predictions is switched to them unless
+/// `params` says otherwise (see [`setup::field_param`]), and told so (one that
+/// cannot is named: it may read only the table and so see the observed
+/// field); then every key is checked against what the policy declares and its
+/// other declared defaults are passed explicitly
+/// ([`setup::with_declared_params`]).
+pub fn policy_params(
     label: &str,
     policy: &LoadedPolicy,
     field: Field,
-    params: &mut Vec<(String, String)>,
-) {
+    mut params: Vec<(String, String)>,
+) -> Result<Vec<(String, String)>> {
     if let Some(param) = setup::field_param(&policy.info, field, params.iter().map(|(k, _)| k)) {
         eprintln!(
             "note: {label}: {}={} (the candidate-aware field lives in joint predictions)",
@@ -156,6 +159,7 @@ pub fn params_for_field(
             policy.info.name
         );
     }
+    setup::with_declared_params(&policy.info, params).map_err(|e| anyhow::anyhow!("{label}: {e}"))
 }
 
 #[derive(Debug, Subcommand)]
