@@ -546,6 +546,35 @@ async fn ticks_that_cannot_start_on_time_are_counted_as_missed() {
     assert_eq!(contents.records.len(), 12);
 }
 
+/// The production policy set on paper-n2 (floors from the analytic stand-in),
+/// watching `plugins`; every file there must load and pass its self-check.
+fn plugin_host_on_paper_n2(
+    plugins: &Path,
+    deadline: Duration,
+) -> (Problem, mfsched_daemon::policies::PluginPolicies) {
+    let scenario = mfsched_core::scenario::load("paper-n2").expect("bundled");
+    let mut problem = scenario.problem;
+    let predictor: Arc<dyn mfsched_core::predict::Predictor> =
+        Arc::new(mfsched_lab::analytic::AnalyticPredictor);
+    mfsched_plugin_host::setup::fill_defaults(
+        &mut problem,
+        &scenario.explicit_floors,
+        predictor.as_ref(),
+    )
+    .expect("predicts");
+    let (policies, notes) = mfsched_daemon::policies::PluginPolicies::new(
+        &problem,
+        predictor,
+        "utility",
+        Some(plugins),
+        deadline,
+        5,
+    )
+    .expect("plugin host");
+    assert!(notes.is_empty(), "{notes:?}");
+    (problem, policies)
+}
+
 fn embedded(name: &str) -> &'static [u8] {
     mfsched_plugin_host::registry::EMBEDDED_PLUGINS
         .iter()
@@ -566,34 +595,14 @@ fn replace_atomically(path: &Path, bytes: &[u8]) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn soak_with_plugin_files_replaced_while_running() {
     let _serial = TIMING.lock().await;
-    use mfsched_daemon::policies::PluginPolicies;
 
     const TICKS: u64 = 60;
     let period = Duration::from_millis(50);
     let deadline = Duration::from_millis(30);
-    let scenario = mfsched_core::scenario::load("paper-n2").expect("bundled");
-    let mut problem = scenario.problem;
-    let predictor: Arc<dyn mfsched_core::predict::Predictor> =
-        Arc::new(mfsched_lab::analytic::AnalyticPredictor);
-    mfsched_plugin_host::setup::fill_defaults(
-        &mut problem,
-        &scenario.explicit_floors,
-        predictor.as_ref(),
-    )
-    .expect("predicts");
     let plugins = tempfile::tempdir().expect("tempdir");
     let live = plugins.path().join("live.wasm");
     std::fs::write(&live, embedded("exhaustive")).expect("write");
-    let (policies, notes) = PluginPolicies::new(
-        &problem,
-        predictor,
-        "utility",
-        Some(plugins.path()),
-        deadline,
-        5,
-    )
-    .expect("plugin host");
-    assert!(notes.is_empty(), "{notes:?}");
+    let (problem, policies) = plugin_host_on_paper_n2(plugins.path(), deadline);
     assert!(policies.policies().contains(&"live".to_owned()));
 
     let dir = tempfile::tempdir().expect("tempdir");
@@ -703,38 +712,18 @@ async fn soak_with_plugin_files_replaced_while_running() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_tick_loop_keeps_going_under_an_api_flood_with_a_hostile_plugin() {
     let _serial = TIMING.lock().await;
-    use mfsched_daemon::policies::PluginPolicies;
     use std::io::Write;
 
     const TICKS: u64 = 40;
     let period = Duration::from_millis(100);
     let deadline = Duration::from_millis(60);
-    let scenario = mfsched_core::scenario::load("paper-n2").expect("bundled");
-    let mut problem = scenario.problem;
-    let predictor: Arc<dyn mfsched_core::predict::Predictor> =
-        Arc::new(mfsched_lab::analytic::AnalyticPredictor);
-    mfsched_plugin_host::setup::fill_defaults(
-        &mut problem,
-        &scenario.explicit_floors,
-        predictor.as_ref(),
-    )
-    .expect("predicts");
     let plugins = tempfile::tempdir().expect("tempdir");
     std::fs::copy(
         Path::new(mfsched_plugin_host::TEST_PLUGINS_DIR).join("hostile-decide.wasm"),
         plugins.path().join("turncoat.wasm"),
     )
     .expect("copy");
-    let (policies, notes) = PluginPolicies::new(
-        &problem,
-        predictor,
-        "utility",
-        Some(plugins.path()),
-        deadline,
-        5,
-    )
-    .expect("plugin host");
-    assert!(notes.is_empty(), "{notes:?}");
+    let (problem, policies) = plugin_host_on_paper_n2(plugins.path(), deadline);
     let dir = tempfile::tempdir().expect("tempdir");
     let log_path = dir.path().join("decisions.log");
     let (log, _) = DecisionLog::open(&log_path).expect("open log");

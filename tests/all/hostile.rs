@@ -108,34 +108,13 @@ fn the_daemon_survives_a_policy_that_turns_hostile() {
     let plugins = dir.path().join("plugins");
     std::fs::create_dir(&plugins).expect("plugin dir");
     std::fs::copy(plugin("hostile-decide"), plugins.join("turncoat.wasm")).expect("copy");
-    let config = dir.path().join("mfsched.toml");
-    std::fs::write(
-        &config,
-        r#"scenario = "paper-n3"
-seed = 7
-
-[loop]
-period_ms = 400
-deadline_ms = 300
-
-[policy]
-active = "turncoat"
-plugin_dir = "plugins"
-
-[workload]
-level = "burst"
-
-[sampler]
-kind = "footprint"
-
-[log]
-path = "decisions.log"
-
-[api]
-listen = "127.0.0.1:0"
-"#,
-    )
-    .expect("config");
+    let config = crate::common::daemon_config(
+        dir.path(),
+        "paper-n3",
+        400,
+        "active = \"turncoat\"\nplugin_dir = \"plugins\"",
+        "[workload]\nlevel = \"burst\"",
+    );
     let out = mfsched(&["run", "--config", utf8(&config), "--max-ticks", "4"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let log_path = dir.path().join("decisions.log");
@@ -181,31 +160,13 @@ fn hostile_files_in_the_plugin_directory_are_refused_without_blocking() {
     let big = std::fs::File::create(plugins.join("big.wasm")).expect("create");
     big.set_len(mfsched_plugin_host::precheck::MAX_COMPONENT_BYTES + 1)
         .expect("sparse");
-    let config = dir.path().join("mfsched.toml");
-    std::fs::write(
-        &config,
-        r#"scenario = "paper-n3"
-seed = 7
-
-[loop]
-period_ms = 400
-deadline_ms = 300
-
-[policy]
-active = "hold"
-plugin_dir = "plugins"
-
-[sampler]
-kind = "footprint"
-
-[log]
-path = "decisions.log"
-
-[api]
-listen = "127.0.0.1:0"
-"#,
-    )
-    .expect("config");
+    let config = crate::common::daemon_config(
+        dir.path(),
+        "paper-n3",
+        400,
+        "active = \"hold\"\nplugin_dir = \"plugins\"",
+        "",
+    );
     let out = mfsched(&["run", "--config", utf8(&config), "--max-ticks", "2"]);
     let err = stderr(&out);
     assert!(out.status.success(), "{err}");

@@ -93,33 +93,13 @@ fn the_daemon_refuses_each_invalid_policy_at_start_up_for_the_same_reason() {
         let plugins = dir.path().join("plugins");
         std::fs::create_dir(&plugins).expect("plugin dir");
         std::fs::copy(hostile(name), plugins.join(format!("{name}.wasm"))).expect("copy");
-        let config = dir.path().join("mfsched.toml");
-        std::fs::write(
-            &config,
-            format!(
-                r#"scenario = "paper-n5"
-seed = 7
-
-[loop]
-period_ms = 1000
-deadline_ms = 800
-
-[policy]
-active = "{name}"
-plugin_dir = "plugins"
-
-[sampler]
-kind = "footprint"
-
-[log]
-path = "decisions.log"
-
-[api]
-listen = "127.0.0.1:0"
-"#
-            ),
-        )
-        .expect("config");
+        let config = crate::common::daemon_config(
+            dir.path(),
+            "paper-n5",
+            1000,
+            &format!("active = \"{name}\"\nplugin_dir = \"plugins\""),
+            "",
+        );
         let out = mfsched(&["run", "--config", utf8(&config), "--max-ticks", "2"]);
         assert!(!out.status.success(), "{name}");
         let err = stderr(&out);

@@ -60,3 +60,29 @@ pub fn http_with(
 pub fn bearer() -> (&'static str, String) {
     ("Authorization", format!("Bearer {TOKEN}"))
 }
+
+/// Writes `dir/mfsched.toml` for a bounded daemon run on `scenario`: ticks
+/// every `period_ms` (deadline three quarters of it), footprint sampler, the
+/// log in `dir`, the API on any free loopback port. `policy` is the body of
+/// the `[policy]` table; `extra` is appended (e.g. a `[workload]` table).
+pub fn daemon_config(
+    dir: &std::path::Path,
+    scenario: &str,
+    period_ms: u64,
+    policy: &str,
+    extra: &str,
+) -> std::path::PathBuf {
+    let path = dir.join("mfsched.toml");
+    let deadline_ms = period_ms * 3 / 4;
+    std::fs::write(
+        &path,
+        format!(
+            "scenario = \"{scenario}\"\nseed = 7\n\n[loop]\nperiod_ms = {period_ms}\n\
+             deadline_ms = {deadline_ms}\n\n[policy]\n{policy}\n\n[sampler]\n\
+             kind = \"footprint\"\n\n[log]\npath = \"decisions.log\"\n\n[api]\n\
+             listen = \"127.0.0.1:0\"\n\n{extra}\n"
+        ),
+    )
+    .expect("write the daemon config");
+    path
+}
