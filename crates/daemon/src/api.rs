@@ -351,3 +351,45 @@ async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
     )
         .into_response()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unguarded_api_off_loopback_is_refused() {
+        let api = ApiConfig {
+            listen: "0.0.0.0:9464".parse().expect("address"),
+            ..ApiConfig::default()
+        };
+        let err = Guard::from_config(&api).expect_err("no token off loopback");
+        assert!(err.to_string().contains("not a loopback address"), "{err}");
+        let reads = ApiConfig {
+            auth_reads: true,
+            ..ApiConfig::default()
+        };
+        assert!(
+            Guard::from_config(&reads).is_err(),
+            "auth_reads needs a token"
+        );
+        assert!(Guard::from_config(&ApiConfig::default()).is_ok());
+    }
+
+    #[test]
+    fn hosts_are_matched_without_their_port() {
+        let guard = Guard::loopback(None);
+        for ok in ["127.0.0.1:9464", "localhost", "LOCALHOST:1", "[::1]:9464"] {
+            assert!(guard.host_allowed(ok), "{ok}");
+        }
+        for bad in [
+            "attacker.example",
+            "attacker.example:9464",
+            "127.0.0.1.evil",
+            "",
+        ] {
+            assert!(!guard.host_allowed(bad), "{bad}");
+        }
+        assert!(constant_time_eq(b"abc", b"abc"));
+        assert!(!constant_time_eq(b"abc", b"abd") && !constant_time_eq(b"abc", b"ab"));
+    }
+}

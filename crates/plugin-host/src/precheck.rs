@@ -188,6 +188,42 @@ mod tests {
         );
     }
 
+    /// A component whose core code declares more functions than the budget is
+    /// refused from its section header, before any function is read.
+    #[test]
+    fn a_component_over_the_function_budget_is_refused_before_compiling() {
+        fn leb(mut v: u64, out: &mut Vec<u8>) {
+            loop {
+                let byte = (v & 0x7f) as u8;
+                v >>= 7;
+                if v == 0 {
+                    out.push(byte);
+                    return;
+                }
+                out.push(byte | 0x80);
+            }
+        }
+        // A core module: magic, version 1, sections that declare
+        // MAX_FUNCTIONS + 1 functions (none follow: the header is all it takes).
+        let mut count = Vec::new();
+        leb(MAX_FUNCTIONS + 1, &mut count);
+        let mut module = b"\0asm\x01\0\0\0".to_vec();
+        for section in [3u8, 10] {
+            // The function section (3) and the code section (10) agree on
+            // the count; neither lists its entries.
+            module.push(section);
+            leb(count.len() as u64, &mut module);
+            module.extend(&count);
+        }
+        // A component holding it as a core module section (id 1).
+        let mut component = b"\0asm\x0d\0\x01\0".to_vec();
+        component.push(1);
+        leb(module.len() as u64, &mut component);
+        component.extend(&module);
+        let err = check_shape(&component).expect_err("over the budget");
+        assert!(err.to_string().contains("functions"), "{err}");
+    }
+
     #[test]
     fn a_core_module_or_a_foreign_world_is_refused_before_compiling() {
         let module = wat::parse_str("(module (func))").expect("wat");
