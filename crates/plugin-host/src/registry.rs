@@ -150,10 +150,18 @@ pub fn load(engine: &PluginEngine, name: &str, origin: Origin, bytes: &[u8]) -> 
             bytes.len()
         );
     }
-    if !looks_like_wat {
-        super::precheck::check_shape(bytes)?;
-    }
-    let component = Component::new(engine.engine(), bytes)
+    // WAT text is encoded first, so it passes the same checks as a binary.
+    let binary = if looks_like_wat {
+        std::borrow::Cow::Owned(
+            wat::parse_bytes(bytes)
+                .map_err(|e| anyhow!("not a valid Wasm component: {e}"))?
+                .into_owned(),
+        )
+    } else {
+        std::borrow::Cow::Borrowed(bytes)
+    };
+    super::precheck::check_shape(&binary)?;
+    let component = Component::new(engine.engine(), &*binary)
         .map_err(|e| anyhow!("not a valid Wasm component: {}", describe(&e)))?;
     let ty = component.component_type();
     // Before the world: a component of another WIT version would otherwise be

@@ -179,7 +179,7 @@ impl InferenceBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gpu::adapter_gate;
+    use crate::gpu::tests::gate;
     use crate::synthetic::synthetic_nets;
     use mfsched_core::scenario;
 
@@ -219,10 +219,7 @@ mod tests {
 
     #[test]
     fn gpu_choice_uses_the_adapter_and_matches_the_cpu() {
-        if adapter_gate("gpu_choice_uses_the_adapter_and_matches_the_cpu")
-            .expect("GPU adapter required")
-            .is_none()
-        {
+        if !gate("gpu_choice_uses_the_adapter_and_matches_the_cpu") {
             return;
         }
         let problem = scenario::load("paper-n2").expect("bundled").problem;

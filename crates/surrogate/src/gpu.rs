@@ -716,24 +716,21 @@ struct Dispatch<'a> {
 /// Set to `1` (CI does) to make a missing adapter fail GPU tests instead of skipping them.
 pub const REQUIRE_ADAPTER_ENV: &str = "MFSCHED_REQUIRE_GPU_ADAPTER";
 
-/// The capability check for GPU tests: `Ok(Some(adapter))` when one is available;
-/// without one, `Err` when [`REQUIRE_ADAPTER_ENV`] is `1`, else `Ok(None)` after
-/// printing why `test` skips.
-pub fn adapter_gate(test: &str) -> Result<Option<AdapterSummary>> {
+/// The capability check for GPU tests: `Ok(Ok(adapter))` when one is
+/// available; without one, `Err` when [`REQUIRE_ADAPTER_ENV`] is `1`, else
+/// `Ok(Err(why))` for the test to say why it skips.
+pub fn adapter_gate(test: &str) -> Result<Result<AdapterSummary, String>> {
     match probe_adapter() {
-        Ok(adapter) => Ok(Some(adapter)),
+        Ok(adapter) => Ok(Ok(adapter)),
         Err(e) if std::env::var(REQUIRE_ADAPTER_ENV).as_deref() == Ok("1") => Err(e.context(
             format!("{test}: {REQUIRE_ADAPTER_ENV}=1 requires a GPU adapter"),
         )),
-        Err(e) => {
-            eprintln!("skipping {test}: {e:#}");
-            Ok(None)
-        }
+        Err(e) => Ok(Err(format!("{e:#}"))),
     }
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::agreement::{Agreement, TOLERANCE, check_backends, check_states};
     use crate::cpu::CpuBackend;
@@ -742,8 +739,14 @@ mod tests {
     use mfsched_core::predict::table_offsets;
     use mfsched_core::scenario;
 
-    fn gate(test: &str) -> bool {
-        adapter_gate(test).expect("GPU adapter required").is_some()
+    pub(crate) fn gate(test: &str) -> bool {
+        match adapter_gate(test).expect("GPU adapter required") {
+            Ok(_) => true,
+            Err(why) => {
+                eprintln!("skipping {test}: {why}");
+                false
+            }
+        }
     }
 
     fn assert_agrees(a: &Agreement, what: &str) {
