@@ -92,7 +92,7 @@ fn run_serves_the_api_and_stops_cleanly_on_sigterm_with_a_replayable_log() {
     assert_eq!(status, 200);
     assert!(policies.contains("\"active\":\"hold\""), "{policies}");
     // Each component is named by its content hash too.
-    let ga_sha = mfsched_plugin_host::registry::sha256_hex(
+    let ga_sha = mfsched_core::digest::sha256_hex(
         mfsched_plugin_host::registry::EMBEDDED_PLUGINS
             .iter()
             .find(|(n, _)| *n == "ga")

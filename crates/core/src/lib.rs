@@ -2,6 +2,7 @@
 //! joint space, scenarios, the predictor contract, profiles, workload traces and
 //! the statistics helpers. No I/O beyond parsing and writing files atomically.
 
+pub mod digest;
 pub mod domain;
 pub mod fsutil;
 pub mod predict;

@@ -197,7 +197,7 @@ pub fn load(engine: &PluginEngine, name: &str, origin: Origin, bytes: &[u8]) -> 
         })
         .unwrap_or_else(|| "unknown".into());
     let mut info = PluginInfo {
-        sha256: sha256_hex(bytes),
+        sha256: mfsched_core::digest::sha256_hex(bytes),
         name: name.to_string(),
         origin,
         world,
@@ -265,15 +265,6 @@ pub fn load(engine: &PluginEngine, name: &str, origin: Origin, bytes: &[u8]) -> 
             Ok(Loaded::Utility(Arc::new(LoadedUtility { info, pre })))
         }
     }
-}
-
-/// Hex SHA-256 of a component's bytes.
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    use sha2::{Digest, Sha256};
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }
 
 /// The most bytes a plugin's `name` may return (it is shown in one line).

@@ -25,7 +25,6 @@ use mfsched_core::scenario::Scenario;
 use mfsched_nn::{BatchNorm, Hidden, Linear, Mlp, Standardize, TargetScale};
 use safetensors::tensor::{Dtype, SafeTensors, TensorView};
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -463,14 +462,6 @@ fn read_net(tensors: &SafeTensors<'_>, m: &ModelMeta, arch: &Architecture) -> Re
             scale: m.target_scale,
         },
     })
-}
-
-/// Hex SHA-256 of a file's bytes (the training data's fingerprint).
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }
 
 #[cfg(test)]

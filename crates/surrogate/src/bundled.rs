@@ -127,7 +127,7 @@ pub fn training_profile(
             )
         }
     };
-    let sha = super::bundle::sha256_hex(&bytes);
+    let sha = mfsched_core::digest::sha256_hex(&bytes);
     if sha != bundle.meta.training.data_sha256 {
         anyhow::bail!(
             "{} is not the profile the bundle was trained on (SHA-256 {sha}, the bundle records {}); regenerate both with `mfsched models regenerate`",

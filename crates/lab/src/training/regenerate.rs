@@ -13,12 +13,13 @@
 //! against a fresh profile.
 
 use anyhow::{Context, Result};
+use mfsched_core::digest::sha256_hex;
 use mfsched_core::domain::Problem;
 use mfsched_core::profile::{self, DEFAULT_REPEATS, Profile, SamplingPlan};
 use mfsched_core::scenario::{self, Scenario};
 use mfsched_nn::TrainConfig;
 use mfsched_rng::Rng;
-use mfsched_surrogate::bundle::{Bundle, sha256_hex};
+use mfsched_surrogate::bundle::Bundle;
 use mfsched_surrogate::bundled::PROFILE_FILE;
 use std::path::Path;
 

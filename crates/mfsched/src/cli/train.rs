@@ -51,7 +51,7 @@ pub fn run(args: TrainArgs) -> Result<()> {
     let bundle = fit::train_bundle(
         &scenario,
         &data,
-        mfsched_surrogate::bundle::sha256_hex(&bytes),
+        mfsched_core::digest::sha256_hex(&bytes),
         &config,
         args.seed,
         &mut |done, total| {
