@@ -77,9 +77,9 @@ const TEST_PLUGINS: &[(&str, &str, &str)] = &[
         "mfsched_test_plugin_hostile_describe",
     ),
     (
-        "wit-0-2-0",
-        "mfsched-test-plugin-wit-0-2-0",
-        "mfsched_test_plugin_wit_0_2_0",
+        "wit-0-1-0",
+        "mfsched-test-plugin-wit-0-1-0",
+        "mfsched_test_plugin_wit_0_1_0",
     ),
 ];
 
@@ -96,7 +96,7 @@ fn main() {
     for watched in [
         "plugins",
         "tests/plugins",
-        "tests/fixtures/wit-0.2.0",
+        "tests/fixtures/wit-0.1.0",
         "wit",
         "Cargo.toml",
         "Cargo.lock",

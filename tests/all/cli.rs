@@ -485,7 +485,7 @@ fn plugins_list_shows_worlds_wit_version_and_broken_files() {
             .find(|l| l.starts_with(&format!("{name} ")))
             .unwrap_or_else(|| panic!("no line for {name}: {text}"));
         assert!(line.contains(world), "{line}");
-        assert!(line.contains("mfsched:scheduler@0.1.0"), "{line}");
+        assert!(line.contains("mfsched:scheduler@0.2.0"), "{line}");
     }
     assert!(text.contains("corrupt.wasm: cannot load"), "{text}");
     assert!(text.contains("--param population=96"), "{text}");
@@ -759,7 +759,7 @@ fn every_bad_profile_is_one_clear_line_and_a_failure() {
             "line 4, column yolo-a.throughput",
         ),
         ("unknown-variant.csv", "'int8' is not a variant of llama3b"),
-        ("wrong-version.csv", "format version '2' is not supported"),
+        ("wrong-version.csv", "format version '3' is not supported"),
         ("off-grid.csv", "line 2, column llama3b.concurrency"),
         ("bad-workload.csv", "line 2, column workload"),
         ("ragged.csv", "line 3"),
@@ -1090,11 +1090,6 @@ fn ab_compares_the_observed_and_candidate_aware_fields_under_one_policy() {
         dir.path().to_str().expect("utf-8 path"),
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
-    assert!(
-        stderr(&out).contains("predictions=candidates"),
-        "{}",
-        stderr(&out)
-    );
     let json = ab_results(dir.path(), &["step-up"]);
     let policies: Vec<&str> = json["policies"]
         .as_array()
@@ -1166,4 +1161,126 @@ fn the_candidate_aware_field_refuses_what_it_cannot_serve_in_one_line() {
         &with(&["--models", models, "--field", "candidate-aware"]),
         "is not the profile the bundle was trained on",
     );
+}
+
+/// Measurements of a scenario the simulator has no physics for, as a user
+/// would bring them: the analytic stand-in's throughputs over a spread of
+/// feasible joint configurations and all four regimes, written as a profile
+/// CSV version 2 with a provenance column of the user's own (`x-run`).
+fn own_measurements(scenario_path: &str, file: &Path) {
+    use mfsched_core::domain::{GpuState, WorkloadLevel};
+    use mfsched_lab::analytic::AnalyticPredictor;
+    let s = mfsched_core::scenario::load(scenario_path).expect("fixture scenario");
+    let p = &s.problem;
+    let space = p.space();
+    let feasible = p.feasible_indices();
+    let mut text = mfsched_core::profile::csv::columns(p).join(",") + ",x-run\n";
+    for (run, &index) in feasible.iter().step_by(feasible.len() / 150).enumerate() {
+        let joint = space.tuple(index).expect("feasible index");
+        for workload in WorkloadLevel::ALL {
+            let state = GpuState {
+                workload,
+                vram_used_mib: p.vram_mib(&joint) as f64,
+                utilization: 0.3 + 0.15 * workload.ordinal() as f64,
+            };
+            let mut cells = vec![
+                "2".to_string(),
+                s.name.clone(),
+                workload.to_string(),
+                state.vram_used_mib.to_string(),
+                state.utilization.to_string(),
+            ];
+            for (i, m) in p.models.iter().enumerate() {
+                let c = joint[i] as usize;
+                cells.push(m.variants[m.configs[c].variant].name.clone());
+                cells.extend((0..m.knobs.len()).map(|k| m.value(c, k).to_string()));
+                cells.push(AnalyticPredictor::throughput(p, i, c, &state).to_string());
+            }
+            cells.push(format!("run-{run}"));
+            text += &(cells.join(",") + "\n");
+        }
+    }
+    std::fs::write(file, text).expect("write measurements");
+}
+
+#[test]
+fn a_scenario_with_kinds_and_knobs_of_its_own_is_shown_checked_trained_and_decided() {
+    let scenario = format!(
+        "{}/../../tests/fixtures/scenarios/speech-and-images.toml",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let out = mfsched(&["scenario", "show", &scenario]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    for shown in [
+        "speech   requests/s",
+        "beam_size (integer): 1, 2, 4",
+        "scheduler (category): ddim, euler",
+        "images/s",
+        "VRAM-feasible         2100",
+    ] {
+        assert!(text.contains(shown), "{shown}: {text}");
+    }
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let data = dir.path().join("measured.csv");
+    own_measurements(&scenario, &data);
+    let data = data.to_str().expect("utf-8 path");
+    let out = mfsched(&["data", "check", data, "--scenario", &scenario]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("profile format version 2"), "{text}");
+    assert!(text.contains("painter (diffusion, images/s)"), "{text}");
+    assert!(text.contains("painter.scheduler"), "{text}");
+
+    let bundle = dir.path().join("bundle");
+    let bundle = bundle.to_str().expect("utf-8 path");
+    let out = mfsched(&[
+        "train",
+        "--data",
+        data,
+        "--scenario",
+        &scenario,
+        "--out",
+        bundle,
+        "--epochs",
+        "20",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let meta: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(Path::new(bundle).join("bundle.json")).expect("bundle.json"),
+    )
+    .expect("bundle.json is JSON");
+    let painter = &meta["models"][1];
+    assert_eq!(painter["kind"], "diffusion", "{painter}");
+    assert_eq!(painter["unit"], "images/s", "{painter}");
+    let features: Vec<&str> = painter["features"]
+        .as_array()
+        .expect("features")
+        .iter()
+        .filter_map(|f| f.as_str())
+        .collect();
+    assert!(
+        features.contains(&"scheduler=euler") && features.contains(&"resolution/768"),
+        "{features:?}"
+    );
+
+    for policy in ["exhaustive", "ga", "exact", "static-budget"] {
+        let out = mfsched(&[
+            "decide",
+            "--scenario",
+            &scenario,
+            "--models",
+            bundle,
+            "--policy",
+            policy,
+            "--no-cache",
+            "--json",
+        ]);
+        assert!(out.status.success(), "{policy}: {}", stderr(&out));
+        let v = json(&out);
+        assert_eq!(v["accepted"], true, "{policy}: {v}");
+        assert_eq!(v["feasible"], true, "{policy}: {v}");
+        assert_eq!(v["models"].as_array().map(Vec::len), Some(3), "{v}");
+    }
 }

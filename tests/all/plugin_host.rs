@@ -6,7 +6,7 @@
 //! the surrogate): these tests are about the host, not about prediction.
 
 use mfsched_core::domain::{GpuState, Problem, WorkloadLevel};
-use mfsched_core::predict::Predictor;
+use mfsched_core::predict::{PerCandidate, Predictor};
 use mfsched_lab::analytic::AnalyticPredictor;
 use mfsched_plugin_host::registry::{EMBEDDED_PLUGINS, Registry, resolve_policy, resolve_utility};
 use mfsched_plugin_host::reload::wit_params;
@@ -80,6 +80,17 @@ fn rig(
     dir: Option<&Path>,
     params: &[(&str, &str)],
 ) -> Rig {
+    rig_served(engine, policy, dir, params, predictor())
+}
+
+/// [`rig`] with a predictor of the test's choosing.
+fn rig_served(
+    engine: Arc<PluginEngine>,
+    policy: &str,
+    dir: Option<&Path>,
+    params: &[(&str, &str)],
+    predictor: Arc<dyn Predictor>,
+) -> Rig {
     let registry = Arc::new(Registry::default());
     let policy = resolve_policy(&engine, policy, dir).expect("policy loads");
     let utility = resolve_utility(&engine, "utility", None).expect("utility loads");
@@ -89,7 +100,7 @@ fn rig(
         Arc::clone(&engine),
         Arc::clone(&policy_slot),
         Arc::clone(&utility_slot),
-        predictor(),
+        predictor,
         params
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -169,7 +180,10 @@ fn exhaustive_table_and_candidate_paths_agree() {
     let table = rig(Arc::clone(&engine), "exhaustive", None, &[])
         .decider
         .decide(&p, &s);
-    let candidates = rig(engine, "exhaustive", None, &[("predictions", "candidates")])
+    // The same landscape served per candidate: exhaustive follows the field
+    // and sends every feasible candidate through joint predict.
+    let per_candidate = Arc::new(PerCandidate(predictor()));
+    let candidates = rig_served(engine, "exhaustive", None, &[], per_candidate)
         .decider
         .decide(&p, &s);
     assert!(accepted(&table) && accepted(&candidates));

@@ -33,8 +33,8 @@ fn path_str(p: &Path) -> &str {
 }
 
 #[test]
-fn a_component_of_an_incompatible_wit_version_is_rejected_at_load_naming_both_versions() {
-    let file = test_plugin("wit-0-2-0");
+fn a_component_of_the_previous_wit_version_is_rejected_at_load_naming_both_versions() {
+    let file = test_plugin("wit-0-1-0");
     let out = mfsched(&[
         "decide",
         "--scenario",
@@ -46,18 +46,18 @@ fn a_component_of_an_incompatible_wit_version_is_rejected_at_load_naming_both_ve
     let err = stderr(&out);
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(
-        err.contains("built against mfsched:scheduler@0.2.0"),
+        err.contains("built against mfsched:scheduler@0.1.0"),
         "{err}"
     );
-    assert!(err.contains("this host (mfsched:scheduler@0.1.0)"), "{err}");
-    assert!(err.contains("mfsched:scheduler@0.1.x"), "{err}");
+    assert!(err.contains("this host (mfsched:scheduler@0.2.0)"), "{err}");
+    assert!(err.contains("mfsched:scheduler@0.2.x"), "{err}");
 
     let out = mfsched(&["plugins", "check", path_str(&file)]);
     assert!(!out.status.success());
     let text = stdout(&out);
     let errors: Vec<&str> = text.lines().filter(|l| l.starts_with("ERROR")).collect();
     assert_eq!(errors.len(), 1, "{text}");
-    assert!(errors[0].contains("mfsched:scheduler@0.2.0"), "{text}");
+    assert!(errors[0].contains("mfsched:scheduler@0.1.0"), "{text}");
 }
 
 #[test]
@@ -70,7 +70,7 @@ fn plugins_check_passes_a_sound_policy_and_a_sound_utility() {
     assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
     let text = stdout(&out);
     assert!(
-        text.contains("ok    policy world of mfsched:scheduler@0.1.0"),
+        text.contains("ok    policy world of mfsched:scheduler@0.2.0"),
         "{text}"
     );
     assert!(text.contains("accepted (VRAM"), "{text}");

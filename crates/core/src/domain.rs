@@ -5,32 +5,9 @@
 //! these types; the WIT package mirrors them one to one.
 
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::fmt;
-
-/// What a model is, which decides the knobs it has and how it reacts to contention.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ModelKind {
-    /// A decoder LLM served with continuous batching: memory-bandwidth bound while decoding.
-    Llm,
-    /// A vision detector (YOLO11 family): compute bound.
-    Vision,
-}
-
-impl ModelKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ModelKind::Llm => "llm",
-            ModelKind::Vision => "vision",
-        }
-    }
-}
-
-impl fmt::Display for ModelKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+use std::ops::ControlFlow;
 
 /// The offered-load regime, as in the published profiling protocol.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -101,41 +78,145 @@ pub struct Variant {
     pub quality: f64,
 }
 
-/// A discrete runtime knob value with its effect on quality and memory.
+/// One value of a knob: an integer (batch size, concurrency, image size), a real
+/// number (skip rate) or a category (scheduler, precision).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct KnobValue<T> {
-    pub value: T,
+#[serde(untagged)]
+pub enum KnobValue {
+    Integer(i64),
+    Real(f64),
+    Category(String),
+}
+
+impl KnobValue {
+    /// The value as a number; `None` for a category.
+    pub fn as_f64(&self) -> Option<f64> {
+        match self {
+            KnobValue::Integer(i) => Some(*i as f64),
+            KnobValue::Real(r) => Some(*r),
+            KnobValue::Category(_) => None,
+        }
+    }
+
+    /// Same value: numbers compare numerically (1e-9), categories exactly.
+    pub fn matches(&self, other: &KnobValue) -> bool {
+        match (self, other) {
+            (KnobValue::Category(a), KnobValue::Category(b)) => a == b,
+            (a, b) => match (a.as_f64(), b.as_f64()) {
+                (Some(x), Some(y)) => (x - y).abs() < 1e-9,
+                _ => false,
+            },
+        }
+    }
+}
+
+impl fmt::Display for KnobValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KnobValue::Integer(i) => write!(f, "{i}"),
+            KnobValue::Real(r) => write!(f, "{r}"),
+            KnobValue::Category(c) => f.write_str(c),
+        }
+    }
+}
+
+/// What values a knob takes: all integers, all numbers, or all categories.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KnobType {
+    Integer,
+    Real,
+    Category,
+}
+
+impl KnobType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KnobType::Integer => "integer",
+            KnobType::Real => "real",
+            KnobType::Category => "category",
+        }
+    }
+
+    /// "an integer", "a real", "a category": for messages.
+    pub fn with_article(self) -> &'static str {
+        match self {
+            KnobType::Integer => "an integer",
+            KnobType::Real => "a real",
+            KnobType::Category => "a category",
+        }
+    }
+}
+
+/// How a knob's value enters the surrogate's input row.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "encoding", rename_all = "kebab-case")]
+pub enum KnobEncoding {
+    /// value / scale.
+    Linear { scale: f64 },
+    /// log₂(value) / scale (values ≥ 1): for knobs whose effect is multiplicative.
+    Log2 { scale: f64 },
+    /// One input per value (categories).
+    OneHot,
+}
+
+/// One value of a knob with what it costs in quality and device memory.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KnobLevel {
+    pub value: KnobValue,
     /// Multiplies the variant quality (1.0 = no loss).
     pub quality_factor: f64,
+    /// Device memory this value adds to the configuration, MiB (KV cache for a
+    /// concurrency, activations for an image size); 0 when the model's memory
+    /// is a per-configuration table.
+    pub vram_mib: u32,
+}
+
+/// A runtime knob of a model: its name and its discrete values, in grid order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Knob {
+    pub name: String,
+    pub kind: KnobType,
+    pub levels: Vec<KnobLevel>,
+    pub encoding: KnobEncoding,
+}
+
+impl Knob {
+    /// The level holding `value`, if the knob has it.
+    pub fn level_of(&self, value: &KnobValue) -> Option<usize> {
+        self.levels.iter().position(|l| l.value.matches(value))
+    }
+
+    /// The values, for messages.
+    pub fn values_text(&self) -> String {
+        let values: Vec<String> = self.levels.iter().map(|l| l.value.to_string()).collect();
+        values.join(", ")
+    }
 }
 
 /// A model instance in a problem with its knob grid.
 ///
-/// The local configuration grid is the cartesian product variant × concurrency ×
-/// skip rate × image size (knobs a kind does not have hold a single implicit value),
-/// in that order, variant slowest. `configs` materialises it: it is small (≤ a few
-/// dozen), unlike the joint space.
+/// The local configuration grid is the cartesian product variant × knob₁ × … ×
+/// knobₖ, in that order, variant slowest and the last knob fastest. `configs`
+/// materialises it: it is small (≤ a few dozen), unlike the joint space.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Model {
     /// Instance name, unique in a problem.
     pub name: String,
-    /// Zoo entry it was made from (e.g. `llama-3.2-3b`).
+    /// Family it was made from (e.g. `llama-3.2-3b`).
     pub family: String,
-    pub kind: ModelKind,
+    /// What the model is, free-form (`llm`, `vision`, `speech`, `training`, …):
+    /// shown to people and policies, never interpreted by the host.
+    pub kind: String,
+    /// The unit of its throughput (`tokens/s`, `FPS`, `samples/s`, …).
+    pub unit: String,
     pub variants: Vec<Variant>,
-    /// Concurrent sequences (LLM) — empty if the kind has no such knob.
-    pub concurrency: Vec<u32>,
-    /// Fraction of work skipped: decoder layers for LLMs (early exit), frames for
-    /// vision. Empty if the model has no such knob.
-    pub skip_rate: Vec<KnobValue<f64>>,
-    /// Input resolution (vision) — empty if the kind has no such knob.
-    pub image_size: Vec<KnobValue<u32>>,
+    pub knobs: Vec<Knob>,
     /// CUDA context, allocator pools and runtime, MiB.
     pub runtime_overhead_mib: u32,
-    /// KV cache reserved per concurrent sequence (LLM), MiB.
-    pub kv_cache_mib_per_slot: u32,
-    /// Activation memory per image size, parallel to `image_size` (vision), MiB.
-    pub activation_mib: Vec<u32>,
+    /// Device memory of every configuration in grid order, MiB, when the family
+    /// gives a table instead of the additive rule.
+    pub vram_table_mib: Option<Vec<u32>>,
     pub configs: Vec<LocalConfig>,
 }
 
@@ -144,136 +225,140 @@ pub struct Model {
 pub struct LocalConfig {
     /// Index into `Model::variants`.
     pub variant: usize,
-    pub concurrency: Option<u32>,
-    pub skip_rate: Option<f64>,
-    pub image_size: Option<u32>,
+    /// Index into each knob's levels, parallel to `Model::knobs`.
+    pub levels: Vec<u32>,
     pub vram_mib: u32,
     pub quality: f64,
 }
 
-/// The knob values of one local configuration, as written in profiles and decisions.
+/// The knob values of one local configuration, as written in profiles and
+/// decisions: the variant's name and every knob's value by knob name.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct KnobSetting {
     pub variant: String,
-    pub concurrency: Option<u32>,
-    pub skip_rate: Option<f64>,
-    pub image_size: Option<u32>,
+    pub knobs: BTreeMap<String, KnobValue>,
 }
 
 impl fmt::Display for KnobSetting {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.variant)?;
-        if let Some(c) = self.concurrency {
-            write!(f, " c={c}")?;
-        }
-        if let Some(s) = self.skip_rate {
-            write!(f, " skip={s}")?;
-        }
-        if let Some(i) = self.image_size {
-            write!(f, " img={i}")?;
+        for (name, value) in &self.knobs {
+            write!(f, " {name}={value}")?;
         }
         Ok(())
     }
 }
 
 impl Model {
-    /// Builds the local grid from the knob lists. Called once by whoever constructs a model.
+    /// Builds the local grid from the knob lists. Called once by whoever
+    /// constructs a model. Device memory per configuration is the table entry
+    /// when the model has a table, else runtime overhead + weights + the knob
+    /// levels' memory; quality is the variant's times the knob levels' factors.
     pub fn build_grid(&mut self) {
-        fn or_single<T: Clone>(v: &[T]) -> Vec<Option<T>> {
-            if v.is_empty() {
-                vec![None]
-            } else {
-                v.iter().cloned().map(Some).collect()
-            }
-        }
-        let concurrency = or_single(&self.concurrency);
-        let skip = or_single(&self.skip_rate);
-        let image: Vec<Option<(usize, KnobValue<u32>)>> = if self.image_size.is_empty() {
-            vec![None]
-        } else {
-            self.image_size
-                .iter()
-                .cloned()
-                .enumerate()
-                .map(Some)
-                .collect()
-        };
-        let mut configs = Vec::new();
+        let per_variant: usize = self.knobs.iter().map(|k| k.levels.len()).product();
+        let mut configs = Vec::with_capacity(self.variants.len() * per_variant);
         for (vi, variant) in self.variants.iter().enumerate() {
-            for &c in &concurrency {
-                for s in &skip {
-                    for img in &image {
-                        let activation = img
-                            .as_ref()
-                            .map(|(i, _)| self.activation_mib.get(*i).copied().unwrap_or(0))
-                            .unwrap_or(0);
-                        let vram_mib = self.runtime_overhead_mib
-                            + variant.weights_mib
-                            + self.kv_cache_mib_per_slot * c.unwrap_or(0)
-                            + activation;
-                        let quality = variant.quality
-                            * s.as_ref().map_or(1.0, |k| k.quality_factor)
-                            * img.as_ref().map_or(1.0, |(_, k)| k.quality_factor);
-                        configs.push(LocalConfig {
-                            variant: vi,
-                            concurrency: c,
-                            skip_rate: s.as_ref().map(|k| k.value),
-                            image_size: img.as_ref().map(|(_, k)| k.value),
-                            vram_mib,
-                            quality,
-                        });
-                    }
+            for j in 0..per_variant {
+                // Mixed-radix digits of j, the last knob fastest.
+                let mut levels = vec![0u32; self.knobs.len()];
+                let mut rest = j;
+                for (k, knob) in self.knobs.iter().enumerate().rev() {
+                    levels[k] = (rest % knob.levels.len()) as u32;
+                    rest /= knob.levels.len();
                 }
+                let chosen = || {
+                    self.knobs
+                        .iter()
+                        .zip(&levels)
+                        .map(|(k, &l)| &k.levels[l as usize])
+                };
+                let additive = self.runtime_overhead_mib
+                    + variant.weights_mib
+                    + chosen().map(|l| l.vram_mib).sum::<u32>();
+                let vram_mib = self
+                    .vram_table_mib
+                    .as_ref()
+                    .and_then(|t| t.get(configs.len()).copied())
+                    .unwrap_or(additive);
+                let quality = chosen().fold(variant.quality, |q, l| q * l.quality_factor);
+                configs.push(LocalConfig {
+                    variant: vi,
+                    levels,
+                    vram_mib,
+                    quality,
+                });
             }
         }
         self.configs = configs;
+    }
+
+    /// Size of the local grid: variants × Π knob levels.
+    pub fn grid_len(&self) -> usize {
+        self.variants.len() * self.knobs.iter().map(|k| k.levels.len()).product::<usize>()
     }
 
     pub fn grid_size(&self) -> usize {
         self.configs.len()
     }
 
+    /// Index of the knob named `name`.
+    pub fn knob_index(&self, name: &str) -> Option<usize> {
+        self.knobs.iter().position(|k| k.name == name)
+    }
+
+    /// The value of knob `k` in local configuration `config`.
+    pub fn value(&self, config: usize, k: usize) -> &KnobValue {
+        &self.knobs[k].levels[self.configs[config].levels[k] as usize].value
+    }
+
+    /// The numeric value of the knob named `name` in `config`; `None` when the
+    /// model has no such knob or it is a category.
+    pub fn number(&self, config: usize, name: &str) -> Option<f64> {
+        self.knob_index(name)
+            .and_then(|k| self.value(config, k).as_f64())
+    }
+
     pub fn knobs(&self, config: usize) -> KnobSetting {
         let c = &self.configs[config];
         KnobSetting {
             variant: self.variants[c.variant].name.clone(),
-            concurrency: c.concurrency,
-            skip_rate: c.skip_rate,
-            image_size: c.image_size,
+            knobs: self
+                .knobs
+                .iter()
+                .enumerate()
+                .map(|(k, knob)| (knob.name.clone(), self.value(config, k).clone()))
+                .collect(),
         }
     }
 
-    /// Finds the local configuration with these knob values.
-    pub fn find_config(&self, knobs: &KnobSetting) -> Option<usize> {
-        self.configs.iter().position(|c| {
-            self.variants[c.variant].name == knobs.variant
-                && c.concurrency == knobs.concurrency
-                && c.image_size == knobs.image_size
-                && match (c.skip_rate, knobs.skip_rate) {
-                    (Some(a), Some(b)) => (a - b).abs() < 1e-9,
-                    (None, None) => true,
-                    _ => false,
-                }
-        })
+    /// Finds the local configuration with these knob values (every knob named,
+    /// no other).
+    pub fn find_config(&self, setting: &KnobSetting) -> Option<usize> {
+        if setting.knobs.len() != self.knobs.len() {
+            return None;
+        }
+        let variant = self
+            .variants
+            .iter()
+            .position(|v| v.name == setting.variant)?;
+        let mut levels = Vec::with_capacity(self.knobs.len());
+        for knob in &self.knobs {
+            levels.push(knob.level_of(setting.knobs.get(&knob.name)?)? as u32);
+        }
+        self.configs
+            .iter()
+            .position(|c| c.variant == variant && c.levels == levels)
     }
 
     pub fn min_vram_mib(&self) -> u32 {
         self.configs.iter().map(|c| c.vram_mib).min().unwrap_or(0)
     }
 
-    /// Names of the knobs this model actually has, in grid order.
-    pub fn knob_names(&self) -> Vec<&'static str> {
-        let mut names = vec!["variant"];
-        if !self.concurrency.is_empty() {
-            names.push("concurrency");
-        }
-        if !self.skip_rate.is_empty() {
-            names.push("skip_rate");
-        }
-        if !self.image_size.is_empty() {
-            names.push("image_size");
-        }
-        names
+    /// Names of the model's knobs, variant first, in grid order.
+    pub fn knob_names(&self) -> Vec<&str> {
+        std::iter::once("variant")
+            .chain(self.knobs.iter().map(|k| k.name.as_str()))
+            .collect()
     }
 }
 
@@ -468,9 +553,18 @@ impl Problem {
     /// models can take), so infeasible subtrees are never entered: the cost is
     /// proportional to the feasible count, not to the full space.
     pub fn for_each_feasible(&self, mut visit: impl FnMut(&[u32])) {
+        self.try_for_each_feasible(|t| {
+            visit(t);
+            ControlFlow::Continue(())
+        });
+    }
+
+    /// [`Problem::for_each_feasible`] that stops when `visit` breaks; returns
+    /// whether the walk was stopped.
+    pub fn try_for_each_feasible(&self, mut visit: impl FnMut(&[u32]) -> ControlFlow<()>) -> bool {
         let n = self.models.len();
         if n == 0 {
-            return;
+            return false;
         }
         let cap = u64::from(self.card.vram_mib);
         let mut suffix_min = vec![0u64; n + 1];
@@ -478,7 +572,7 @@ impl Problem {
             suffix_min[i] = suffix_min[i + 1] + u64::from(self.models[i].min_vram_mib());
         }
         if suffix_min[0] > cap {
-            return;
+            return false;
         }
         let mut tuple = vec![0u32; n];
         let mut used = vec![0u64; n + 1];
@@ -494,7 +588,9 @@ impl Problem {
                 if total + suffix_min[depth + 1] <= cap {
                     used[depth + 1] = total;
                     if depth + 1 == n {
-                        visit(&tuple);
+                        if visit(&tuple).is_break() {
+                            return true;
+                        }
                         tuple[depth] += 1;
                         continue;
                     }
@@ -510,7 +606,7 @@ impl Problem {
             }
             // Exhausted this depth: backtrack.
             if depth == 0 {
-                return;
+                return false;
             }
             depth -= 1;
             tuple[depth] += 1;
@@ -531,6 +627,21 @@ impl Problem {
         out
     }
 
+    /// The feasible joint indices, ascending, when there are at most `limit`;
+    /// `None` as soon as there are more (the walk stops there).
+    pub fn feasible_indices_up_to(&self, limit: usize) -> Option<Vec<u64>> {
+        let space = self.space();
+        let mut out = Vec::new();
+        let stopped = self.try_for_each_feasible(|t| {
+            if out.len() == limit {
+                return ControlFlow::Break(());
+            }
+            out.extend(space.index(t));
+            ControlFlow::Continue(())
+        });
+        (!stopped).then_some(out)
+    }
+
     pub fn model_index(&self, name: &str) -> Option<usize> {
         self.models.iter().position(|m| m.name == name)
     }
@@ -544,25 +655,29 @@ mod tests {
         Model {
             name: name.into(),
             family: name.into(),
-            kind: ModelKind::Vision,
+            kind: "toy".into(),
+            unit: "items/s".into(),
             variants: vec![Variant {
                 name: "v".into(),
                 weights_mib: 0,
                 quality: 1.0,
             }],
-            concurrency: vec![],
-            skip_rate: vec![],
-            image_size: vrams
-                .iter()
-                .enumerate()
-                .map(|(i, _)| KnobValue {
-                    value: 320 + 160 * i as u32,
-                    quality_factor: 1.0,
-                })
-                .collect(),
+            knobs: vec![Knob {
+                name: "size".into(),
+                kind: KnobType::Integer,
+                levels: vrams
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &vram_mib)| KnobLevel {
+                        value: KnobValue::Integer(320 + 160 * i as i64),
+                        quality_factor: 1.0,
+                        vram_mib,
+                    })
+                    .collect(),
+                encoding: KnobEncoding::Linear { scale: 640.0 },
+            }],
             runtime_overhead_mib: 0,
-            kv_cache_mib_per_slot: 0,
-            activation_mib: vrams.to_vec(),
+            vram_table_mib: None,
             configs: vec![],
         }
     }
@@ -629,6 +744,8 @@ mod tests {
             .collect();
         assert!(!brute.is_empty() && brute.len() < space.size() as usize);
         assert_eq!(p.feasible_indices(), brute);
+        assert_eq!(p.feasible_indices_up_to(brute.len()), Some(brute.clone()));
+        assert_eq!(p.feasible_indices_up_to(brute.len() - 1), None);
         assert_eq!(p.count_feasible(), brute.len() as u64);
     }
 

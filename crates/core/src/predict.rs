@@ -71,6 +71,39 @@ pub trait Predictor: Send + Sync {
     }
 }
 
+/// A predictor's observed field served the per-candidate way: it reports
+/// [`Field::CandidateAware`], so policies that follow the field send every
+/// candidate through `predict_joint`, and answers exactly as the inner
+/// predictor does (the same numbers as its table). Benchmarks and tests use it
+/// to measure and check the joint-prediction path on the observed landscape;
+/// it is never served as a field of its own.
+pub struct PerCandidate(pub std::sync::Arc<dyn Predictor>);
+
+impl std::fmt::Debug for PerCandidate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PerCandidate")
+    }
+}
+
+impl Predictor for PerCandidate {
+    fn predict_table(&self, problem: &Problem, state: &GpuState) -> Result<Vec<f32>, PredictError> {
+        self.0.predict_table(problem, state)
+    }
+
+    fn predict_joint(
+        &self,
+        problem: &Problem,
+        state: &GpuState,
+        candidates: &[u64],
+    ) -> Result<Vec<f32>, PredictError> {
+        self.0.predict_joint(problem, state, candidates)
+    }
+
+    fn field(&self) -> Field {
+        Field::CandidateAware
+    }
+}
+
 /// N predictions per candidate where `predict` sees only the candidates inside
 /// a joint space of `size` (given their positions in `candidates`, in order);
 /// the others get NaN rows. Callers validate indices first; this keeps a bad

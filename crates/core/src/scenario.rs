@@ -2,7 +2,10 @@
 //! as TOML so users can add their own. The bundled ones (`paper-n2` … `paper-n6`)
 //! and the bundled zoo are embedded in the binary.
 
-use crate::domain::{Card, KnobValue, Model, ModelKind, Problem, ReconfigCosts, Variant};
+use crate::domain::{
+    Card, Knob, KnobEncoding, KnobLevel, KnobType, KnobValue, Model, Problem, ReconfigCosts,
+    Variant,
+};
 use anyhow::{Context, Result, bail};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -20,23 +23,163 @@ pub const BUNDLED: &[(&str, &str)] = &[
     ("paper-n6", include_str!("../../../scenarios/paper-n6.toml")),
 ];
 
-/// A model family in the zoo (file form).
+/// A model family (file form): what the model is, its unit, its variants and its
+/// knobs. Any kind and any knobs: nothing here is special to LLMs or detectors.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FamilySpec {
-    pub kind: ModelKind,
+    /// Free-form (`llm`, `vision`, `speech`, `training`, …).
+    pub kind: String,
+    /// Throughput unit (`tokens/s`, `FPS`, `samples/s`, `requests/s`, …).
+    pub unit: String,
+    #[serde(default)]
     pub runtime_overhead_mib: u32,
-    #[serde(default)]
-    pub kv_cache_mib_per_slot: u32,
-    #[serde(default)]
-    pub concurrency: Vec<u32>,
-    #[serde(default)]
-    pub skip_rate: Vec<KnobValue<f64>>,
-    #[serde(default)]
-    pub image_size: Vec<KnobValue<u32>>,
-    #[serde(default)]
-    pub activation_mib: Vec<u32>,
     pub variants: Vec<Variant>,
+    /// The runtime knobs, in grid order (the last varies fastest).
+    #[serde(default)]
+    pub knobs: Vec<KnobSpec>,
+    /// Device memory of every local configuration in grid order, MiB, instead
+    /// of the additive rule (overhead + weights + knob levels' `vram_mib`).
+    #[serde(default)]
+    pub vram_table_mib: Option<Vec<u32>>,
+}
+
+/// A knob (file form): parallel lists over its values.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KnobSpec {
+    pub name: String,
+    /// Integers, numbers or strings (categories), one type per knob.
+    pub values: Vec<KnobValue>,
+    /// Quality factor per value (default: 1.0 for every value).
+    #[serde(default)]
+    pub quality_factors: Option<Vec<f64>>,
+    /// Device memory each value adds, MiB (default: 0).
+    #[serde(default)]
+    pub vram_mib: Option<Vec<u32>>,
+    /// `linear` (numbers' default), `log2` or `one-hot` (categories' default).
+    #[serde(default)]
+    pub encoding: Option<String>,
+    /// Divides the (log₂ of the) value in the surrogate's input; default: the
+    /// largest |value| (linear), 1 (log₂).
+    #[serde(default)]
+    pub scale: Option<f64>,
+}
+
+impl KnobSpec {
+    fn build(&self, family: &str) -> Result<Knob> {
+        let at = || format!("family '{family}', knob '{}'", self.name);
+        let name_ok = !self.name.is_empty()
+            && self
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        if !name_ok || self.name == "variant" {
+            bail!(
+                "family '{family}': knob name '{}' must be letters, digits, '_' or '-', and not 'variant'",
+                self.name
+            );
+        }
+        if self.values.is_empty() {
+            bail!("{}: no values", at());
+        }
+        let kind = knob_type(&self.values)
+            .with_context(|| format!("{}: values mix numbers and strings", at()))?;
+        let values: Vec<KnobValue> = self
+            .values
+            .iter()
+            .map(|v| match (kind, v) {
+                (KnobType::Real, KnobValue::Integer(i)) => KnobValue::Real(*i as f64),
+                _ => v.clone(),
+            })
+            .collect();
+        for (i, v) in values.iter().enumerate() {
+            if let Some(x) = v.as_f64()
+                && !x.is_finite()
+            {
+                bail!("{}: value {v} is not a finite number", at());
+            }
+            if values[..i].iter().any(|w| w.matches(v)) {
+                bail!("{}: value {v} is given twice", at());
+            }
+        }
+        let parallel = |what: &str, len: Option<usize>| -> Result<()> {
+            match len {
+                Some(l) if l != values.len() => bail!(
+                    "{}: {what} has {l} entries but values has {}",
+                    at(),
+                    values.len()
+                ),
+                _ => Ok(()),
+            }
+        };
+        parallel(
+            "quality_factors",
+            self.quality_factors.as_ref().map(Vec::len),
+        )?;
+        parallel("vram_mib", self.vram_mib.as_ref().map(Vec::len))?;
+        if let Some(q) = &self.quality_factors
+            && q.iter().any(|f| !(f.is_finite() && *f >= 0.0))
+        {
+            bail!("{}: quality factors must be non-negative numbers", at());
+        }
+        let numbers: Vec<f64> = values.iter().filter_map(KnobValue::as_f64).collect();
+        if let Some(s) = self.scale
+            && !(s.is_finite() && s > 0.0)
+        {
+            bail!("{}: scale must be a positive number", at());
+        }
+        let encoding = match (self.encoding.as_deref(), kind) {
+            (None | Some("one-hot"), KnobType::Category) => KnobEncoding::OneHot,
+            (Some(e), KnobType::Category) => {
+                bail!("{}: a category knob is encoded one-hot, not '{e}'", at())
+            }
+            (None | Some("linear"), _) => KnobEncoding::Linear {
+                scale: self.scale.unwrap_or_else(|| {
+                    let max = numbers.iter().fold(0.0f64, |m, x| m.max(x.abs()));
+                    if max > 0.0 { max } else { 1.0 }
+                }),
+            },
+            (Some("log2"), _) => {
+                if numbers.iter().any(|&x| x < 1.0) {
+                    bail!("{}: log2 encoding needs every value ≥ 1", at());
+                }
+                KnobEncoding::Log2 {
+                    scale: self.scale.unwrap_or(1.0),
+                }
+            }
+            (Some("one-hot"), _) => KnobEncoding::OneHot,
+            (Some(e), _) => bail!("{}: unknown encoding '{e}' (linear, log2 or one-hot)", at()),
+        };
+        Ok(Knob {
+            name: self.name.clone(),
+            kind,
+            levels: values
+                .into_iter()
+                .enumerate()
+                .map(|(i, value)| KnobLevel {
+                    value,
+                    quality_factor: self.quality_factors.as_ref().map_or(1.0, |q| q[i]),
+                    vram_mib: self.vram_mib.as_ref().map_or(0, |v| v[i]),
+                })
+                .collect(),
+            encoding,
+        })
+    }
+}
+
+/// The one type of a knob's values; integers among reals make it real.
+fn knob_type(values: &[KnobValue]) -> Option<KnobType> {
+    let has = |f: fn(&KnobValue) -> bool| values.iter().any(f);
+    let categories = has(|v| matches!(v, KnobValue::Category(_)));
+    let reals = has(|v| matches!(v, KnobValue::Real(_)));
+    let integers = has(|v| matches!(v, KnobValue::Integer(_)));
+    match (categories, reals, integers) {
+        (true, false, false) => Some(KnobType::Category),
+        (true, _, _) => None,
+        (false, true, _) => Some(KnobType::Real),
+        (false, false, _) => Some(KnobType::Integer),
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -201,21 +344,23 @@ pub fn instantiate(
     if family.variants.is_empty() {
         bail!("family '{family_name}' has no variants");
     }
-    match family.kind {
-        ModelKind::Llm if !family.image_size.is_empty() => {
-            bail!("family '{family_name}': an LLM has no image_size knob")
+    for what in [("kind", &family.kind), ("unit", &family.unit)] {
+        if what.1.trim().is_empty() {
+            bail!("family '{family_name}': {} must not be empty", what.0);
         }
-        ModelKind::Vision if !family.concurrency.is_empty() => {
-            bail!("family '{family_name}': a vision model has no concurrency knob")
-        }
-        _ => {}
     }
-    if family.activation_mib.len() != family.image_size.len() {
-        bail!(
-            "family '{family_name}': activation_mib has {} entries but image_size has {}",
-            family.activation_mib.len(),
-            family.image_size.len()
-        );
+    let knobs = family
+        .knobs
+        .iter()
+        .map(|k| k.build(family_name))
+        .collect::<Result<Vec<_>>>()?;
+    for (i, k) in knobs.iter().enumerate() {
+        if knobs[..i].iter().any(|o| o.name == k.name) {
+            bail!(
+                "family '{family_name}': knob '{}' is declared twice",
+                k.name
+            );
+        }
     }
     let variants: Vec<Variant> = match only_variants {
         None => family.variants.clone(),
@@ -239,16 +384,48 @@ pub fn instantiate(
     let mut model = Model {
         name: name.to_string(),
         family: family_name.to_string(),
-        kind: family.kind,
+        kind: family.kind.clone(),
+        unit: family.unit.clone(),
         variants,
-        concurrency: family.concurrency.clone(),
-        skip_rate: family.skip_rate.clone(),
-        image_size: family.image_size.clone(),
+        knobs,
         runtime_overhead_mib: family.runtime_overhead_mib,
-        kv_cache_mib_per_slot: family.kv_cache_mib_per_slot,
-        activation_mib: family.activation_mib.clone(),
+        vram_table_mib: family.vram_table_mib.clone(),
         configs: Vec::new(),
     };
+    if let Some(table) = &family.vram_table_mib {
+        if let Some(k) = family.knobs.iter().find(|k| k.vram_mib.is_some()) {
+            bail!(
+                "family '{family_name}': knob '{}' gives vram_mib but the family has a vram_table_mib (memory comes from one or the other)",
+                k.name
+            );
+        }
+        // A table is per configuration of the whole family; a model that keeps
+        // only some variants keeps their rows.
+        let per_variant = model.grid_len() / model.variants.len();
+        if table.len() != family.variants.len() * per_variant {
+            bail!(
+                "family '{family_name}': vram_table_mib has {} entries but the grid has {} configurations",
+                table.len(),
+                family.variants.len() * per_variant
+            );
+        }
+        model.vram_table_mib = Some(
+            model
+                .variants
+                .iter()
+                .flat_map(|v| {
+                    let at = family
+                        .variants
+                        .iter()
+                        .position(|f| f.name == v.name)
+                        .expect("picked from the family");
+                    table[at * per_variant..(at + 1) * per_variant]
+                        .iter()
+                        .copied()
+                })
+                .collect(),
+        );
+    }
     model.build_grid();
     Ok(model)
 }

@@ -183,23 +183,14 @@ impl PolicySource for PluginPolicies {
             state: *call.state,
             params: self.params.clone(),
         });
-        // Under the candidate-aware field, a policy that can ask for joint
-        // predictions is told to; every other declared parameter is passed
-        // at its declared default.
+        // Every declared parameter not given is passed at its declared default.
         let mut params = call.params.to_vec();
         if let Some(slot) = self.registry.find_policy(policy) {
             let info = &slot.load().info;
-            let mut given: Vec<(String, String)> = params
+            let given: Vec<(String, String)> = params
                 .iter()
                 .map(|p| (p.key.clone(), p.value.clone()))
                 .collect();
-            if let Some(param) = setup::field_param(
-                info,
-                call.inputs.predictor.field(),
-                given.iter().map(|p| &p.0),
-            ) {
-                given.push(param);
-            }
             let checked =
                 setup::with_declared_params(info, given).map_err(PluginFailure::Misuse)?;
             params = checked

@@ -2,12 +2,16 @@
 //! `decide`/`bench` until a trained MeanField bundle is available.
 //!
 //! It is neither the surrogate nor the simulator: a few lines of arithmetic
-//! with the right shapes (LLMs memory-bandwidth bound, faster with smaller
-//! weights, more concurrency and more skipping; detectors faster with smaller
-//! variants and images; everyone slower under a heavier field, vision more
-//! so), so policies have a landscape with real trade-offs to search.
+//! with the right shapes, read from the knobs a model declares, so policies
+//! have a landscape with real trade-offs to search. Faster with smaller
+//! weights; a `concurrency` knob batches (throughput ∝ c^0.75) and marks a
+//! memory-bound model (tokens/s ∝ 1/weights); an `image_size` knob costs
+//! pixels (∝ size^-1.6) and marks a compute-bound one, more sensitive to the
+//! field; `skip_rate` skips work; any other knob's levels are read as more
+//! work in grid order (its last level halves throughput). Everyone is slower
+//! under a heavier field.
 
-use mfsched_core::domain::{GpuState, ModelKind, Problem};
+use mfsched_core::domain::{GpuState, Problem};
 use mfsched_core::predict::{PredictError, Predictor};
 
 /// The closed-form model. Stateless; every prediction is computed, none cached,
@@ -21,24 +25,33 @@ impl AnalyticPredictor {
         let model = &problem.models[i];
         let c = &model.configs[config];
         let weights = f64::from(model.variants[c.variant].weights_mib);
-        let skip = c.skip_rate.unwrap_or(0.0);
+        let number = |name: &str| model.number(config, name);
+        let skip = number("skip_rate").unwrap_or(0.0);
         let workload = state.workload.ordinal() as f64;
         let pressure =
             (state.vram_used_mib / f64::from(problem.card.vram_mib.max(1))).clamp(0.0, 1.0);
         let util = state.utilization.clamp(0.0, 1.0);
-        let (alone, sensitivity) = match model.kind {
-            ModelKind::Llm => {
-                // Decode streams the weights once per token: tokens/s ∝ 1/weights.
-                let single = 600_000.0 / weights.max(1.0);
-                let concurrency = f64::from(c.concurrency.unwrap_or(1)).powf(0.75);
-                (single * concurrency / (1.0 - 0.7 * skip), 1.0)
-            }
-            ModelKind::Vision => {
-                let image = f64::from(c.image_size.unwrap_or(640));
-                let fps = 1200.0 / (1.0 + weights / 8.0) * (640.0 / image).powf(1.6);
-                (fps / (1.0 - 0.9 * skip), 1.6)
-            }
+        let (alone, sensitivity) = if let Some(image) = number("image_size") {
+            let fps = 1200.0 / (1.0 + weights / 8.0) * (640.0 / image).powf(1.6);
+            (fps / (1.0 - 0.9 * skip), 1.6)
+        } else {
+            // Decode streams the weights once per token: tokens/s ∝ 1/weights.
+            let single = 600_000.0 / weights.max(1.0);
+            let concurrency = number("concurrency").unwrap_or(1.0).powf(0.75);
+            (single * concurrency / (1.0 - 0.7 * skip), 1.0)
         };
+        let work: f64 = model
+            .knobs
+            .iter()
+            .enumerate()
+            .filter(|(_, k)| !["skip_rate", "image_size", "concurrency"].contains(&k.name.as_str()))
+            .map(|(k, knob)| {
+                let level = c.levels[k] as f64;
+                let scale = (knob.levels.len().max(2) - 1) as f64;
+                1.0 + level / scale
+            })
+            .product();
+        let alone = alone / work;
         let slowdown = sensitivity * (0.18 * util + 0.05 * workload + 0.06 * pressure);
         (alone * (1.0 - slowdown).max(0.05)) as f32
     }

@@ -27,7 +27,7 @@ pub use policy::mfsched::scheduler::types as wit;
 
 /// The WIT package's name and version, as plugins import it.
 pub const PACKAGE: &str = "mfsched:scheduler";
-pub const VERSION: &str = "0.1.0";
+pub const VERSION: &str = "0.2.0";
 
 impl From<domain::WorkloadLevel> for wit::WorkloadLevel {
     fn from(w: domain::WorkloadLevel) -> Self {
@@ -71,15 +71,32 @@ impl From<wit::GpuState> for domain::GpuState {
     }
 }
 
+impl From<&domain::KnobValue> for wit::KnobValue {
+    fn from(v: &domain::KnobValue) -> Self {
+        match v {
+            domain::KnobValue::Integer(i) => Self::Integer(*i),
+            domain::KnobValue::Real(r) => Self::Real(*r),
+            domain::KnobValue::Category(c) => Self::Category(c.clone()),
+        }
+    }
+}
+
+impl From<mfsched_core::predict::Field> for wit::Field {
+    fn from(f: mfsched_core::predict::Field) -> Self {
+        match f {
+            mfsched_core::predict::Field::Observed => Self::Observed,
+            mfsched_core::predict::Field::CandidateAware => Self::CandidateAware,
+        }
+    }
+}
+
 impl From<&domain::Model> for wit::Model {
     fn from(m: &domain::Model) -> Self {
         Self {
             name: m.name.clone(),
             family: m.family.clone(),
-            kind: match m.kind {
-                domain::ModelKind::Llm => wit::ModelKind::Llm,
-                domain::ModelKind::Vision => wit::ModelKind::Vision,
-            },
+            kind: m.kind.clone(),
+            unit: m.unit.clone(),
             variants: m
                 .variants
                 .iter()
@@ -89,36 +106,31 @@ impl From<&domain::Model> for wit::Model {
                     quality: v.quality,
                 })
                 .collect(),
-            concurrency: m.concurrency.clone(),
-            skip_rate: m
-                .skip_rate
+            knobs: m
+                .knobs
                 .iter()
-                .map(|k| wit::KnobF64 {
-                    value: k.value,
-                    quality_factor: k.quality_factor,
-                })
-                .collect(),
-            image_size: m
-                .image_size
-                .iter()
-                .map(|k| wit::KnobU32 {
-                    value: k.value,
-                    quality_factor: k.quality_factor,
+                .map(|k| wit::Knob {
+                    name: k.name.clone(),
+                    levels: k
+                        .levels
+                        .iter()
+                        .map(|l| wit::KnobLevel {
+                            value: (&l.value).into(),
+                            quality_factor: l.quality_factor,
+                        })
+                        .collect(),
                 })
                 .collect(),
             runtime_overhead_mib: m.runtime_overhead_mib,
-            kv_cache_mib_per_slot: m.kv_cache_mib_per_slot,
-            activation_mib: m.activation_mib.clone(),
-            configs: m
-                .configs
-                .iter()
-                .map(|c| wit::LocalConfig {
-                    variant: c.variant as u32,
-                    concurrency: c.concurrency,
-                    skip_rate: c.skip_rate,
-                    image_size: c.image_size,
-                    vram_mib: c.vram_mib,
-                    quality: c.quality,
+            configs: (0..m.grid_size())
+                .map(|ci| {
+                    let c = &m.configs[ci];
+                    wit::LocalConfig {
+                        variant: c.variant as u32,
+                        values: (0..m.knobs.len()).map(|k| m.value(ci, k).into()).collect(),
+                        vram_mib: c.vram_mib,
+                        quality: c.quality,
+                    }
                 })
                 .collect(),
         }

@@ -2,7 +2,7 @@
 //! `surrogate` (served by the predictor) and `objective` (served by the active
 //! utility component, in a store of its own).
 
-use super::bindings::policy::mfsched::scheduler::{objective, surrogate, types};
+use super::bindings::policy::mfsched::scheduler::{objective, space, surrogate, types};
 use super::bindings::utility::Utility;
 use super::bindings::wit;
 use super::engine::{PluginEngine, arm_deadline};
@@ -117,6 +117,9 @@ pub struct CallInputs {
     pub predictor: Arc<dyn Predictor>,
     pub utility: Arc<LoadedUtility>,
     pub engine: Arc<PluginEngine>,
+    /// The memory-feasible joint indices (`space.feasible`), `None` when there
+    /// are more than one call may carry.
+    pub feasible: Option<Arc<Vec<u64>>>,
 }
 
 impl CallInputs {
@@ -125,6 +128,7 @@ impl CallInputs {
         problem: &Problem,
         predictor: Arc<dyn Predictor>,
         utility: Arc<LoadedUtility>,
+        feasible: Option<Arc<Vec<u64>>>,
     ) -> Self {
         Self {
             wit_problem: Arc::new(wit::Problem::from(problem)),
@@ -132,6 +136,7 @@ impl CallInputs {
             predictor,
             utility,
             engine,
+            feasible,
         }
     }
 }
@@ -148,6 +153,7 @@ struct CallState {
     problem: Arc<Problem>,
     wit_problem: Arc<wit::Problem>,
     predictor: Arc<dyn Predictor>,
+    feasible: Option<Arc<Vec<u64>>>,
     scorer: Scorer,
     deadline_at: Instant,
     max_candidates: usize,
@@ -193,6 +199,7 @@ impl PolicyCtx {
             problem: Arc::clone(&inputs.problem),
             wit_problem: Arc::clone(&inputs.wit_problem),
             predictor: Arc::clone(&inputs.predictor),
+            feasible: inputs.feasible.clone(),
             scorer: Scorer::new(Arc::clone(&inputs.engine), Arc::clone(&inputs.utility)),
             deadline_at,
             max_candidates: inputs.engine.limits().max_candidates_per_call,
@@ -239,6 +246,10 @@ impl WasiView for PolicyCtx {
 impl types::Host for PolicyCtx {}
 
 impl surrogate::Host for PolicyCtx {
+    fn prediction_field(&mut self) -> wasmtime::Result<types::Field> {
+        Ok(self.call("prediction-field")?.predictor.field().into())
+    }
+
     fn predict_table(&mut self, state: types::GpuState) -> wasmtime::Result<Vec<f32>> {
         let call = self.call("predict-table")?;
         let started = Instant::now();
@@ -285,6 +296,17 @@ impl surrogate::Host for PolicyCtx {
     }
 }
 
+impl space::Host for PolicyCtx {
+    fn feasible(&mut self, limit: u64) -> wasmtime::Result<Option<Vec<u64>>> {
+        let call = self.call("feasible")?;
+        Ok(call
+            .feasible
+            .as_ref()
+            .filter(|set| set.len() as u64 <= limit)
+            .map(|set| set.to_vec()))
+    }
+}
+
 impl objective::Host for PolicyCtx {
     fn evaluate(
         &mut self,
@@ -306,6 +328,17 @@ impl objective::Host for PolicyCtx {
         self.stats.evaluate += started.elapsed();
         self.stats.evaluated += candidates.len() as u64;
         Ok(scores)
+    }
+
+    fn terms(&mut self, table: Vec<f32>) -> wasmtime::Result<Option<Vec<f64>>> {
+        let call = self.call("terms")?;
+        let started = Instant::now();
+        let terms = call
+            .scorer
+            .terms(&call.wit_problem, &table, call.deadline_at)
+            .map_err(wasmtime::Error::new)?;
+        self.stats.evaluate += started.elapsed();
+        Ok(terms)
     }
 }
 
@@ -375,6 +408,70 @@ impl Scorer {
         }
     }
 
+    /// The live instance, instantiated on first use, armed for `deadline_at`.
+    fn instance(
+        &mut self,
+        deadline_at: Instant,
+    ) -> Result<(&mut Store<UtilityCtx>, &mut Utility), PluginFailure> {
+        let (store, utility) = match &mut self.live {
+            Some(live) => live,
+            empty => {
+                let mut store = Store::new(self.engine.engine(), UtilityCtx::new(&self.engine));
+                store.limiter(|ctx| &mut ctx.memory);
+                arm_deadline(&mut store, deadline_at);
+                let utility = self.utility.pre.instantiate(&mut store).map_err(|e| {
+                    PluginFailure::Utility(format!("{}: {}", self.utility.info.name, describe(&e)))
+                })?;
+                empty.insert((store, utility))
+            }
+        };
+        arm_deadline(store, deadline_at);
+        Ok((store, utility))
+    }
+
+    /// The utility's per-model terms for a prediction table, checked: one
+    /// value per local configuration, none NaN or +∞; `None` when the utility
+    /// says it is not additive.
+    pub fn terms(
+        &mut self,
+        problem: &wit::Problem,
+        table: &[f32],
+        deadline_at: Instant,
+    ) -> Result<Option<Vec<f64>>, PluginFailure> {
+        let rows: usize = problem.models.iter().map(|m| m.configs.len()).sum();
+        if table.len() != rows {
+            return Err(PluginFailure::Misuse(format!(
+                "terms: a table of {} predictions, the problem's has {rows} (one per local configuration)",
+                table.len()
+            )));
+        }
+        let loaded = Arc::clone(&self.utility);
+        let name = &loaded.info.name;
+        let (store, utility) = self.instance(deadline_at)?;
+        let terms = utility
+            .call_terms(&mut *store, problem, table)
+            .map_err(|e| match classify(&e, store.data().memory.refused()) {
+                PluginFailure::Trap(why) => PluginFailure::Utility(format!("{name}: {why}")),
+                other => other,
+            })?;
+        let Some(terms) = terms else {
+            return Ok(None);
+        };
+        if terms.len() != rows {
+            return Err(PluginFailure::Utility(format!(
+                "{name} returned {} terms for {rows} local configurations",
+                terms.len()
+            )));
+        }
+        if let Some(i) = terms.iter().position(|t| t.is_nan() || *t == f64::INFINITY) {
+            return Err(PluginFailure::Utility(format!(
+                "{name} gave local configuration {i} the term {} (terms are finite or −∞)",
+                terms[i]
+            )));
+        }
+        Ok(Some(terms))
+    }
+
     /// Scores a batch, checking the utility's answer has one finite-or-−∞
     /// value per candidate. Runs under what is left of `deadline_at`.
     pub fn score(
@@ -393,20 +490,9 @@ impl Scorer {
                 candidates.len() * n
             )));
         }
-        let (store, utility) = match &mut self.live {
-            Some(live) => live,
-            empty => {
-                let mut store = Store::new(self.engine.engine(), UtilityCtx::new(&self.engine));
-                store.limiter(|ctx| &mut ctx.memory);
-                arm_deadline(&mut store, deadline_at);
-                let utility = self.utility.pre.instantiate(&mut store).map_err(|e| {
-                    PluginFailure::Utility(format!("{}: {}", self.utility.info.name, describe(&e)))
-                })?;
-                empty.insert((store, utility))
-            }
-        };
-        arm_deadline(store, deadline_at);
-        let name = &self.utility.info.name;
+        let loaded = Arc::clone(&self.utility);
+        let name = &loaded.info.name;
+        let (store, utility) = self.instance(deadline_at)?;
         let scores = utility
             .call_score(&mut *store, problem, candidates, predictions)
             .map_err(|e| match classify(&e, store.data().memory.refused()) {

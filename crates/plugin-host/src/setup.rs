@@ -4,9 +4,7 @@
 
 use crate::registry::PluginInfo;
 use mfsched_core::domain::{GpuState, Problem, WorkloadLevel};
-use mfsched_core::predict::{
-    Field, PredictError, Predictor, predicted_quantile_floors, predicted_ranges,
-};
+use mfsched_core::predict::{PredictError, Predictor, predicted_quantile_floors, predicted_ranges};
 
 /// Utilisations the derived ranges and floors sweep, beside the four regimes.
 const SWEEP_UTILIZATION: [f64; 3] = [0.2, 0.5, 0.9];
@@ -79,20 +77,4 @@ pub fn default_state(problem: &Problem) -> GpuState {
         vram_used_mib: problem.vram_mib(&problem.current) as f64,
         utilization: 0.5,
     }
-}
-
-/// What a policy must be told to see `field`: under [`Field::CandidateAware`],
-/// `predictions=candidates` for a policy that has a `predictions` parameter and
-/// was given none (the field lives in joint predictions only). `None` when
-/// nothing is to be added.
-pub fn field_param(
-    policy: &PluginInfo,
-    field: Field,
-    given: impl IntoIterator<Item = impl AsRef<str>>,
-) -> Option<(String, String)> {
-    let has = |name: &str| policy.params.iter().any(|p| p.name == name);
-    (field == Field::CandidateAware
-        && has("predictions")
-        && !given.into_iter().any(|k| k.as_ref() == "predictions"))
-    .then(|| ("predictions".into(), "candidates".into()))
 }

@@ -148,14 +148,15 @@ mod tests {
     #[test]
     fn an_incompatible_component_is_refused_naming_both_versions() {
         let err =
-            check_component_versions(["wasi:io/streams@0.2.6", "mfsched:scheduler/types@0.2.0"])
-                .expect_err("0.2.0 is not accepted by a 0.1 host");
-        assert!(err.contains("mfsched:scheduler@0.2.0"), "{err}");
+            check_component_versions(["wasi:io/streams@0.2.6", "mfsched:scheduler/types@0.1.0"])
+                .expect_err("0.1.0 is not accepted by a 0.2 host");
+        assert!(err.contains("mfsched:scheduler@0.1.0"), "{err}");
         assert!(
             err.contains(&format!("mfsched:scheduler@{VERSION}")),
             "{err}"
         );
-        assert!(check_component_versions(["mfsched:scheduler/surrogate@0.1.0"]).is_ok());
+        assert!(check_component_versions(["mfsched:scheduler/surrogate@0.2.0"]).is_ok());
+        assert!(check_component_versions(["mfsched:scheduler/surrogate@0.3.0"]).is_err());
         assert!(check_component_versions(["mfsched:scheduler/types@garbage"]).is_err());
     }
 }

@@ -19,7 +19,7 @@ use super::features;
 use super::fold::fold;
 use super::meanfield::MeanField;
 use anyhow::{Context, Result, bail};
-use mfsched_core::domain::{ModelKind, Problem, ThroughputRange};
+use mfsched_core::domain::{Problem, ThroughputRange};
 use mfsched_core::fsutil::write_atomically;
 use mfsched_core::scenario::Scenario;
 use mfsched_nn::{BatchNorm, Hidden, Linear, Mlp, Standardize, TargetScale};
@@ -78,7 +78,8 @@ pub struct TrainingInfo {
 pub struct ModelMeta {
     pub name: String,
     pub family: String,
-    pub kind: ModelKind,
+    /// What the model is (free-form, as the scenario declares it).
+    pub kind: String,
     /// Unit of the predicted throughput.
     pub unit: String,
     /// Input layout, in order (see `surrogate::features`).

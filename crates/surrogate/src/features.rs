@@ -6,7 +6,7 @@
 //! candidates, looked up from the mixed-radix digits (the GPU shader does this on
 //! the device).
 
-use mfsched_core::domain::{GpuState, Model, Problem};
+use mfsched_core::domain::{GpuState, Knob, KnobEncoding, Model, Problem};
 
 /// Number of state features: workload one-hot (4), VRAM used / card VRAM, utilisation.
 pub const STATE_FEATURES: usize = 6;
@@ -15,12 +15,17 @@ pub const STATE_FEATURES: usize = 6;
 /// field a candidate-aware prediction gives each candidate of its own.
 pub const FIELD_FEATURES: usize = 2;
 
+/// Inputs a knob takes in the row: one, or one per value when one-hot.
+fn knob_width(knob: &Knob) -> usize {
+    match knob.encoding {
+        KnobEncoding::OneHot => knob.levels.len(),
+        KnobEncoding::Linear { .. } | KnobEncoding::Log2 { .. } => 1,
+    }
+}
+
 /// Length of a model's local feature vector.
 pub fn local_len(model: &Model) -> usize {
-    model.variants.len()
-        + usize::from(!model.concurrency.is_empty())
-        + usize::from(!model.skip_rate.is_empty())
-        + usize::from(!model.image_size.is_empty())
+    model.variants.len() + model.knobs.iter().map(knob_width).sum::<usize>()
 }
 
 /// Input width of model i's predictor.
@@ -28,19 +33,21 @@ pub fn input_len(model: &Model) -> usize {
     local_len(model) + STATE_FEATURES
 }
 
-/// Local features of one configuration, appended to `out`: variant one-hot,
-/// log₂(concurrency) / 2, skip rate, image size / 640 (knobs the model lacks are absent).
+/// Local features of one configuration, appended to `out`: the variant
+/// one-hot, then each knob as its encoding says (value / scale, log₂(value) /
+/// scale, or a one-hot over its values), in knob order.
 pub fn push_local(model: &Model, config: usize, out: &mut Vec<f32>) {
     let c = &model.configs[config];
     out.extend((0..model.variants.len()).map(|v| if v == c.variant { 1.0 } else { 0.0 }));
-    if let Some(conc) = c.concurrency {
-        out.push((conc.max(1) as f32).log2() / 2.0);
-    }
-    if let Some(skip) = c.skip_rate {
-        out.push(skip as f32);
-    }
-    if let Some(img) = c.image_size {
-        out.push(img as f32 / 640.0);
+    for (knob, &level) in model.knobs.iter().zip(&c.levels) {
+        let value = || knob.levels[level as usize].value.as_f64().unwrap_or(0.0);
+        match knob.encoding {
+            KnobEncoding::Linear { scale } => out.push((value() / scale) as f32),
+            KnobEncoding::Log2 { scale } => out.push((value().log2() / scale) as f32),
+            KnobEncoding::OneHot => out.extend(
+                (0..knob.levels.len()).map(|l| if l == level as usize { 1.0 } else { 0.0 }),
+            ),
+        }
     }
 }
 
@@ -52,14 +59,25 @@ pub fn local_names(model: &Model) -> Vec<String> {
         .iter()
         .map(|v| format!("variant={}", v.name))
         .collect();
-    if !model.concurrency.is_empty() {
-        names.push("log2(concurrency)/2".into());
-    }
-    if !model.skip_rate.is_empty() {
-        names.push("skip_rate".into());
-    }
-    if !model.image_size.is_empty() {
-        names.push("image_size/640".into());
+    for knob in &model.knobs {
+        let scaled = |inner: String, scale: f64| {
+            if scale == 1.0 {
+                inner
+            } else {
+                format!("{inner}/{scale}")
+            }
+        };
+        match knob.encoding {
+            KnobEncoding::Linear { scale } => names.push(scaled(knob.name.clone(), scale)),
+            KnobEncoding::Log2 { scale } => {
+                names.push(scaled(format!("log2({})", knob.name), scale))
+            }
+            KnobEncoding::OneHot => names.extend(
+                knob.levels
+                    .iter()
+                    .map(|l| format!("{}={}", knob.name, l.value)),
+            ),
+        }
     }
     names
 }

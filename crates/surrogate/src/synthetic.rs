@@ -5,7 +5,7 @@
 
 use crate::features::input_len;
 use crate::net::{DenseLayer, FoldedNet};
-use mfsched_core::domain::{ModelKind, Problem};
+use mfsched_core::domain::Problem;
 use mfsched_rng::Rng;
 
 /// Hidden layer widths of the published MeanField predictor.
@@ -31,15 +31,11 @@ pub fn synthetic_nets_with(problem: &Problem, seed: u64, hidden: &[usize]) -> Ve
                 .windows(2)
                 .map(|w| random_layer(w[0], w[1], &mut rng))
                 .collect();
-            // Plausible output ranges so throughput-scale differences read naturally.
-            let (out_offset, out_scale) = match model.kind {
-                ModelKind::Llm => (5.0, 400.0),
-                ModelKind::Vision => (10.0, 250.0),
-            };
+            // A plausible throughput range; the values mean nothing either way.
             FoldedNet {
                 layers,
-                out_offset,
-                out_scale,
+                out_offset: 5.0,
+                out_scale: 400.0,
             }
         })
         .collect()

@@ -1,26 +1,23 @@
 //! Exact search for the fixed-field problem (beyond the published design).
 //!
 //! With the aggregate state held fixed, model i's predicted throughput depends
-//! only on its own configuration, and the published utility is a sum of
-//! per-model terms (normalised reward minus reconfiguration cost) under two kinds
-//! of constraint: per-model floors and one shared VRAM cap. That is a
-//! multiple-choice knapsack, solved here exactly:
+//! only on its own configuration, and an additive utility (the published one
+//! is: normalised reward minus reconfiguration cost, per model) is a sum of
+//! per-model terms under two kinds of constraint: per-model floors and one
+//! shared VRAM cap. That is a multiple-choice knapsack, solved here exactly:
 //!
 //! 1. `predict-table` gives every local configuration's throughput (Σk rows);
-//!    configurations predicted under their floor are dropped.
-//! 2. The per-model terms are *measured* through the host's utility, not
-//!    re-implemented: a base configuration b takes, for every model, its
-//!    smallest-VRAM floor-meeting configuration; candidate "b with model i set
-//!    to c" is scored for every (i, c) in one `evaluate` call, and
-//!    dᵢ(c) = J(b|i←c) − J(b). Any configuration that cannot be part of a
-//!    feasible answer overflows the cap even beside b's minimal co-runners, so
-//!    its probe is −∞ and it is dropped too.
-//! 3. Dynamic programming over the models keeps, per stage, the Pareto front of
-//!    (VRAM used, Σ d) — never a dominated partial solution — and ends with the
-//!    best total under the cap.
-//! 4. The answer's utility is evaluated once more and must equal J(b) + Σ dᵢ: a
-//!    utility that is not additive across models fails loudly instead of
-//!    returning a wrong "optimum".
+//!    the utility's `terms` turn it into one term per local configuration
+//!    (−∞ for one under its floor, which is dropped).
+//! 2. Dynamic programming over the models keeps, per stage, the Pareto front of
+//!    (VRAM used, Σ terms) — never a dominated partial solution — and ends
+//!    with the best total under the cap.
+//! 3. The answer's utility is evaluated once more and must equal the sum of
+//!    its terms: a utility whose terms do not add up to its score fails loudly
+//!    instead of returning a wrong "optimum".
+//!
+//! A utility that is not additive has no terms: exact refuses, naming the
+//! policies that search it.
 
 use mfsched_guest::types::{Decision, GpuState, Param, ParamSpec, Problem};
 use mfsched_guest::{Params, Space, objective, surrogate};
@@ -55,51 +52,18 @@ impl mfsched_guest::Guest for Exact {
         let space = Space::new(&problem);
         let n = space.models();
         let table = surrogate::predict_table(state);
-
-        // Floor-meeting configurations per model, and the base b.
-        let mut allowed: Vec<Vec<u32>> = Vec::with_capacity(n);
+        let terms = objective::terms(&table).ok_or(
+            "exact needs an additive utility (this one hands over no per-model terms): use ga or exhaustive with it",
+        )?;
         for i in 0..n {
-            let floor = problem.sla_floors[i];
-            let ok: Vec<u32> = (0..space.radix(i))
-                .filter(|&c| f64::from(table[space.table_offset(i) + c as usize]) >= floor)
-                .collect();
-            if ok.is_empty() {
+            let block =
+                &terms[space.table_offset(i)..space.table_offset(i) + space.radix(i) as usize];
+            if block.iter().all(|t| !t.is_finite()) {
                 return Err(format!(
-                    "no configuration of model '{}' is predicted to meet its floor of {floor:.2}",
-                    problem.models[i].name
+                    "no configuration of model '{}' is predicted to meet its floor of {:.2}",
+                    problem.models[i].name, problem.sla_floors[i]
                 ));
             }
-            allowed.push(ok);
-        }
-        let base: Vec<u32> = allowed
-            .iter()
-            .enumerate()
-            .map(|(i, ok)| {
-                *ok.iter()
-                    .min_by_key(|&&c| space.vram_of(i, c))
-                    .expect("non-empty: checked above")
-            })
-            .collect();
-        if !space.fits(&base) {
-            return Err("no floor-meeting joint configuration fits in the card's VRAM".into());
-        }
-
-        // Probe J(b) and J(b|i←c) for every allowed (i, c) in one call.
-        let mut probes = vec![space.index(&base)];
-        let mut tuple = base.clone();
-        for (i, ok) in allowed.iter().enumerate() {
-            for &c in ok {
-                tuple[i] = c;
-                probes.push(space.index(&tuple));
-            }
-            tuple[i] = base[i];
-        }
-        let mut predictions = Vec::new();
-        mfsched_guest::gather(&space, &table, &probes, &mut predictions);
-        let scores = objective::evaluate(&probes, &predictions);
-        let j_base = scores[0];
-        if !j_base.is_finite() {
-            return Err("the utility rejects the minimal floor-meeting configuration".into());
         }
 
         // Pareto-front dynamic programming over the models.
@@ -111,17 +75,14 @@ impl mfsched_guest::Guest for Exact {
             config: 0,
         }]);
         let cap = space.cap_mib();
-        let mut next_score = 1;
-        for (i, ok) in allowed.iter().enumerate() {
-            let terms = &scores[next_score..next_score + ok.len()];
-            next_score += ok.len();
+        for i in 0..n {
             let prev = &fronts[i];
-            let mut stage: Vec<Partial> = Vec::with_capacity(prev.len() * ok.len());
-            for (&c, &score) in ok.iter().zip(terms) {
-                if !score.is_finite() {
+            let mut stage: Vec<Partial> = Vec::with_capacity(prev.len() * space.radix(i) as usize);
+            for c in 0..space.radix(i) {
+                let d = terms[space.table_offset(i) + c as usize];
+                if !d.is_finite() {
                     continue;
                 }
-                let d = score - j_base;
                 let vram = u64::from(space.vram_of(i, c));
                 for (p, partial) in prev.iter().enumerate() {
                     if partial.vram + vram <= cap {
@@ -142,7 +103,7 @@ impl mfsched_guest::Guest for Exact {
             .enumerate()
             .max_by(|a, b| a.1.value.total_cmp(&b.1.value))
             .ok_or("no joint configuration fits in the card's VRAM")?;
-        let expected = j_base + best.value;
+        let expected = best.value;
         let mut config = vec![0u32; n];
         for i in (0..n).rev() {
             let p = fronts[i + 1][at];
@@ -157,12 +118,12 @@ impl mfsched_guest::Guest for Exact {
         let actual = objective::evaluate(&[index], &row)[0];
         if (actual - expected).abs() > ADDITIVITY_TOLERANCE * expected.abs().max(1.0) {
             return Err(format!(
-                "the utility is not additive across models (expected {expected}, got {actual}): use ga or exhaustive with it"
+                "the utility's terms do not add up to its score (terms sum to {expected}, score {actual}): use ga or exhaustive with it"
             ));
         }
         Ok(Decision {
             config,
-            candidates_evaluated: probes.len() as u64 + 1,
+            candidates_evaluated: terms.len() as u64 + 1,
         })
     }
 }

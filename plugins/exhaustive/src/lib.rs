@@ -2,15 +2,14 @@
 //! configuration of the same surrogate-predicted landscape the other policies
 //! search (the published reference the GA is measured against).
 //!
-//! `predictions=table` asks the host for one prediction per local
-//! configuration (sum of grid sizes) and assembles each candidate's row from
-//! it, which is exact while the field is held fixed; `predictions=candidates`
-//! sends every feasible candidate through the batched `predict` (N rows per
-//! candidate), the path the candidate-aware field (`--field candidate-aware`) needs.
+//! The feasible set is the host's (computed once per problem). Under the
+//! observed field every candidate's row comes from one prediction per local
+//! configuration, and with an additive utility its score is the sum of the
+//! utility's per-model terms; under a candidate-aware field every feasible
+//! candidate goes through the batched `predict` (N rows per candidate).
 
-use mfsched_guest::params::spec;
 use mfsched_guest::types::{Decision, GpuState, Param, ParamSpec, Problem};
-use mfsched_guest::{Params, Space, argmax, surrogate};
+use mfsched_guest::{Landscape, Params, Space, argmax};
 
 struct Exhaustive;
 
@@ -20,28 +19,17 @@ impl mfsched_guest::Guest for Exhaustive {
     }
 
     fn parameters() -> Vec<ParamSpec> {
-        vec![spec(
-            "predictions",
-            "table",
-            "table: one prediction per local configuration (field held fixed); candidates: N predictions per feasible joint candidate",
-        )]
+        Vec::new()
     }
 
     fn decide(problem: Problem, state: GpuState, params: Vec<Param>) -> Result<Decision, String> {
-        let params = Params::parse(params, Self::parameters())?;
-        let mode = params.choice("predictions", &["table", "candidates"])?;
+        Params::parse(params, Self::parameters())?;
         let space = Space::new(&problem);
-        let feasible = space.feasible_indices();
+        let feasible = mfsched_guest::feasible(&space, u64::MAX);
         if feasible.is_empty() {
             return Err("no joint configuration fits in the card's VRAM".into());
         }
-        let scores = match mode {
-            "table" => {
-                let table = surrogate::predict_table(state);
-                mfsched_guest::evaluate_from_table(&space, &table, &feasible)
-            }
-            _ => mfsched_guest::evaluate_joint(state, &feasible),
-        };
+        let scores = Landscape::new(state).score(&space, &feasible);
         let best = argmax(&scores).ok_or("the utility returned no scores")?;
         let mut config = vec![0u32; space.models()];
         space.decode(feasible[best], &mut config);

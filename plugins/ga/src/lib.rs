@@ -7,17 +7,17 @@
 //! under the model's SLA floor is redrawn among the genes that meet it (when
 //! any does), then, while the genome is over the card's VRAM, random models
 //! move to cheaper configurations (floor-meeting ones first). Fitness is the
-//! host's utility; every distinct genome is scored once. With
-//! `predictions=table` (default) the predictions come from the surrogate
-//! table (the field held fixed during search, as published); with
-//! `predictions=candidates` each generation's new genomes go through the
-//! host's batched joint `predict`, which carries a candidate-aware field (the
-//! floor-meeting repair still reads the table: it is a heuristic, the
-//! utility has the last word). The seed comes from the host.
+//! host's utility; every distinct genome is scored once. Under the observed
+//! field the predictions come from the surrogate table (the field held fixed
+//! during search, as published) and, when the utility is additive, a genome's
+//! fitness is the sum of its genes' utility terms; under a candidate-aware
+//! field each generation's new genomes go through the host's batched joint
+//! `predict` (the floor-meeting repair still reads the table: it is a
+//! heuristic, the utility has the last word). The seed comes from the host.
 
 use mfsched_guest::params::spec;
-use mfsched_guest::types::{Decision, GpuState, Param, ParamSpec, Problem};
-use mfsched_guest::{Params, Rng, Space, surrogate};
+use mfsched_guest::types::{Decision, Field, GpuState, Param, ParamSpec, Problem};
+use mfsched_guest::{Landscape, Params, Rng, Space, surrogate};
 use std::collections::HashMap;
 
 struct Ga;
@@ -89,11 +89,6 @@ impl mfsched_guest::Guest for Ga {
                 "2",
                 "best genomes copied unchanged into the next generation",
             ),
-            spec(
-                "predictions",
-                "table",
-                "table: fitness from the per-configuration table (field held fixed); candidates: from the host's joint predict per genome",
-            ),
         ]
     }
 
@@ -106,13 +101,16 @@ impl mfsched_guest::Guest for Ga {
         if !space.fits(&min_tuple) {
             return Err("no joint configuration fits in the card's VRAM".into());
         }
-        let joint = params.choice("predictions", &["table", "candidates"])? == "candidates";
         let table = surrogate::predict_table(state);
         let allowed = floor_meeting_genes(&space, &table, &problem.sla_floors);
+        let landscape = if surrogate::prediction_field() == Field::CandidateAware {
+            Landscape::Joint { state }
+        } else {
+            Landscape::of_table(table)
+        };
         let mut search = Search {
             space: &space,
-            table: &table,
-            joint: joint.then_some(state),
+            landscape: &landscape,
             allowed,
             cache: HashMap::new(),
         };
@@ -147,9 +145,7 @@ fn floor_meeting_genes(space: &Space, table: &[f32], floors: &[f64]) -> Vec<Vec<
 
 struct Search<'a> {
     space: &'a Space,
-    table: &'a [f32],
-    /// Score through the host's joint predictions under this state (else from the table).
-    joint: Option<GpuState>,
+    landscape: &'a Landscape,
     /// `allowed[i][c]`: gene c of model i meets the model's floor.
     allowed: Vec<Vec<bool>>,
     /// Fitness of every genome scored so far, by joint index.
@@ -237,10 +233,7 @@ impl Search<'_> {
         fresh.sort_unstable();
         fresh.dedup();
         if !fresh.is_empty() {
-            let scores = match self.joint {
-                Some(state) => mfsched_guest::evaluate_joint(state, &fresh),
-                None => mfsched_guest::evaluate_from_table(self.space, self.table, &fresh),
-            };
+            let scores = self.landscape.score(self.space, &fresh);
             for (i, s) in fresh.into_iter().zip(scores) {
                 self.cache
                     .insert(i, if s.is_nan() { f64::NEG_INFINITY } else { s });

@@ -1,6 +1,8 @@
 //! Helpers shared by the bundled policy components: the `policy` world's
 //! bindings, a view of the joint space (mixed-radix indices, VRAM, feasible
-//! enumeration), parameter parsing and table-based scoring.
+//! enumeration), parameter parsing, and [`Landscape`]: scoring candidates the
+//! cheapest way the host allows (summed utility terms, a prediction table, or
+//! joint predictions under a candidate-aware field).
 //!
 //! Only the `policy` world is generated here: a crate linking these bindings
 //! carries the world's type section, so the utility component generates its
@@ -25,6 +27,7 @@ pub mod bindings {
     });
 }
 
+pub use bindings::mfsched::scheduler::space as host_space;
 pub use bindings::mfsched::scheduler::{objective, surrogate, types};
 pub use bindings::{Guest, export_policy};
 
@@ -47,10 +50,18 @@ pub fn gather(space: &Space, table: &[f32], candidates: &[u64], out: &mut Vec<f3
 /// Scores candidates with the host's utility, predictions taken from a table
 /// (the field held fixed, as published).
 pub fn evaluate_from_table(space: &Space, table: &[f32], candidates: &[u64]) -> Vec<f64> {
+    let mut scores = Vec::with_capacity(candidates.len());
     let mut predictions = Vec::new();
-    gather(space, table, candidates, &mut predictions);
-    objective::evaluate(candidates, &predictions)
+    for chunk in candidates.chunks(TABLE_BATCH) {
+        gather(space, table, chunk, &mut predictions);
+        scores.extend(objective::evaluate(chunk, &predictions));
+    }
+    scores
 }
+
+/// Candidates per `evaluate` call in [`evaluate_from_table`]: far under the
+/// host's per-call cap, large enough that the boundary costs little.
+pub const TABLE_BATCH: usize = 1 << 17;
 
 /// Candidates per host call in [`evaluate_joint`]: bounds the guest's buffers
 /// without paying the boundary cost too often.
@@ -65,6 +76,70 @@ pub fn evaluate_joint(state: types::GpuState, candidates: &[u64]) -> Vec<f64> {
         scores.extend(objective::evaluate(chunk, &predictions));
     }
     scores
+}
+
+/// The memory-feasible joint indices, ascending: the host's set, computed once
+/// per problem, or enumerated here when the host has more than `limit`.
+pub fn feasible(space: &Space, limit: u64) -> Vec<u64> {
+    host_space::feasible(limit).unwrap_or_else(|| space.feasible_indices())
+}
+
+/// What candidates are scored against for one decision.
+#[derive(Debug)]
+pub enum Landscape {
+    /// The utility is additive: a candidate's score is the sum of its models'
+    /// terms (no host call per candidate).
+    Terms { terms: Vec<f64> },
+    /// Not additive: predictions from the table, scores from `evaluate`.
+    Table { table: Vec<f32> },
+    /// A candidate-aware field: predictions from `predict` per candidate.
+    Joint { state: types::GpuState },
+}
+
+impl Landscape {
+    /// The landscape of `state`: joint predictions when the host predicts
+    /// under a candidate-aware field, else the table, summed terms when the
+    /// utility hands them over.
+    pub fn new(state: types::GpuState) -> Self {
+        if surrogate::prediction_field() == types::Field::CandidateAware {
+            return Landscape::Joint { state };
+        }
+        Self::of_table(surrogate::predict_table(state))
+    }
+
+    /// The landscape of a prediction table (the field held fixed).
+    pub fn of_table(table: Vec<f32>) -> Self {
+        match objective::terms(&table) {
+            Some(terms) => Landscape::Terms { terms },
+            None => Landscape::Table { table },
+        }
+    }
+
+    /// One utility per candidate; negative infinity for a candidate that does
+    /// not fit in memory (as the utility scores it).
+    pub fn score(&self, space: &Space, candidates: &[u64]) -> Vec<f64> {
+        match self {
+            Landscape::Terms { terms } => {
+                let mut tuple = vec![0u32; space.models()];
+                candidates
+                    .iter()
+                    .map(|&c| {
+                        space.decode(c, &mut tuple);
+                        if !space.fits(&tuple) {
+                            return f64::NEG_INFINITY;
+                        }
+                        let mut total = 0.0;
+                        for (i, &l) in tuple.iter().enumerate() {
+                            total += terms[space.table_offset(i) + l as usize];
+                        }
+                        total
+                    })
+                    .collect()
+            }
+            Landscape::Table { table } => evaluate_from_table(space, table, candidates),
+            Landscape::Joint { state } => evaluate_joint(*state, candidates),
+        }
+    }
 }
 
 /// Index of the best score (first on ties); `None` for an empty slice.

@@ -4,14 +4,15 @@
 //! deployment, and never changes: K joint configurations sampled uniformly
 //! without replacement from the VRAM-feasible space with the given seed
 //! (`k=full` takes the whole feasible space: StaticFull). Every tick re-ranks
-//! that fixed set under the current state's predictions and returns its best
+//! that fixed set under the current state's predictions (the host's field and
+//! the utility's terms when it is additive, as exhaustive) and returns its best
 //! member. It loses utility against per-step search exactly when the tick's
 //! optimum is not in the set. The set is a pure function of the problem, K and
 //! the seed, so a stateless component rebuilds the same set every tick.
 
 use mfsched_guest::params::spec;
 use mfsched_guest::types::{Decision, GpuState, Param, ParamSpec, Problem};
-use mfsched_guest::{Params, Rng, Space, argmax, surrogate};
+use mfsched_guest::{Landscape, Params, Rng, Space, argmax};
 
 struct StaticBudget;
 
@@ -31,7 +32,7 @@ impl mfsched_guest::Guest for StaticBudget {
     fn decide(problem: Problem, state: GpuState, params: Vec<Param>) -> Result<Decision, String> {
         let params = Params::parse(params, Self::parameters())?;
         let space = Space::new(&problem);
-        let mut feasible = space.feasible_indices();
+        let mut feasible = mfsched_guest::feasible(&space, u64::MAX);
         if feasible.is_empty() {
             return Err("no joint configuration fits in the card's VRAM".into());
         }
@@ -51,8 +52,7 @@ impl mfsched_guest::Guest for StaticBudget {
             feasible.truncate(k);
             feasible
         };
-        let table = surrogate::predict_table(state);
-        let scores = mfsched_guest::evaluate_from_table(&space, &table, &candidates);
+        let scores = Landscape::new(state).score(&space, &candidates);
         let best = argmax(&scores).ok_or("the utility returned no scores")?;
         let mut config = vec![0u32; space.models()];
         space.decode(candidates[best], &mut config);

@@ -15,9 +15,15 @@
 //! (smaller) knob-change cost when only a runtime knob changes, else 0.
 //! J = −∞ when some Tᵢ is under its SLA floor, when λ needs more VRAM than the
 //! card has, or when the index is not a joint configuration.
+//!
+//! J is additive across models (each term reads only its own model's
+//! configuration and throughput), so `terms` hands the host the per-model
+//! terms of a prediction table: policies sum them instead of calling `score`
+//! per candidate, and `exact` solves the knapsack over them.
 
-/// The generated `utility` world. wit-bindgen's glue is FFI, hence unsafe.
-#[allow(unsafe_code)]
+/// The generated `utility` world. wit-bindgen's glue is FFI, hence unsafe; its
+/// lowered `terms` export takes the flattened problem and table as 15 scalars.
+#[allow(unsafe_code, clippy::too_many_arguments)]
 mod bindings {
     wit_bindgen::generate!({
         world: "utility",
@@ -79,6 +85,23 @@ impl Guest for PublishedUtility {
                 if vram > cap { f64::NEG_INFINITY } else { j }
             })
             .collect()
+    }
+
+    fn terms(problem: Problem, table: Vec<f32>) -> Option<Vec<f64>> {
+        let terms = ModelTerms::new(&problem);
+        let mut out = Vec::with_capacity(table.len());
+        let mut rows = table.iter();
+        for (i, model) in problem.models.iter().enumerate() {
+            for local in 0..model.configs.len() {
+                let thr = f64::from(*rows.next().expect("one prediction per local configuration"));
+                out.push(if thr < problem.sla_floors[i] || !thr.is_finite() {
+                    f64::NEG_INFINITY
+                } else {
+                    terms.value(&problem, i, local, thr)
+                });
+            }
+        }
+        Some(out)
     }
 }
 

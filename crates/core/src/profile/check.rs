@@ -1,7 +1,8 @@
 //! `data check`: which scenario a profile file belongs to, and a summary of it.
 
+use super::Profile;
 use super::csv::{self as profile_csv, COL_UTILIZATION, COL_VRAM};
-use super::{Profile, throughput_unit};
+use crate::domain::{KnobType, KnobValue};
 use crate::domain::{Problem, WorkloadLevel};
 use crate::scenario::{self, Scenario};
 use anyhow::{Result, bail};
@@ -90,7 +91,7 @@ pub enum ColumnSummary {
 pub struct Summary {
     pub rows: usize,
     /// (name, kind, throughput unit)
-    pub models: Vec<(String, String, &'static str)>,
+    pub models: Vec<(String, String, String)>,
     /// Rows per regime, in regime order.
     pub regimes: Vec<(WorkloadLevel, usize)>,
     /// Every column except the format version and scenario.
@@ -134,23 +135,16 @@ pub fn summarize(profile: &Profile, problem: &Problem) -> Summary {
             name: format!("{}.variant", m.name),
             counts: count(knobs.iter().map(|k| k.variant.clone())),
         });
-        if !m.concurrency.is_empty() {
-            columns.push(numeric(
-                format!("{}.concurrency", m.name),
-                knobs.iter().filter_map(|k| k.concurrency.map(f64::from)),
-            ));
-        }
-        if !m.skip_rate.is_empty() {
-            columns.push(numeric(
-                format!("{}.skip_rate", m.name),
-                knobs.iter().filter_map(|k| k.skip_rate),
-            ));
-        }
-        if !m.image_size.is_empty() {
-            columns.push(numeric(
-                format!("{}.image_size", m.name),
-                knobs.iter().filter_map(|k| k.image_size.map(f64::from)),
-            ));
+        for (k, knob) in m.knobs.iter().enumerate() {
+            let name = format!("{}.{}", m.name, knob.name);
+            let values = rows.iter().map(|r| m.value(r.joint[i] as usize, k));
+            columns.push(match knob.kind {
+                KnobType::Category => ColumnSummary::Categorical {
+                    name,
+                    counts: count(values.map(ToString::to_string)),
+                },
+                _ => numeric(name, values.filter_map(KnobValue::as_f64)),
+            });
         }
         columns.push(numeric(
             format!("{}.throughput", m.name),
@@ -162,7 +156,7 @@ pub fn summarize(profile: &Profile, problem: &Problem) -> Summary {
         models: problem
             .models
             .iter()
-            .map(|m| (m.name.clone(), m.kind.to_string(), throughput_unit(m.kind)))
+            .map(|m| (m.name.clone(), m.kind.clone(), m.unit.clone()))
             .collect(),
         regimes: WorkloadLevel::ALL
             .iter()
@@ -207,7 +201,10 @@ mod tests {
         let s = summarize(&profile, &problem);
         assert_eq!(s.rows, 4);
         assert_eq!(s.regimes.iter().map(|(_, n)| n).sum::<usize>(), 4);
-        assert_eq!(s.models[0], ("llama3b".into(), "llm".into(), "tokens/s"));
+        assert_eq!(
+            s.models[0],
+            ("llama3b".into(), "llm".into(), "tokens/s".into())
+        );
         assert_eq!(s.models[1].2, "FPS");
         let throughput = s
             .columns

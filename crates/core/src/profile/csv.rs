@@ -1,4 +1,5 @@
-//! The profile CSV, format version 1 (specified in `docs/profile-format.md`).
+//! The profile CSV, format version 2 (specified in `docs/profile-format.md`);
+//! version 1 files (the same columns for the bundled knobs) are still read.
 //!
 //! One header line, then one line per (joint configuration, workload) sample:
 //!
@@ -6,19 +7,30 @@
 //! format_version,scenario,workload,vram_used_mib,utilization,<model>.variant,<model>.<knob>…,<model>.throughput,…
 //! ```
 //!
-//! Nothing in it is specific to the simulator: real measurements use the same file.
+//! Knob columns are named by the scenario's knobs; columns starting with `x-`
+//! (provenance, pair ids) are ignored. Nothing in it is specific to the
+//! simulator: real measurements use the same file.
 //! Reading validates every cell against the scenario and reports the first problem
 //! as one error naming the file, line and column.
 
 use super::{Profile, ProfileRow};
-use crate::domain::{GpuState, KnobSetting, Model, Problem, WorkloadLevel};
+use crate::domain::{
+    GpuState, Knob, KnobSetting, KnobType, KnobValue, Model, Problem, WorkloadLevel,
+};
 use crate::fsutil::write_atomically;
 use anyhow::{Context, Result};
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-/// The version this build reads and writes.
-pub const FORMAT_VERSION: u32 = 1;
+/// The version this build writes.
+pub const FORMAT_VERSION: u32 = 2;
+
+/// The versions this build reads.
+pub const READ_VERSIONS: [u32; 2] = [1, 2];
+
+/// Columns whose name starts with this are the user's own (provenance, pair
+/// ids, notes): read past, never interpreted.
+pub const IGNORED_PREFIX: &str = "x-";
 
 pub const COL_FORMAT: &str = "format_version";
 pub const COL_SCENARIO: &str = "scenario";
@@ -99,11 +111,9 @@ pub fn write_csv(profile: &Profile, problem: &Problem, path: &Path) -> Result<()
                 row.state.utilization.to_string(),
             ];
             for (i, m) in problem.models.iter().enumerate() {
-                let knobs = m.knobs(row.joint[i] as usize);
-                record.push(knobs.variant);
-                record.extend(knobs.concurrency.map(|c| c.to_string()));
-                record.extend(knobs.skip_rate.map(|s| s.to_string()));
-                record.extend(knobs.image_size.map(|s| s.to_string()));
+                let config = row.joint[i] as usize;
+                record.push(m.variants[m.configs[config].variant].name.clone());
+                record.extend((0..m.knobs.len()).map(|k| m.value(config, k).to_string()));
                 record.push(row.throughput[i].to_string());
             }
             w.write_record(&record)?;
@@ -139,6 +149,8 @@ pub struct Peek {
     pub columns: Vec<String>,
     /// The first data row's `scenario` cell, if there is one.
     pub scenario: Option<String>,
+    /// The first data row's `format_version`, if it is a number.
+    pub version: Option<u32>,
     /// Model names in header order (the prefixes of `<model>.<field>` columns).
     pub models: Vec<String>,
 }
@@ -166,25 +178,22 @@ pub fn peek(path: &Path) -> Result<Peek> {
         .into());
     }
     let mut models: Vec<String> = Vec::new();
-    for c in &columns {
+    for c in columns.iter().filter(|c| !c.starts_with(IGNORED_PREFIX)) {
         if let Some((model, _)) = c.rsplit_once('.')
             && !models.iter().any(|m| m == model)
         {
             models.push(model.to_string());
         }
     }
-    let scenario = match columns.iter().position(|c| c == COL_SCENARIO) {
-        Some(col) => reader
-            .records()
-            .next()
-            .and_then(|r| r.ok())
-            .and_then(|r| r.get(col).map(str::to_string))
-            .filter(|s| !s.is_empty()),
-        None => None,
+    let first = reader.records().next().and_then(|r| r.ok());
+    let cell = |name: &str| {
+        let col = columns.iter().position(|c| c == name)?;
+        first.as_ref()?.get(col).filter(|s| !s.is_empty())
     };
     Ok(Peek {
+        scenario: cell(COL_SCENARIO).map(str::to_string),
+        version: cell(COL_FORMAT).and_then(|v| v.parse().ok()),
         columns,
-        scenario,
         models,
     })
 }
@@ -353,34 +362,34 @@ fn read<R: std::io::Read>(
             }
             let mut knobs = KnobSetting {
                 variant: variant.to_string(),
-                concurrency: None,
-                skip_rate: None,
-                image_size: None,
+                knobs: Default::default(),
             };
-            let mut next = 1;
-            let integer = |col: usize| -> Result<u32, FormatError> {
+            for (k, knob) in m.knobs.iter().enumerate() {
+                let col = cols[1 + k];
                 let text = cell(col)?;
-                text.parse::<u32>()
-                    .map_err(|_| bad(col, format!("'{text}' is not a whole number")))
-            };
-            if !m.concurrency.is_empty() {
-                knobs.concurrency = Some(integer(cols[next])?);
-                next += 1;
+                let value = parse_value(knob, text).ok_or_else(|| {
+                    bad(
+                        col,
+                        format!("'{text}' is not {} value", knob.kind.with_article()),
+                    )
+                })?;
+                if knob.level_of(&value).is_none() {
+                    return Err(bad(
+                        col,
+                        format!(
+                            "{value} is not a value of {}.{} (it has: {})",
+                            m.name,
+                            knob.name,
+                            knob.values_text()
+                        ),
+                    ));
+                }
+                knobs.knobs.insert(knob.name.clone(), value);
             }
-            if !m.skip_rate.is_empty() {
-                knobs.skip_rate = Some(number(cols[next])?);
-                next += 1;
-            }
-            if !m.image_size.is_empty() {
-                knobs.image_size = Some(integer(cols[next])?);
-                next += 1;
-            }
+            let next = 1 + m.knobs.len();
             let config = m.find_config(&knobs).ok_or_else(|| {
-                // Name the knob that is off the grid, or the combination if each is fine.
-                let offending = knob_off_grid(m, &knobs);
-                let col = offending.map_or(cols[0], |k| cols[k]);
                 bad(
-                    col,
+                    cols[0],
                     format!("{knobs} is not on {}'s configuration grid", m.name),
                 )
             })?;
@@ -413,36 +422,26 @@ fn read<R: std::io::Read>(
 }
 
 fn check_version(text: &str) -> Result<(), String> {
-    if text.parse::<u32>().ok() == Some(FORMAT_VERSION) {
-        Ok(())
-    } else {
-        Err(format!(
-            "format version '{text}' is not supported (this mfsched reads version {FORMAT_VERSION})"
-        ))
+    match text.parse::<u32>() {
+        Ok(v) if READ_VERSIONS.contains(&v) => Ok(()),
+        _ => Err(format!(
+            "format version '{text}' is not supported (this mfsched reads versions {})",
+            READ_VERSIONS.map(|v| v.to_string()).join(" and ")
+        )),
     }
 }
 
-/// Which knob column (index into the model's columns) holds a value off the grid.
-fn knob_off_grid(m: &Model, knobs: &KnobSetting) -> Option<usize> {
-    let mut col = 1;
-    if let Some(c) = knobs.concurrency {
-        if !m.concurrency.contains(&c) {
-            return Some(col);
-        }
-        col += 1;
+/// A cell as a value of `knob`'s type; `None` when it is not one.
+fn parse_value(knob: &Knob, text: &str) -> Option<KnobValue> {
+    match knob.kind {
+        KnobType::Integer => text.parse::<i64>().ok().map(KnobValue::Integer),
+        KnobType::Real => text
+            .parse::<f64>()
+            .ok()
+            .filter(|v| v.is_finite())
+            .map(KnobValue::Real),
+        KnobType::Category => Some(KnobValue::Category(text.to_string())),
     }
-    if let Some(s) = knobs.skip_rate {
-        if !m.skip_rate.iter().any(|k| (k.value - s).abs() < 1e-9) {
-            return Some(col);
-        }
-        col += 1;
-    }
-    if let Some(i) = knobs.image_size
-        && !m.image_size.iter().any(|k| k.value == i)
-    {
-        return Some(col);
-    }
-    None
 }
 
 /// Matches the header to the columns `problem` expects.
@@ -452,7 +451,7 @@ fn layout(header: &[String], problem: &Problem) -> Result<Layout, (Option<String
         if header[..k].contains(col) {
             return Err((Some(col.clone()), "the column appears twice".into()));
         }
-        if expected.contains(col) {
+        if expected.contains(col) || col.starts_with(IGNORED_PREFIX) {
             continue;
         }
         let message = match col.rsplit_once('.') {
@@ -473,7 +472,10 @@ fn layout(header: &[String], problem: &Problem) -> Result<Layout, (Option<String
                 ),
             },
             None if col.is_empty() => "a column has no name".to_string(),
-            None => format!("unknown column (expected: {})", FIXED_COLUMNS.join(", ")),
+            None => format!(
+                "unknown column (expected: {}, the models' columns, or a name starting with '{IGNORED_PREFIX}' for your own)",
+                FIXED_COLUMNS.join(", ")
+            ),
         };
         return Err((Some(col.clone()), message));
     }
@@ -584,12 +586,12 @@ mod tests {
             (
                 "wrong-version.csv",
                 "line 2, column format_version",
-                "format version '2' is not supported",
+                "format version '3' is not supported",
             ),
             (
                 "off-grid.csv",
                 "line 2, column llama3b.concurrency",
-                "not on llama3b's configuration grid",
+                "is not a value of llama3b.concurrency (it has: 1, 2, 4)",
             ),
             (
                 "bad-workload.csv",

@@ -13,7 +13,7 @@ pub mod check;
 pub mod csv;
 pub mod sampling;
 
-use crate::domain::{GpuState, JointConfig, ModelKind, Problem, ThroughputRange, WorkloadLevel};
+use crate::domain::{GpuState, JointConfig, Problem, ThroughputRange, WorkloadLevel};
 
 pub use self::csv::{read_csv, write_csv};
 pub use sampling::SamplingPlan;
@@ -37,14 +37,6 @@ pub struct Profile {
     /// Model instance names, in the scenario's order.
     pub models: Vec<String>,
     pub rows: Vec<ProfileRow>,
-}
-
-/// The unit a model kind's throughput is measured in.
-pub fn throughput_unit(kind: ModelKind) -> &'static str {
-    match kind {
-        ModelKind::Llm => "tokens/s",
-        ModelKind::Vision => "FPS",
-    }
 }
 
 /// Measurements averaged into one row unless asked otherwise.

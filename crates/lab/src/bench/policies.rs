@@ -3,7 +3,7 @@
 //! utility gap to exhaustive search on the same ticks.
 
 use mfsched_core::domain::{GpuState, Problem, WorkloadLevel};
-use mfsched_core::predict::Predictor;
+use mfsched_core::predict::{PerCandidate, Predictor};
 use mfsched_plugin_host::registry::{LoadedPolicy, LoadedUtility, Registry, Slot};
 use mfsched_plugin_host::{Decider, DecisionOutcome, DecisionReport, PluginEngine};
 use mfsched_rng::Rng;
@@ -18,6 +18,9 @@ pub struct Contender {
     pub policy: Arc<LoadedPolicy>,
     /// Parameters besides `seed` (which the benchmark sets per tick).
     pub params: Vec<(String, String)>,
+    /// Serves the predictor's observed field through joint predictions only
+    /// ([`PerCandidate`]): the same landscape, asked per candidate.
+    pub per_candidate: bool,
 }
 
 /// What one contender did over all ticks.
@@ -82,11 +85,16 @@ pub fn run(
         for (c, result) in contenders.iter().zip(&mut results) {
             let mut params = c.params.clone();
             params.push(("seed".into(), seed.to_string()));
+            let predictor: Arc<dyn Predictor> = if c.per_candidate {
+                Arc::new(PerCandidate(Arc::clone(predictor)))
+            } else {
+                Arc::clone(predictor)
+            };
             let mut decider = Decider::new(
                 Arc::clone(engine),
                 Arc::new(Slot::new(Arc::clone(&c.policy))),
                 Arc::clone(&utility_slot),
-                Arc::clone(predictor),
+                predictor,
                 params,
             );
             let report: DecisionReport = decider.decide(problem, state);

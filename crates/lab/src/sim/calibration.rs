@@ -7,9 +7,10 @@
 //! slowdown by factor, workload level has the largest between-group sum of squares
 //! for vision, skip rate for LLMs.
 
+use super::physics::PhysicsKind;
 use crate::sim::Simulator;
 use anyhow::Result;
-use mfsched_core::domain::{ModelKind, Problem};
+use mfsched_core::domain::Problem;
 use mfsched_core::profile::{DEFAULT_REPEATS, Profile, SamplingPlan};
 use mfsched_core::scenario;
 
@@ -35,7 +36,7 @@ pub struct Factor {
 /// Slowdown statistics of all models of one kind, pooled.
 #[derive(Debug, Clone, PartialEq)]
 pub struct KindStats {
-    pub kind: ModelKind,
+    pub kind: PhysicsKind,
     /// Mean slowdown in percent per variant name, with the number of observations.
     pub loss_pct_by_variant: Vec<(String, f64, usize)>,
     /// Largest effect first.
@@ -97,8 +98,8 @@ pub fn analyze(profile: &Profile, problem: &Problem, sim: &Simulator, seed: u64)
     Calibration {
         seed,
         rows: profile.rows.len(),
-        llm: kind_stats(profile, problem, sim, ModelKind::Llm),
-        vision: kind_stats(profile, problem, sim, ModelKind::Vision),
+        llm: kind_stats(profile, problem, sim, PhysicsKind::Llm),
+        vision: kind_stats(profile, problem, sim, PhysicsKind::Vision),
     }
 }
 
@@ -108,12 +109,17 @@ struct Observation {
     levels: Vec<String>,
 }
 
-fn kind_stats(profile: &Profile, problem: &Problem, sim: &Simulator, kind: ModelKind) -> KindStats {
+fn kind_stats(
+    profile: &Profile,
+    problem: &Problem,
+    sim: &Simulator,
+    kind: PhysicsKind,
+) -> KindStats {
     let mut factor_names: Vec<String> = Vec::new();
     let mut observations = Vec::new();
     let mut variants: Vec<String> = Vec::new();
     for (i, model) in problem.models.iter().enumerate() {
-        if model.kind != kind {
+        if sim.physics_kind(i) != kind {
             continue;
         }
         let names: Vec<String> = model
@@ -140,9 +146,7 @@ fn kind_stats(profile: &Profile, problem: &Problem, sim: &Simulator, kind: Model
                 .map(|(j, m)| m.knobs(row.joint[j] as usize).variant)
                 .collect();
             let mut levels = vec![knobs.variant.clone()];
-            levels.extend(knobs.concurrency.map(|c| c.to_string()));
-            levels.extend(knobs.skip_rate.map(|s| s.to_string()));
-            levels.extend(knobs.image_size.map(|s| s.to_string()));
+            levels.extend((0..model.knobs.len()).map(|k| model.value(config, k).to_string()));
             levels.push(row.workload.to_string());
             levels.push(co_runners.join("+"));
             let levels = names

@@ -53,9 +53,9 @@ pub mod physics;
 pub mod sampler;
 
 use anyhow::Result;
-use mfsched_core::domain::{GpuState, ModelKind, Problem, WorkloadLevel};
+use mfsched_core::domain::{GpuState, Problem, WorkloadLevel};
 use mfsched_rng::Rng;
-use physics::{ConfigPhysics, PhysicsFile};
+use physics::{ConfigPhysics, PhysicsFile, PhysicsKind};
 
 /// The name users see for the simulated device.
 pub const DEVICE_NAME: &str = "simulated 24 GB card";
@@ -187,6 +187,11 @@ impl Simulator {
         self.configs[i][config].solo
     }
 
+    /// How model `i` reacts to contention in this simulator.
+    pub fn physics_kind(&self, i: usize) -> PhysicsKind {
+        self.configs[i][0].kind
+    }
+
     fn parts(&self, joint: &[u32]) -> Vec<ConfigPhysics> {
         assert_eq!(
             joint.len(),
@@ -216,12 +221,12 @@ impl Simulator {
         let queueing = self.knee(rho * me.occupancy + occupancy) - self.knee(rho * me.occupancy);
         let c = &self.physics.contention;
         match me.kind {
-            ModelKind::Llm => {
+            PhysicsKind::Llm => {
                 1.0 + c.llm.bandwidth * me.bandwidth * bandwidth
                     + c.llm.early_exit_sync * me.exit_sync * occupancy
                     + c.llm.knee * queueing
             }
-            ModelKind::Vision => {
+            PhysicsKind::Vision => {
                 1.0 + c.vision.compute * me.compute * occupancy
                     + c.vision.bandwidth * me.bandwidth * bandwidth
                     + c.vision.knee * queueing

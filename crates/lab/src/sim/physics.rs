@@ -2,7 +2,7 @@
 //! configuration of a model: solo throughput and resource demands.
 
 use anyhow::{Context, Result, bail};
-use mfsched_core::domain::{Model, ModelKind, WorkloadLevel};
+use mfsched_core::domain::{Model, WorkloadLevel};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 
@@ -129,11 +129,38 @@ pub struct VisionVariant {
     pub bandwidth: f64,
 }
 
-impl FamilyPhysics {
-    fn kind(&self) -> ModelKind {
+/// How a simulated model reacts to contention: the simulator's own notion,
+/// set by its physics family (the scenario's free-form `kind` is not read).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PhysicsKind {
+    /// Decoder LLM: memory-bandwidth bound while decoding.
+    Llm,
+    /// Vision detector: compute bound.
+    Vision,
+}
+
+impl PhysicsKind {
+    pub fn as_str(self) -> &'static str {
         match self {
-            FamilyPhysics::Llm(_) => ModelKind::Llm,
-            FamilyPhysics::Vision(_) => ModelKind::Vision,
+            PhysicsKind::Llm => "llm",
+            PhysicsKind::Vision => "vision",
+        }
+    }
+}
+
+impl FamilyPhysics {
+    pub fn kind(&self) -> PhysicsKind {
+        match self {
+            FamilyPhysics::Llm(_) => PhysicsKind::Llm,
+            FamilyPhysics::Vision(_) => PhysicsKind::Vision,
+        }
+    }
+
+    /// The knobs the simulator's physics for this family knows how to apply.
+    fn knobs(&self) -> &'static [&'static str] {
+        match self {
+            FamilyPhysics::Llm(_) => &[CONCURRENCY, SKIP_RATE],
+            FamilyPhysics::Vision(_) => &[IMAGE_SIZE, SKIP_RATE],
         }
     }
 
@@ -145,10 +172,15 @@ impl FamilyPhysics {
     }
 }
 
+/// The knob names the simulator's physics reads (as the bundled zoo declares them).
+pub const CONCURRENCY: &str = "concurrency";
+pub const SKIP_RATE: &str = "skip_rate";
+pub const IMAGE_SIZE: &str = "image_size";
+
 /// What the simulator needs to know about one local configuration.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ConfigPhysics {
-    pub kind: ModelKind,
+    pub kind: PhysicsKind,
     /// Throughput alone on the card (tokens/s or FPS).
     pub solo: f64,
     /// Share of the SMs its kernels need while they run (a vision model's
@@ -205,19 +237,24 @@ impl PhysicsFile {
                 self.families.keys().cloned().collect::<Vec<_>>().join(", ")
             )
         })?;
-        if family.kind() != model.kind {
+        if let Some(knob) = model
+            .knobs
+            .iter()
+            .find(|k| !family.knobs().contains(&k.name.as_str()))
+        {
             bail!(
-                "model '{}': family '{}' is a {} model in the scenario but {} in the simulator physics",
+                "model '{}': the simulator's physics for family '{}' has no knob '{}' (it applies: {})",
                 model.name,
                 model.family,
-                model.kind,
-                family.kind()
+                knob.name,
+                family.knobs().join(", ")
             );
         }
         model
             .configs
             .iter()
-            .map(|c| {
+            .enumerate()
+            .map(|(ci, c)| {
                 let variant = &model.variants[c.variant].name;
                 let missing = || {
                     format!(
@@ -227,15 +264,18 @@ impl PhysicsFile {
                         family.variant_names().join(", ")
                     )
                 };
-                let skip = c.skip_rate.unwrap_or(0.0);
+                let skip = model.number(ci, SKIP_RATE).unwrap_or(0.0);
                 Ok(match family {
                     FamilyPhysics::Llm(f) => {
                         let v = f.variants.get(variant).with_context(missing)?;
-                        llm_config(f, v, f64::from(c.concurrency.unwrap_or(1).max(1)), skip)
+                        let concurrency = model.number(ci, CONCURRENCY).unwrap_or(1.0).max(1.0);
+                        llm_config(f, v, concurrency, skip)
                     }
                     FamilyPhysics::Vision(f) => {
                         let v = f.variants.get(variant).with_context(missing)?;
-                        let size = c.image_size.unwrap_or(f.reference_image_size);
+                        let size = model
+                            .number(ci, IMAGE_SIZE)
+                            .unwrap_or(f64::from(f.reference_image_size));
                         vision_config(f, v, size, skip)
                     }
                 })
@@ -250,7 +290,7 @@ fn llm_config(f: &LlmFamily, v: &LlmVariant, concurrency: f64, skip: f64) -> Con
     let compute = v.compute * concurrency.powf(f.compute_concurrency_exponent);
     let bandwidth = v.bandwidth * (1.0 + f.bandwidth_per_extra_sequence * (concurrency - 1.0));
     ConfigPhysics {
-        kind: ModelKind::Llm,
+        kind: PhysicsKind::Llm,
         solo: v.tokens_per_s * concurrency.powf(f.concurrency_exponent) / step,
         compute,
         bandwidth,
@@ -259,8 +299,8 @@ fn llm_config(f: &LlmFamily, v: &LlmVariant, concurrency: f64, skip: f64) -> Con
     }
 }
 
-fn vision_config(f: &VisionFamily, v: &VisionVariant, size: u32, skip: f64) -> ConfigPhysics {
-    let pixels = (f64::from(size) / f64::from(f.reference_image_size)).powi(2);
+fn vision_config(f: &VisionFamily, v: &VisionVariant, size: f64, skip: f64) -> ConfigPhysics {
+    let pixels = (size / f64::from(f.reference_image_size)).powi(2);
     let frame_time = v.fixed_time_fraction + (1.0 - v.fixed_time_fraction) * pixels;
     // Skipped frames are never sent to the GPU: the detector keeps it busy less
     // (its SM need per frame is unchanged).
@@ -269,7 +309,7 @@ fn vision_config(f: &VisionFamily, v: &VisionVariant, size: u32, skip: f64) -> C
     let bandwidth =
         v.bandwidth * (f.bandwidth_fixed_share + (1.0 - f.bandwidth_fixed_share) * pixels);
     ConfigPhysics {
-        kind: ModelKind::Vision,
+        kind: PhysicsKind::Vision,
         solo: v.fps / frame_time,
         compute,
         bandwidth: bandwidth * duty,
@@ -310,10 +350,11 @@ mod tests {
             let i = llm
                 .configs
                 .iter()
-                .position(|x| {
+                .enumerate()
+                .position(|(i, x)| {
                     llm.variants[x.variant].name == v
-                        && x.concurrency == Some(c)
-                        && x.skip_rate == Some(s)
+                        && llm.number(i, CONCURRENCY) == Some(f64::from(c))
+                        && llm.number(i, SKIP_RATE) == Some(s)
                 })
                 .expect("config on the grid");
             p[i].solo
@@ -343,7 +384,7 @@ mod tests {
     }
 
     #[test]
-    fn unknown_family_and_kind_mismatch_are_clear_errors() {
+    fn unknown_family_and_unknown_knob_are_clear_errors() {
         let physics = PhysicsFile::bundled().expect("bundled physics");
         let families = scenario::bundled_families().expect("zoo");
         let mut model =
@@ -352,13 +393,14 @@ mod tests {
         let err = physics.configs(&model).expect_err("no physics").to_string();
         assert!(err.contains("no physics for family 'resnet'"), "{err}");
 
+        // A detector's image size means nothing to an LLM's physics.
         model.family = "llama-3.2-3b".into();
         let err = physics
             .configs(&model)
-            .expect_err("kind mismatch")
+            .expect_err("knob without physics")
             .to_string();
         assert!(
-            err.contains("vision model in the scenario but llm"),
+            err.contains("family 'llama-3.2-3b' has no knob 'image_size'"),
             "{err}"
         );
     }

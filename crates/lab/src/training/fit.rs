@@ -3,7 +3,7 @@
 use super::dataset::{self, Layout, ModelData};
 use super::split;
 use anyhow::{Context, Result, bail};
-use mfsched_core::profile::{Profile, throughput_unit};
+use mfsched_core::profile::Profile;
 use mfsched_core::scenario::Scenario;
 use mfsched_nn::metrics::r2;
 use mfsched_nn::{Mlp, TrainConfig};
@@ -92,8 +92,8 @@ pub fn train_bundle(
         models.push(ModelMeta {
             name: model.name.clone(),
             family: model.family.clone(),
-            kind: model.kind,
-            unit: throughput_unit(model.kind).to_string(),
+            kind: model.kind.clone(),
+            unit: model.unit.clone(),
             features: features::input_names(model),
             input_mean: net.input.mean.clone(),
             input_std: net.input.std.clone(),

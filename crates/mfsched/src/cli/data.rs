@@ -27,10 +27,11 @@ fn check(file: &std::path::Path, scenario: Option<&str>) -> Result<()> {
     let problem = &resolved.scenario.problem;
     let data = profile::read_csv(file, problem)?;
     let summary = profile::check::summarize(&data, problem);
+    let version = profile::csv::peek(file)?.version;
     println!(
         "file      {} (profile format version {})",
         file.display(),
-        profile::csv::FORMAT_VERSION
+        version.map_or("?".to_string(), |v| v.to_string())
     );
     println!("scenario  {} ({})", resolved.scenario.name, resolved.reason);
     println!("rows      {}", summary.rows);

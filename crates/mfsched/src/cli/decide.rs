@@ -107,7 +107,7 @@ pub fn run(args: DecideArgs) -> Result<()> {
     let engine = args.opts.engine()?;
     let dir = args.opts.dir.as_deref();
     let policy = resolve_policy(&engine, &args.policy, dir)?;
-    let params = policy_params(&args.policy, &policy, predictor.field(), params)?;
+    let params = policy_params(&args.policy, &policy, params)?;
     let utility = resolve_utility(&engine, &args.utility, dir)?;
     let registry = Registry::default();
     let mut decider = Decider::new(

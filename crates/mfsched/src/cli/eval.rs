@@ -165,7 +165,7 @@ fn load_spec(
         Some(field) => served.under(field)?,
         None => Arc::clone(&served.predictor),
     };
-    let params = policy_params(&contestant.label, &plugin, predictor.field(), params)?;
+    let params = policy_params(&contestant.label, &plugin, params)?;
     Ok(PolicySpec {
         label: contestant.label.clone(),
         plugin,

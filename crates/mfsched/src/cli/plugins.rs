@@ -44,7 +44,7 @@ pub struct PluginOpts {
     pub models: Option<PathBuf>,
     /// The field MeanField's joint predictions are made under: the state observed
     /// now (published), or each candidate's own, solved to a fixed point. Only
-    /// joint predictions carry it: use a policy's `predictions=candidates`.
+    /// joint predictions carry it; policies ask the host which field it serves.
     #[arg(long, value_enum, default_value_t = Field::Observed)]
     pub field: Field,
     /// Where MeanField inference runs: a hardware GPU when there is one (auto),
@@ -132,33 +132,15 @@ impl PluginOpts {
     }
 }
 
-/// The parameters `policy` runs with: under the candidate-aware field, a
-/// policy that can ask for joint predictions is switched to them unless
-/// `params` says otherwise (see [`setup::field_param`]), and told so (one that
-/// cannot is named: it may read only the table and so see the observed
-/// field); then every key is checked against what the policy declares and its
-/// other declared defaults are passed explicitly
-/// ([`setup::with_declared_params`]).
+/// The parameters `policy` runs with: every key checked against what the
+/// policy declares and its other declared defaults passed explicitly
+/// ([`setup::with_declared_params`]). The field is not a parameter: a policy
+/// asks the host (`surrogate.prediction-field`).
 pub fn policy_params(
     label: &str,
     policy: &LoadedPolicy,
-    field: Field,
-    mut params: Vec<(String, String)>,
+    params: Vec<(String, String)>,
 ) -> Result<Vec<(String, String)>> {
-    if let Some(param) = setup::field_param(&policy.info, field, params.iter().map(|(k, _)| k)) {
-        eprintln!(
-            "note: {label}: {}={} (the candidate-aware field lives in joint predictions)",
-            param.0, param.1
-        );
-        params.push(param);
-    } else if field == Field::CandidateAware
-        && !policy.info.params.iter().any(|p| p.name == "predictions")
-    {
-        eprintln!(
-            "warning: {label}: policy '{}' has no `predictions` parameter; if it reads only the table it sees the observed field",
-            policy.info.name
-        );
-    }
     setup::with_declared_params(&policy.info, params).map_err(|e| anyhow::anyhow!("{label}: {e}"))
 }
 

@@ -1,5 +1,6 @@
 use anyhow::Result;
 use clap::Subcommand;
+use mfsched_core::domain::{Knob, KnobEncoding};
 use mfsched_core::scenario;
 
 #[derive(Debug, Subcommand)]
@@ -41,39 +42,29 @@ pub fn run(cmd: ScenarioCommand) -> Result<()> {
             println!("card      {} ({} MiB)", p.card.name, p.card.vram_mib);
             println!();
             println!(
-                "{:<10} {:<14} {:<7} {:<11} {:<24} {:>5} {:>13}",
-                "model", "family", "kind", "variants", "knobs", "grid", "VRAM MiB"
+                "{:<12} {:<14} {:<8} {:<10} {:<16} {:>5} {:>13}",
+                "model", "family", "kind", "unit", "variants", "grid", "VRAM MiB"
             );
             for m in &p.models {
                 let variants: Vec<&str> = m.variants.iter().map(|v| v.name.as_str()).collect();
-                let mut knobs = Vec::new();
-                if !m.concurrency.is_empty() {
-                    knobs.push(format!("c{:?}", m.concurrency));
-                }
-                if !m.skip_rate.is_empty() {
-                    knobs.push(format!(
-                        "skip{:?}",
-                        m.skip_rate.iter().map(|k| k.value).collect::<Vec<_>>()
-                    ));
-                }
-                if !m.image_size.is_empty() {
-                    knobs.push(format!(
-                        "img{:?}",
-                        m.image_size.iter().map(|k| k.value).collect::<Vec<_>>()
-                    ));
-                }
                 let max = m.configs.iter().map(|c| c.vram_mib).max().unwrap_or(0);
                 println!(
-                    "{:<10} {:<14} {:<7} {:<11} {:<24} {:>5} {:>6}-{:<6}",
+                    "{:<12} {:<14} {:<8} {:<10} {:<16} {:>5} {:>6}-{:<6}",
                     m.name,
                     m.family,
                     m.kind,
+                    m.unit,
                     variants.join("/"),
-                    knobs.join(" "),
                     m.grid_size(),
                     m.min_vram_mib(),
                     max
                 );
+                for knob in &m.knobs {
+                    println!("  {}", knob_line(knob));
+                }
+                if m.vram_table_mib.is_some() {
+                    println!("  memory: a per-configuration table");
+                }
             }
             println!();
             println!("joint configurations  {}", p.space().size());
@@ -81,4 +72,39 @@ pub fn run(cmd: ScenarioCommand) -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// One knob as `scenario show` prints it: name, type, values, and what the
+/// values cost (quality factors, memory) where they cost anything.
+fn knob_line(knob: &Knob) -> String {
+    let join = |values: Vec<String>| values.join(", ");
+    let mut line = format!(
+        "{} ({}): {}",
+        knob.name,
+        knob.kind.as_str(),
+        knob.values_text()
+    );
+    if knob.levels.iter().any(|l| l.quality_factor != 1.0) {
+        line += &format!(
+            "; quality × {}",
+            join(
+                knob.levels
+                    .iter()
+                    .map(|l| l.quality_factor.to_string())
+                    .collect()
+            )
+        );
+    }
+    if knob.levels.iter().any(|l| l.vram_mib != 0) {
+        line += &format!(
+            "; + {} MiB",
+            join(knob.levels.iter().map(|l| l.vram_mib.to_string()).collect())
+        );
+    }
+    line += &match knob.encoding {
+        KnobEncoding::Linear { scale } => format!("; input value/{scale}"),
+        KnobEncoding::Log2 { scale } => format!("; input log2(value)/{scale}"),
+        KnobEncoding::OneHot => "; input one-hot".to_string(),
+    };
+    line
 }
