@@ -81,6 +81,11 @@ const TEST_PLUGINS: &[(&str, &str, &str)] = &[
         "mfsched-test-plugin-wit-0-1-0",
         "mfsched_test_plugin_wit_0_1_0",
     ),
+    (
+        "bad-terms",
+        "mfsched-test-plugin-bad-terms",
+        "mfsched_test_plugin_bad_terms",
+    ),
 ];
 
 const TARGET: &str = "wasm32-wasip2";

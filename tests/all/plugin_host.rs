@@ -490,3 +490,31 @@ fn a_corrupt_or_hostile_file_keeps_the_old_plugin_and_says_why() {
         assert!(accepted(&report), "{what}: {:?}", report.outcome);
     }
 }
+
+#[test]
+fn utility_terms_holding_nan_fail_the_decision_naming_the_utility() {
+    let p = n5();
+    let s = state(WorkloadLevel::Medium, 0.5);
+    let engine = engine(DEADLINE, 256);
+    let registry = Registry::default();
+    let policy = resolve_policy(&engine, "exhaustive", None).expect("exhaustive loads");
+    let bad = test_plugin("bad-terms");
+    let utility = resolve_utility(&engine, bad.to_str().expect("utf-8 path"), None)
+        .expect("the hostile utility loads: only its terms are wrong");
+    let mut decider = Decider::new(
+        Arc::clone(&engine),
+        registry.policy_slot(policy),
+        registry.utility_slot(utility),
+        predictor(),
+        Vec::new(),
+    );
+    let report = decider.decide(&p, &s);
+    match &report.outcome {
+        DecisionOutcome::Kept(DecisionFailure::Plugin(PluginFailure::Utility(why))) => {
+            assert!(why.contains("bad-terms"), "{why}");
+            assert!(why.contains("the term NaN"), "{why}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(report.config, p.current, "nothing valid yet: kept running");
+}

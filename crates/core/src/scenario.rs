@@ -521,4 +521,95 @@ mod tests {
         assert_eq!(s.problem.sla_floors[0], 50.0);
         assert_eq!(s.explicit_floors, vec![true, false]);
     }
+
+    /// A one-model scenario whose family is `family_toml` (the lines after
+    /// `[families.f]`).
+    fn with_family(family_toml: &str) -> Result<Scenario> {
+        let text = format!(
+            "name = \"t\"\n[card]\nname = \"c\"\nvram_mib = 100000\n\
+             [[models]]\nname = \"m\"\nfamily = \"f\"\n\
+             [families.f]\nkind = \"speech\"\nunit = \"requests/s\"\n\
+             variants = [{{ name = \"v\", weights_mib = 10, quality = 1.0 }}]\n{family_toml}"
+        );
+        parse(&text, BUNDLED_ZOO)
+    }
+
+    fn family_error(family_toml: &str) -> String {
+        format!("{:#}", with_family(family_toml).expect_err(family_toml))
+    }
+
+    #[test]
+    fn knobs_of_any_type_build_the_grid_in_declared_order() {
+        let s = with_family(
+            "knobs = [{ name = \"beam\", values = [1, 4], vram_mib = [10, 40], encoding = \"log2\" },\n\
+             { name = \"sched\", values = [\"ddim\", \"euler\"], quality_factors = [1.0, 0.5] }]",
+        )
+        .expect("valid");
+        let m = &s.problem.models[0];
+        assert_eq!(m.grid_size(), 4);
+        // The last knob varies fastest.
+        assert_eq!(m.value(1, 1), &KnobValue::Category("euler".into()));
+        assert_eq!(m.value(2, 0), &KnobValue::Integer(4));
+        assert_eq!(m.configs[3].vram_mib, 10 + 40);
+        assert_eq!(m.configs[1].quality, 0.5);
+        assert_eq!(m.unit, "requests/s");
+        let setting = m.knobs(3);
+        assert_eq!(setting.to_string(), "v beam=4 sched=euler");
+        assert_eq!(m.find_config(&setting), Some(3));
+    }
+
+    #[test]
+    fn a_per_configuration_memory_table_replaces_the_additive_rule() {
+        let s = with_family(
+            "knobs = [{ name = \"batch\", values = [1, 8] }]\nvram_table_mib = [500, 900]",
+        )
+        .expect("valid");
+        let vram: Vec<u32> = s.problem.models[0]
+            .configs
+            .iter()
+            .map(|c| c.vram_mib)
+            .collect();
+        assert_eq!(vram, [500, 900]);
+    }
+
+    #[test]
+    fn bad_families_are_clear_errors() {
+        for (toml, says) in [
+            (
+                "knobs = [{ name = \"b\", values = [1, \"x\"] }]",
+                "knob 'b': values mix numbers and strings",
+            ),
+            (
+                "knobs = [{ name = \"b\", values = [1, 2], vram_mib = [1] }]",
+                "vram_mib has 1 entries but values has 2",
+            ),
+            (
+                "knobs = [{ name = \"b\", values = [0, 2], encoding = \"log2\" }]",
+                "log2 encoding needs every value ≥ 1",
+            ),
+            (
+                "knobs = [{ name = \"b\", values = [1, 2], encoding = \"cubic\" }]",
+                "unknown encoding 'cubic'",
+            ),
+            (
+                "knobs = [{ name = \"variant\", values = [1] }]",
+                "must be letters, digits",
+            ),
+            (
+                "knobs = [{ name = \"b\", values = [1, 1] }]",
+                "value 1 is given twice",
+            ),
+            (
+                "knobs = [{ name = \"b\", values = [1, 2] }]\nvram_table_mib = [1]",
+                "vram_table_mib has 1 entries but the grid has 2",
+            ),
+            (
+                "knobs = [{ name = \"b\", values = [1, 2], vram_mib = [1, 2] }]\nvram_table_mib = [1, 2]",
+                "gives vram_mib but the family has a vram_table_mib",
+            ),
+        ] {
+            let err = family_error(toml);
+            assert!(err.contains(says), "{toml}: {err}");
+        }
+    }
 }

@@ -11,7 +11,7 @@ use super::output::OutputCapture;
 use super::registry::LoadedUtility;
 use mfsched_core::domain::{GpuState, Problem};
 use mfsched_core::predict::Predictor;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 use wasmtime::component::ResourceTable;
 use wasmtime::{ResourceLimiter, Store};
@@ -117,9 +117,48 @@ pub struct CallInputs {
     pub predictor: Arc<dyn Predictor>,
     pub utility: Arc<LoadedUtility>,
     pub engine: Arc<PluginEngine>,
-    /// The memory-feasible joint indices (`space.feasible`), `None` when there
-    /// are more than one call may carry.
-    pub feasible: Option<Arc<Vec<u64>>>,
+    /// Where `space.feasible` is answered from (shared by every call of a
+    /// pipeline).
+    pub feasible: Arc<FeasibleCache>,
+}
+
+/// The memory-feasible set of the last problem shape a pipeline was asked
+/// about: problems of one scenario share it tick after tick (only `current`
+/// and floors change), so it is enumerated once, on the first policy that
+/// asks, not per tick and not inside every policy.
+#[derive(Debug, Default)]
+pub struct FeasibleCache(Mutex<Option<FeasibleSet>>);
+
+#[derive(Debug)]
+struct FeasibleSet {
+    /// The card's memory, then every model's grid size and configurations' memory.
+    key: Vec<u32>,
+    /// `None` when there are more than one call may carry.
+    indices: Option<Arc<Vec<u64>>>,
+}
+
+impl FeasibleCache {
+    /// `problem`'s memory-feasible joint indices, ascending; `None` when
+    /// there are more than `cap`.
+    pub fn get(&self, problem: &Problem, cap: usize) -> Option<Arc<Vec<u64>>> {
+        let mut key = vec![problem.card.vram_mib];
+        for m in &problem.models {
+            key.push(m.configs.len() as u32);
+            key.extend(m.configs.iter().map(|c| c.vram_mib));
+        }
+        let mut cached = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        match cached.as_ref() {
+            Some(set) if set.key == key => set.indices.clone(),
+            _ => {
+                let indices = problem.feasible_indices_up_to(cap).map(Arc::new);
+                *cached = Some(FeasibleSet {
+                    key,
+                    indices: indices.clone(),
+                });
+                indices
+            }
+        }
+    }
 }
 
 impl CallInputs {
@@ -128,7 +167,7 @@ impl CallInputs {
         problem: &Problem,
         predictor: Arc<dyn Predictor>,
         utility: Arc<LoadedUtility>,
-        feasible: Option<Arc<Vec<u64>>>,
+        feasible: Arc<FeasibleCache>,
     ) -> Self {
         Self {
             wit_problem: Arc::new(wit::Problem::from(problem)),
@@ -153,7 +192,7 @@ struct CallState {
     problem: Arc<Problem>,
     wit_problem: Arc<wit::Problem>,
     predictor: Arc<dyn Predictor>,
-    feasible: Option<Arc<Vec<u64>>>,
+    feasible: Arc<FeasibleCache>,
     scorer: Scorer,
     deadline_at: Instant,
     max_candidates: usize,
@@ -199,7 +238,7 @@ impl PolicyCtx {
             problem: Arc::clone(&inputs.problem),
             wit_problem: Arc::clone(&inputs.wit_problem),
             predictor: Arc::clone(&inputs.predictor),
-            feasible: inputs.feasible.clone(),
+            feasible: Arc::clone(&inputs.feasible),
             scorer: Scorer::new(Arc::clone(&inputs.engine), Arc::clone(&inputs.utility)),
             deadline_at,
             max_candidates: inputs.engine.limits().max_candidates_per_call,
@@ -301,7 +340,7 @@ impl space::Host for PolicyCtx {
         let call = self.call("feasible")?;
         Ok(call
             .feasible
-            .as_ref()
+            .get(&call.problem, call.max_candidates)
             .filter(|set| set.len() as u64 <= limit)
             .map(|set| set.to_vec()))
     }

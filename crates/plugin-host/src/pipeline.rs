@@ -11,7 +11,7 @@
 //!    there is one, under the same deadline;
 //! 5. a [`Decider`] keeps the last valid decision when the policy fails.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use mfsched_core::domain::{GpuState, JointConfig, Problem};
@@ -19,7 +19,7 @@ use mfsched_core::predict::Predictor;
 use wasmtime::Store;
 
 use crate::bindings::wit;
-use crate::context::{CallInputs, CallStats, PolicyCtx, Scorer};
+use crate::context::{CallInputs, CallStats, FeasibleCache, PolicyCtx, Scorer};
 use crate::engine::{PluginEngine, arm_deadline};
 use crate::failure::{PluginFailure, classify, describe};
 use crate::output::{MESSAGE_BYTES, OutputCapture, PluginOutput, printable};
@@ -236,28 +236,7 @@ pub struct Pipeline {
     engine: Arc<PluginEngine>,
     utility: Arc<Slot<LoadedUtility>>,
     predictor: Arc<dyn Predictor>,
-    feasible: Mutex<FeasibleCache>,
-}
-
-/// The memory-feasible set of the last problem shape seen: problems of one
-/// scenario share it tick after tick (only `current` and floors change), so it
-/// is enumerated once, not per tick and not inside every policy.
-#[derive(Debug, Default)]
-struct FeasibleCache {
-    /// The card's memory, then every configuration's, model by model.
-    key: Vec<u32>,
-    set: Option<Arc<Vec<u64>>>,
-}
-
-impl FeasibleCache {
-    fn key(problem: &Problem) -> Vec<u32> {
-        let mut key = vec![problem.card.vram_mib];
-        for m in &problem.models {
-            key.push(m.configs.len() as u32);
-            key.extend(m.configs.iter().map(|c| c.vram_mib));
-        }
-        key
-    }
+    feasible: Arc<FeasibleCache>,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -278,23 +257,8 @@ impl Pipeline {
             engine,
             utility,
             predictor,
-            feasible: Mutex::new(FeasibleCache::default()),
+            feasible: Arc::default(),
         }
-    }
-
-    /// The problem's memory-feasible joint indices, `None` when more than one
-    /// call may carry (the engine's per-call candidate cap).
-    pub fn feasible(&self, problem: &Problem) -> Option<Arc<Vec<u64>>> {
-        let key = FeasibleCache::key(problem);
-        let mut cache = self.feasible.lock().unwrap_or_else(PoisonError::into_inner);
-        if cache.key != key {
-            let limit = self.engine.limits().max_candidates_per_call;
-            *cache = FeasibleCache {
-                key,
-                set: problem.feasible_indices_up_to(limit).map(Arc::new),
-            };
-        }
-        cache.set.clone()
     }
 
     pub fn engine(&self) -> &Arc<PluginEngine> {
@@ -316,7 +280,7 @@ impl Pipeline {
             problem,
             Arc::clone(&self.predictor),
             self.utility.load(),
-            self.feasible(problem),
+            Arc::clone(&self.feasible),
         )
     }
 
