@@ -89,7 +89,31 @@ fn plugins_check_passes_a_sound_policy_and_a_sound_utility() {
     assert!(text.contains("ok    utility world"), "{text}");
     assert!(text.contains("over the card's VRAM is excluded"), "{text}");
     assert!(
+        text.contains("terms: additive; the terms of") && text.contains("add up to their scores"),
+        "{text}"
+    );
+    assert!(
         text.contains("ga decides with this utility on paper-n3"),
+        "{text}"
+    );
+}
+
+#[test]
+fn plugins_check_refuses_a_utility_whose_terms_are_not_numbers() {
+    let out = mfsched(&[
+        "plugins",
+        "check",
+        path_str(&test_plugin("bad-terms")),
+        "--scenario",
+        "paper-n3",
+    ]);
+    assert!(!out.status.success(), "{}", stdout(&out));
+    let text = stdout(&out);
+    let errors: Vec<&str> = text.lines().filter(|l| l.starts_with("ERROR")).collect();
+    assert!(
+        errors
+            .iter()
+            .any(|l| l.contains("terms:") && l.contains("the term NaN")),
         "{text}"
     );
 }

@@ -237,6 +237,7 @@ fn check_utility(inputs: &CheckInputs<'_>, utility: Arc<LoadedUtility>, out: &mu
             });
         }
     }
+    out.push(check_terms(inputs, &utility, &sample));
     // Every model at its largest configuration, on the same problem with a
     // card one MiB too small for it: the utility must exclude it.
     let largest: Vec<u32> = problem
@@ -287,6 +288,63 @@ fn check_utility(inputs: &CheckInputs<'_>, utility: Arc<LoadedUtility>, out: &mu
             "ga with this utility on {}: {why}",
             inputs.problem_name
         ))),
+    }
+}
+
+/// Relative tolerance between a score and the sum of its terms (f64 sums of a
+/// few terms in another order).
+const TERMS_TOLERANCE: f64 = 1e-9;
+
+/// A utility that hands over per-model terms must mean it: on the sampled
+/// candidates, with predictions from one table, each score must equal the sum
+/// of its models' terms (both −∞ where one is).
+fn check_terms(inputs: &CheckInputs<'_>, utility: &Arc<LoadedUtility>, sample: &[u64]) -> Finding {
+    let problem = inputs.problem;
+    let table = match inputs.predictor.predict_table(problem, &inputs.state) {
+        Ok(table) => table,
+        Err(e) => return Finding::fail(format!("predict-table: {e}")),
+    };
+    let wit_problem = wit::Problem::from(problem);
+    let mut scorer = Scorer::new(Arc::clone(&inputs.engine), Arc::clone(utility));
+    let deadline_at = Instant::now() + inputs.engine.limits().deadline;
+    let terms = match scorer.terms(&wit_problem, &table, deadline_at) {
+        Err(e) => return Finding::fail(format!("terms: {e}")),
+        Ok(None) => {
+            return Finding::ok(
+                "terms: none (not additive): policies score it through evaluate; exact refuses it",
+            );
+        }
+        Ok(Some(terms)) => terms,
+    };
+    let offsets = mfsched_core::predict::table_offsets(problem);
+    let space = problem.space();
+    let mut predictions = Vec::with_capacity(sample.len() * problem.models.len());
+    let mut sums = Vec::with_capacity(sample.len());
+    for &c in sample {
+        let tuple = space.tuple(c).unwrap_or_default();
+        let mut sum = 0.0;
+        for (i, &l) in tuple.iter().enumerate() {
+            predictions.push(table[offsets[i] + l as usize]);
+            sum += terms[offsets[i] + l as usize];
+        }
+        sums.push(sum);
+    }
+    let scores = match scorer.score(&wit_problem, sample, &predictions, deadline_at) {
+        Ok(scores) => scores,
+        Err(e) => return Finding::fail(format!("score: {e}")),
+    };
+    let differs = |(score, sum): &(&f64, &f64)| {
+        !(*score == *sum || (**score - **sum).abs() <= TERMS_TOLERANCE * score.abs().max(1.0))
+    };
+    match scores.iter().zip(&sums).position(|pair| differs(&pair)) {
+        None => Finding::ok(format!(
+            "terms: additive; the terms of {} VRAM-feasible candidates add up to their scores",
+            sample.len()
+        )),
+        Some(k) => Finding::fail(format!(
+            "terms: candidate {} scores {} but its models' terms add up to {}",
+            sample[k], scores[k], sums[k]
+        )),
     }
 }
 
