@@ -11,6 +11,7 @@
 //! work in grid order (its last level halves throughput). Everyone is slower
 //! under a heavier field.
 
+use crate::sim::physics::{CONCURRENCY, IMAGE_SIZE, SKIP_RATE};
 use mfsched_core::domain::{GpuState, Problem};
 use mfsched_core::predict::{PredictError, Predictor};
 
@@ -26,25 +27,25 @@ impl AnalyticPredictor {
         let c = &model.configs[config];
         let weights = f64::from(model.variants[c.variant].weights_mib);
         let number = |name: &str| model.number(config, name);
-        let skip = number("skip_rate").unwrap_or(0.0);
+        let skip = number(SKIP_RATE).unwrap_or(0.0);
         let workload = state.workload.ordinal() as f64;
         let pressure =
             (state.vram_used_mib / f64::from(problem.card.vram_mib.max(1))).clamp(0.0, 1.0);
         let util = state.utilization.clamp(0.0, 1.0);
-        let (alone, sensitivity) = if let Some(image) = number("image_size") {
+        let (alone, sensitivity) = if let Some(image) = number(IMAGE_SIZE) {
             let fps = 1200.0 / (1.0 + weights / 8.0) * (640.0 / image).powf(1.6);
             (fps / (1.0 - 0.9 * skip), 1.6)
         } else {
             // Decode streams the weights once per token: tokens/s ∝ 1/weights.
             let single = 600_000.0 / weights.max(1.0);
-            let concurrency = number("concurrency").unwrap_or(1.0).powf(0.75);
+            let concurrency = number(CONCURRENCY).unwrap_or(1.0).powf(0.75);
             (single * concurrency / (1.0 - 0.7 * skip), 1.0)
         };
         let work: f64 = model
             .knobs
             .iter()
             .enumerate()
-            .filter(|(_, k)| !["skip_rate", "image_size", "concurrency"].contains(&k.name.as_str()))
+            .filter(|(_, k)| ![SKIP_RATE, IMAGE_SIZE, CONCURRENCY].contains(&k.name.as_str()))
             .map(|(k, knob)| {
                 let level = c.levels[k] as f64;
                 let scale = (knob.levels.len().max(2) - 1) as f64;

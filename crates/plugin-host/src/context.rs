@@ -489,10 +489,7 @@ impl Scorer {
         let (store, utility) = self.instance(deadline_at)?;
         let terms = utility
             .call_terms(&mut *store, problem, table)
-            .map_err(|e| match classify(&e, store.data().memory.refused()) {
-                PluginFailure::Trap(why) => PluginFailure::Utility(format!("{name}: {why}")),
-                other => other,
-            })?;
+            .map_err(|e| utility_failure(name, &e, store))?;
         let Some(terms) = terms else {
             return Ok(None);
         };
@@ -534,10 +531,7 @@ impl Scorer {
         let (store, utility) = self.instance(deadline_at)?;
         let scores = utility
             .call_score(&mut *store, problem, candidates, predictions)
-            .map_err(|e| match classify(&e, store.data().memory.refused()) {
-                PluginFailure::Trap(why) => PluginFailure::Utility(format!("{name}: {why}")),
-                other => other,
-            })?;
+            .map_err(|e| utility_failure(name, &e, store))?;
         if scores.len() != candidates.len() {
             return Err(PluginFailure::Utility(format!(
                 "{name} returned {} scores for {} candidates",
@@ -552,5 +546,15 @@ impl Scorer {
             )));
         }
         Ok(scores)
+    }
+}
+
+/// What a failed call into the utility component was: a trap is the
+/// utility's fault and says so with its name; a deadline or memory cap stays
+/// what it is.
+fn utility_failure(name: &str, e: &wasmtime::Error, store: &Store<UtilityCtx>) -> PluginFailure {
+    match classify(e, store.data().memory.refused()) {
+        PluginFailure::Trap(why) => PluginFailure::Utility(format!("{name}: {why}")),
+        other => other,
     }
 }

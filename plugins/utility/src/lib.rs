@@ -76,11 +76,11 @@ impl Guest for PublishedUtility {
                 for i in 0..n {
                     let local = ((c / strides[i]) % radices[i]) as usize;
                     vram += u64::from(problem.models[i].configs[local].vram_mib);
-                    let thr = f64::from(t[i]);
-                    if thr < problem.sla_floors[i] || !thr.is_finite() {
+                    let term = terms.value(&problem, i, local, f64::from(t[i]));
+                    if term == f64::NEG_INFINITY {
                         return f64::NEG_INFINITY;
                     }
-                    j += terms.value(&problem, i, local, thr);
+                    j += term;
                 }
                 if vram > cap { f64::NEG_INFINITY } else { j }
             })
@@ -94,11 +94,7 @@ impl Guest for PublishedUtility {
         for (i, model) in problem.models.iter().enumerate() {
             for local in 0..model.configs.len() {
                 let thr = f64::from(*rows.next().expect("one prediction per local configuration"));
-                out.push(if thr < problem.sla_floors[i] || !thr.is_finite() {
-                    f64::NEG_INFINITY
-                } else {
-                    terms.value(&problem, i, local, thr)
-                });
+                out.push(terms.value(&problem, i, local, thr));
             }
         }
         Some(out)
@@ -134,8 +130,13 @@ impl ModelTerms {
         }
     }
 
-    /// Model i's contribution in local configuration `local` at throughput `thr`.
+    /// Model i's contribution in local configuration `local` at throughput
+    /// `thr`: negative infinity under its SLA floor (or for a throughput that
+    /// is not a number), which excludes every candidate holding it.
     fn value(&self, problem: &Problem, i: usize, local: usize, thr: f64) -> f64 {
+        if thr < problem.sla_floors[i] || !thr.is_finite() {
+            return f64::NEG_INFINITY;
+        }
         let model = &problem.models[i];
         let config = &model.configs[local];
         let range = problem.throughput_ranges[i][config.variant as usize];
