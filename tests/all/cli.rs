@@ -1165,17 +1165,18 @@ fn the_candidate_aware_field_refuses_what_it_cannot_serve_in_one_line() {
 
 /// Measurements of a scenario the simulator has no physics for, as a user
 /// would bring them: the analytic stand-in's throughputs over a spread of
-/// feasible joint configurations and all four regimes, written as a profile
-/// CSV version 2 with a provenance column of the user's own (`x-run`).
+/// feasible joint configurations and all four regimes, written by the profile
+/// writer (CSV version 2) with a provenance column of the user's own (`x-run`).
 fn own_measurements(scenario_path: &str, file: &Path) {
     use mfsched_core::domain::{GpuState, WorkloadLevel};
+    use mfsched_core::profile::{Profile, ProfileRow, csv};
     use mfsched_lab::analytic::AnalyticPredictor;
     let s = mfsched_core::scenario::load(scenario_path).expect("fixture scenario");
     let p = &s.problem;
     let space = p.space();
     let feasible = p.feasible_indices();
-    let mut text = mfsched_core::profile::csv::columns(p).join(",") + ",x-run\n";
-    for (run, &index) in feasible.iter().step_by(feasible.len() / 150).enumerate() {
+    let mut rows = Vec::new();
+    for &index in feasible.iter().step_by(feasible.len() / 150) {
         let joint = space.tuple(index).expect("feasible index");
         for workload in WorkloadLevel::ALL {
             let state = GpuState {
@@ -1183,24 +1184,37 @@ fn own_measurements(scenario_path: &str, file: &Path) {
                 vram_used_mib: p.vram_mib(&joint) as f64,
                 utilization: 0.3 + 0.15 * workload.ordinal() as f64,
             };
-            let mut cells = vec![
-                "2".to_string(),
-                s.name.clone(),
-                workload.to_string(),
-                state.vram_used_mib.to_string(),
-                state.utilization.to_string(),
-            ];
-            for (i, m) in p.models.iter().enumerate() {
-                let c = joint[i] as usize;
-                cells.push(m.variants[m.configs[c].variant].name.clone());
-                cells.extend((0..m.knobs.len()).map(|k| m.value(c, k).to_string()));
-                cells.push(AnalyticPredictor::throughput(p, i, c, &state).to_string());
-            }
-            cells.push(format!("run-{run}"));
-            text += &(cells.join(",") + "\n");
+            let throughput = (0..p.models.len())
+                .map(|i| {
+                    f64::from(AnalyticPredictor::throughput(
+                        p,
+                        i,
+                        joint[i] as usize,
+                        &state,
+                    ))
+                })
+                .collect();
+            rows.push(ProfileRow {
+                joint: joint.clone(),
+                workload,
+                state,
+                throughput,
+            });
         }
     }
-    std::fs::write(file, text).expect("write measurements");
+    let profile = Profile {
+        scenario: s.name.clone(),
+        models: p.models.iter().map(|m| m.name.clone()).collect(),
+        rows,
+    };
+    csv::write_csv(&profile, p, file).expect("write measurements");
+    let written = std::fs::read_to_string(file).expect("read back");
+    let mut lines = written.lines();
+    let mut text = format!("{},x-run\n", lines.next().expect("header"));
+    for (k, line) in lines.enumerate() {
+        text += &format!("{line},run-{}\n", k / WorkloadLevel::ALL.len());
+    }
+    std::fs::write(file, text).expect("write the provenance column");
 }
 
 #[test]

@@ -125,14 +125,16 @@ impl Landscape {
                     .iter()
                     .map(|&c| {
                         space.decode(c, &mut tuple);
-                        if !space.fits(&tuple) {
-                            return f64::NEG_INFINITY;
-                        }
-                        let mut total = 0.0;
+                        let (mut total, mut vram) = (0.0, 0u64);
                         for (i, &l) in tuple.iter().enumerate() {
                             total += terms[space.table_offset(i) + l as usize];
+                            vram += u64::from(space.vram_of(i, l));
                         }
-                        total
+                        if vram > space.cap_mib() {
+                            f64::NEG_INFINITY
+                        } else {
+                            total
+                        }
                     })
                     .collect()
             }
