@@ -251,6 +251,43 @@ async fn http(
     .expect("http thread")
 }
 
+/// A native policy cannot be interrupted, only timed: its answer after the
+/// deadline is a deadline failure, however soon or late the caller reads it.
+#[test]
+fn a_native_answer_after_the_deadline_is_a_deadline_failure() {
+    let problem = problem();
+    let deadline = Duration::from_millis(2);
+    let pipeline = pipeline(deadline);
+    let policies = TestDeciders::new(&problem, deadline * 5);
+    let inputs = pipeline.prepare(&problem);
+    let state = mfsched_core::domain::GpuState {
+        workload: mfsched_core::domain::WorkloadLevel::Medium,
+        vram_used_mib: 8000.0,
+        utilization: 0.5,
+    };
+    let verdict = pipeline.evaluate(&inputs, &policies, "test-stall", &state, &[], deadline);
+    assert!(verdict.latency > deadline, "it slept past the deadline");
+    assert!(
+        matches!(
+            verdict.result,
+            Err(mfsched_plugin_host::DecisionFailure::Plugin(
+                PluginFailure::Deadline
+            ))
+        ),
+        "{:?}",
+        verdict.result
+    );
+    let on_time = pipeline.evaluate(
+        &inputs,
+        &policies,
+        "test-round-robin",
+        &state,
+        &[],
+        Duration::from_secs(60),
+    );
+    assert!(on_time.result.is_ok(), "{:?}", on_time.result);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn soak_at_100_hz_with_policy_swaps_and_failing_policies() {
     let _serial = TIMING.lock().await;

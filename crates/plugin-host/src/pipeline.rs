@@ -306,6 +306,15 @@ impl Pipeline {
         };
         let component = source.component(policy);
         let (result, candidates_evaluated, stats) = match source.propose(policy, &call) {
+            // An answer after the deadline failed it, whatever it says: a guest
+            // is interrupted there, but a native policy can only be timed, and
+            // whether its late answer counted must not depend on when the
+            // caller got round to reading it.
+            Ok(raw) if Instant::now() > call.deadline_at => (
+                Err(DecisionFailure::Plugin(PluginFailure::Deadline)),
+                raw.candidates_evaluated,
+                raw.stats,
+            ),
             Ok(raw) => {
                 let result = self
                     .check(inputs, state, &raw.config, raw.scorer, call.deadline_at)
