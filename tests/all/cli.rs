@@ -701,7 +701,7 @@ fn profile_paper_n2_writes_648_rows_that_data_check_accepts() {
         summary.contains("scenario  paper-n2 (named in the file)"),
         "{summary}"
     );
-    assert!(summary.contains("rows      648"), "{summary}");
+    assert!(summary.contains("rows      648 co-location"), "{summary}");
     assert!(
         summary.contains("regimes   low 162, medium 162, high 162, burst 162"),
         "{summary}"
@@ -1206,6 +1206,7 @@ fn own_measurements(scenario_path: &str, file: &Path) {
         scenario: s.name.clone(),
         models: p.models.iter().map(|m| m.name.clone()).collect(),
         rows,
+        solo: vec![],
     };
     csv::write_csv(&profile, p, file).expect("write measurements");
     let written = std::fs::read_to_string(file).expect("read back");
@@ -1296,5 +1297,153 @@ fn a_scenario_with_kinds_and_knobs_of_its_own_is_shown_checked_trained_and_decid
         assert_eq!(v["accepted"], true, "{policy}: {v}");
         assert_eq!(v["feasible"], true, "{policy}: {v}");
         assert_eq!(v["models"].as_array().map(Vec::len), Some(3), "{v}");
+    }
+
+    // Cross-validation on the same measurements: every method on both targets.
+    let cv = dir.path().join("cv");
+    let out = mfsched(&[
+        "surrogate",
+        "cv",
+        "--data",
+        data,
+        "--scenario",
+        &scenario,
+        "--folds",
+        "2",
+        "--seeds",
+        "1",
+        "--epochs",
+        "5",
+        "--targets",
+        "absolute,log",
+        "--group-by",
+        "x-run",
+        "--out",
+        cv.to_str().expect("utf-8 path"),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(cv.join("cv.json")).expect("cv.json"))
+            .expect("cv.json is JSON");
+    let results = report["report"]["results"].as_array().expect("results");
+    let methods: Vec<String> = results
+        .iter()
+        .map(|r| format!("{}/{}", r["target"], r["method"]).replace('"', ""))
+        .collect();
+    for target in ["absolute", "log"] {
+        for method in ["own-config-mean", "linear-field", "meanfield", "joint-mlp"] {
+            assert!(
+                methods.contains(&format!("{target}/{method}")),
+                "{target}/{method} in {methods:?}"
+            );
+        }
+    }
+    for r in results {
+        let r2 = r["overall"]["r2"]["mean"].as_f64();
+        assert!(r2.is_some_and(f64::is_finite), "{r}");
+        assert_eq!(r["per_model"].as_array().map(Vec::len), Some(3), "{r}");
+    }
+    for file in ["cv.md", "cv.svg"] {
+        assert!(cv.join(file).is_file(), "{file}");
+    }
+
+    // A bundle on another target, on every row, embeds its scenario: it
+    // evaluates with the scenario file gone.
+    let moved = dir.path().join("speech-and-images.toml");
+    std::fs::copy(&scenario, &moved).expect("copy the scenario");
+    let log_bundle = dir.path().join("bundle-log");
+    let out = mfsched(&[
+        "train",
+        "--data",
+        data,
+        "--scenario",
+        moved.to_str().expect("utf-8 path"),
+        "--out",
+        log_bundle.to_str().expect("utf-8 path"),
+        "--epochs",
+        "20",
+        "--target",
+        "log",
+        "--holdout",
+        "0",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    std::fs::remove_file(&moved).expect("remove the scenario");
+    let meta: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(log_bundle.join("bundle.json")).expect("bundle.json"),
+    )
+    .expect("bundle.json is JSON");
+    assert_eq!(meta["target"], "log");
+    assert_eq!(meta["format_version"], 2);
+    assert!(
+        meta["models"][0]["metrics"]["r2_holdout"].is_null(),
+        "{meta}"
+    );
+    let predictions = dir.path().join("predictions.csv");
+    let out = mfsched(&[
+        "surrogate",
+        "eval",
+        "--model",
+        log_bundle.to_str().expect("utf-8 path"),
+        "--data",
+        data,
+        "--predictions",
+        predictions.to_str().expect("utf-8 path"),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("target log"), "{}", stdout(&out));
+    let text = std::fs::read_to_string(&predictions).expect("predictions");
+    let rows = std::fs::read_to_string(data).expect("data").lines().count() - 1;
+    assert_eq!(
+        text.lines().count(),
+        1 + 3 * rows,
+        "one line per row and model"
+    );
+    for line in text.lines().skip(1) {
+        let predicted: f64 = line
+            .rsplit(',')
+            .next()
+            .and_then(|v| v.parse().ok())
+            .expect("a number");
+        assert!(predicted.is_finite() && predicted >= 0.0, "{line}");
+    }
+
+    // The daemon runs it: three ticks, every applied configuration on the grid.
+    let config = dir.path().join("mfsched.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "scenario = {scenario:?}\nseed = 3\n[loop]\nperiod_ms = 50\ndeadline_ms = 40\n\
+             [policy]\nactive = \"exact\"\nshadows = [\"ga\"]\nbundle_dir = {bundle:?}\n\
+             [sampler]\nkind = \"footprint\"\n[workload]\ntrace = \"periodic\"\n\
+             [actuator]\nfile = \"applied.json\"\n[log]\npath = \"decisions.log\"\n"
+        ),
+    )
+    .expect("write the daemon config");
+    let out = Command::new(env!("CARGO_BIN_EXE_mfsched"))
+        .args(["run", "--config"])
+        .arg(&config)
+        .args(["--max-ticks", "3"])
+        .current_dir(dir.path())
+        .env("MFSCHED_API_TOKEN", common::TOKEN)
+        .output()
+        .expect("run mfsched");
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("stopped after 3 tick(s)"), "{err}");
+    let applied: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("applied.json")).expect("applied.json"),
+    )
+    .expect("applied.json is JSON");
+    let s = mfsched_core::scenario::load(&scenario).expect("fixture");
+    for model in &s.problem.models {
+        let setting: mfsched_core::domain::KnobSetting =
+            serde_json::from_value(applied["models"][&model.name].clone())
+                .unwrap_or_else(|e| panic!("{}: {e}: {applied}", model.name));
+        assert!(
+            model.find_config(&setting).is_some(),
+            "{} applied {setting}, which is off its grid",
+            model.name
+        );
     }
 }

@@ -4,6 +4,7 @@
 //! - [`cli`]: the `mfsched` binary as a user runs it.
 //! - [`daemon_soak`]: the decision loop under load, in process.
 //! - [`exact`]: the exact policy against exhaustive search.
+//! - [`gavel`]: public co-location measurements, converted and cross-validated.
 //! - [`hostile`]: hostile components and files against the sandbox promise.
 //! - [`layering`]: no product crate depends on the lab.
 //! - [`pipeline`]: the same invalid answers rejected alike by decide, ab and the daemon.
@@ -15,6 +16,7 @@ mod cli;
 mod common;
 mod daemon_soak;
 mod exact;
+mod gavel;
 mod hostile;
 mod layering;
 mod pipeline;

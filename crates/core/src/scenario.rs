@@ -224,6 +224,8 @@ pub struct Scenario {
     pub problem: Problem,
     /// Which floors the scenario file set explicitly.
     pub explicit_floors: Vec<bool>,
+    /// The TOML text it was read from (bundles embed it, so they evaluate anywhere).
+    pub source: String,
 }
 
 pub fn bundled_names() -> impl Iterator<Item = &'static str> {
@@ -248,6 +250,11 @@ pub fn load(name_or_path: &str) -> Result<Scenario> {
         "unknown scenario '{name_or_path}': use one of {} or a path to a .toml file",
         known.join(", ")
     )
+}
+
+/// A scenario from its TOML text (as a bundle embeds it), against the bundled zoo.
+pub fn from_toml(text: &str) -> Result<Scenario> {
+    parse(text, BUNDLED_ZOO)
 }
 
 /// Parses a scenario against a zoo (both TOML text).
@@ -331,6 +338,7 @@ pub fn parse(scenario_toml: &str, zoo_toml: &str) -> Result<Scenario> {
         description: file.description,
         problem,
         explicit_floors: explicit,
+        source: scenario_toml.to_string(),
     })
 }
 

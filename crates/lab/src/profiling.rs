@@ -35,6 +35,7 @@ pub fn run(
         scenario: scenario.to_string(),
         models: problem.models.iter().map(|m| m.name.clone()).collect(),
         rows,
+        solo: Vec::new(),
     })
 }
 
@@ -87,6 +88,7 @@ mod tests {
             scenario: "x".into(),
             models: vec!["m".into()],
             rows: [40.0, 10.0, 30.0, 20.0, 50.0].map(row).to_vec(),
+            solo: vec![],
         };
         assert_eq!(profile.throughput_quantile(0, 0.0), 10.0);
         assert_eq!(profile.throughput_quantile(0, 0.25), 20.0);

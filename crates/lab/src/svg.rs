@@ -1,5 +1,5 @@
-//! Hand-written SVG line charts for reports (learning curves, utility over time,
-//! latency distributions). No plotting dependency: a chart is a few hundred bytes
+//! Hand-written SVG line and bar charts for reports (learning curves, utility
+//! over time, latency distributions, scores per method). No plotting dependency: a chart is a few hundred bytes
 //! of markup, and the output is deterministic for a given input.
 
 use std::fmt::Write as _;
@@ -291,6 +291,117 @@ impl LineChart {
     }
 }
 
+/// One group of bars (e.g. one target), one value per bar kind (`None`: no bar).
+#[derive(Debug, Clone)]
+pub struct BarGroup {
+    pub label: String,
+    pub values: Vec<Option<f64>>,
+}
+
+/// Grouped vertical bars: one colour per bar kind, one cluster per group. The
+/// y axis starts at 0 unless a value is negative (then at that value).
+#[derive(Debug, Clone, Default)]
+pub struct BarChart {
+    pub title: String,
+    pub y_label: String,
+    /// Bar kinds, in legend order (parallel to each group's values).
+    pub bars: Vec<String>,
+    pub groups: Vec<BarGroup>,
+}
+
+impl BarChart {
+    pub fn render(&self) -> String {
+        let values: Vec<f64> = self
+            .groups
+            .iter()
+            .flat_map(|g| g.values.iter().flatten().copied())
+            .filter(|v| v.is_finite())
+            .collect();
+        let (lo, hi) = min_max(&values).unwrap_or((0.0, 1.0));
+        let (y0, y1) = (lo.min(0.0), if hi > lo.min(0.0) { hi } else { 1.0 });
+        let (y0, y1) = (y0, y1 + (y1 - y0) * 0.05);
+        let pw = W - LEFT - RIGHT;
+        let ph = H - TOP - BOTTOM;
+        let py = |y: f64| TOP + (1.0 - (y.clamp(y0, y1) - y0) / (y1 - y0)) * ph;
+        let slot = pw / self.groups.len().max(1) as f64;
+        let bar = slot * 0.8 / self.bars.len().max(1) as f64;
+
+        let mut svg = String::new();
+        let _ = writeln!(
+            svg,
+            r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" font-family="sans-serif" font-size="12">"#
+        );
+        let _ = writeln!(svg, r#"<rect width="100%" height="100%" fill="white"/>"#);
+        let _ = writeln!(
+            svg,
+            r#"<text x="{}" y="22" text-anchor="middle" font-size="14">{}</text>"#,
+            LEFT + pw / 2.0,
+            escape(&self.title)
+        );
+        for t in ticks(y0, y1) {
+            let y = py(t);
+            let _ = writeln!(
+                svg,
+                r##"<line x1="{LEFT}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#e6e6e6"/><text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"##,
+                LEFT + pw,
+                LEFT - 6.0,
+                y + 4.0,
+                fmt_tick(t)
+            );
+        }
+        for (g, group) in self.groups.iter().enumerate() {
+            let x0 = LEFT + g as f64 * slot + slot * 0.1;
+            for (b, value) in group.values.iter().enumerate() {
+                let Some(v) = value.filter(|v| v.is_finite()) else {
+                    continue;
+                };
+                let (top, base) = (py(v.max(0.0)), py(v.min(0.0)));
+                let _ = writeln!(
+                    svg,
+                    r#"<rect x="{:.1}" y="{top:.1}" width="{:.1}" height="{:.1}" fill="{}"><title>{}: {v:.4}</title></rect>"#,
+                    x0 + b as f64 * bar,
+                    bar * 0.9,
+                    (base - top).max(0.5),
+                    PALETTE[b % PALETTE.len()],
+                    escape(&self.bars[b.min(self.bars.len().saturating_sub(1))])
+                );
+            }
+            let _ = writeln!(
+                svg,
+                r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
+                LEFT + (g as f64 + 0.5) * slot,
+                TOP + ph + 19.0,
+                escape(&group.label)
+            );
+        }
+        let _ = writeln!(
+            svg,
+            r#"<rect x="{LEFT}" y="{TOP}" width="{pw}" height="{ph}" fill="none" stroke="black"/>"#
+        );
+        let _ = writeln!(
+            svg,
+            r#"<text transform="translate(18,{:.1}) rotate(-90)" text-anchor="middle">{}</text>"#,
+            TOP + ph / 2.0,
+            escape(&self.y_label)
+        );
+        for (b, name) in self.bars.iter().enumerate() {
+            let y = TOP + 10.0 + b as f64 * 20.0;
+            let _ = writeln!(
+                svg,
+                r#"<rect x="{:.1}" y="{:.1}" width="12" height="12" fill="{}"/><text x="{:.1}" y="{:.1}">{}</text>"#,
+                W - RIGHT + 12.0,
+                y - 10.0,
+                PALETTE[b % PALETTE.len()],
+                W - RIGHT + 30.0,
+                y,
+                escape(name)
+            );
+        }
+        svg.push_str("</svg>\n");
+        svg
+    }
+}
+
 fn min_max(v: &[f64]) -> Option<(f64, f64)> {
     let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
     let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
@@ -309,6 +420,29 @@ fn pad(lo: f64, hi: f64) -> (f64, f64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bar_charts_draw_one_bar_per_value() {
+        let chart = BarChart {
+            title: "R² <by> method".into(),
+            y_label: "R²".into(),
+            bars: vec!["a".into(), "b".into()],
+            groups: vec![
+                BarGroup {
+                    label: "absolute".into(),
+                    values: vec![Some(0.9), Some(-0.2)],
+                },
+                BarGroup {
+                    label: "log".into(),
+                    values: vec![Some(0.95), None],
+                },
+            ],
+        };
+        let svg = chart.render();
+        assert_eq!(svg.matches("<title>").count(), 3, "{svg}");
+        assert!(svg.contains("R² &lt;by&gt; method"));
+        assert!(svg.ends_with("</svg>\n"));
+    }
 
     #[test]
     fn renders_well_formed_svg_with_every_series_and_escaped_text() {

@@ -18,6 +18,7 @@ use super::backend::BackendChoice;
 use super::features;
 use super::fold::fold;
 use super::meanfield::MeanField;
+use super::target::{OutputMap, Target};
 use anyhow::{Context, Result, bail};
 use mfsched_core::domain::{Problem, ThroughputRange};
 use mfsched_core::fsutil::write_atomically;
@@ -28,8 +29,11 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
 
-/// Bumped when the files change incompatibly.
-pub const FORMAT_VERSION: u32 = 1;
+/// Bumped when the files change incompatibly. Version 2 added the target, the
+/// solo table, the embedded scenario and an optional held-out R².
+pub const FORMAT_VERSION: u32 = 2;
+/// Versions this build reads (a version 1 bundle is an absolute-target bundle).
+pub const READ_VERSIONS: [u32; 2] = [1, 2];
 pub const META_FILE: &str = "bundle.json";
 pub const WEIGHTS_FILE: &str = "weights.safetensors";
 
@@ -43,6 +47,13 @@ pub struct BundleMeta {
     pub format_version: u32,
     /// The scenario the bundle was trained for.
     pub scenario: String,
+    /// The scenario's TOML text, so the bundle evaluates where the scenario
+    /// file is not (absent in version 1 bundles).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scenario_toml: Option<String>,
+    /// What the nets learnt (absent in version 1 bundles: absolute).
+    #[serde(default)]
+    pub target: Target,
     /// The card's VRAM: the state feature "VRAM used" is a fraction of it.
     pub card_vram_mib: u32,
     pub architecture: Architecture,
@@ -94,6 +105,10 @@ pub struct ModelMeta {
     pub sla_floor_p25: f64,
     /// Per variant (in the model's variant order): profiled throughput range.
     pub throughput_ranges: Vec<VariantRange>,
+    /// Per configuration of the model's grid: solo throughput (the relative
+    /// target's reference; measured or borrowed from the nearest measured one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub solo_throughput: Option<Vec<f64>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -101,7 +116,16 @@ pub struct ModelMeta {
 pub struct Metrics {
     pub train_rows: usize,
     pub holdout_rows: usize,
-    pub r2_holdout: f64,
+    /// R² of the throughput on the held-out rows; none when nothing was held out.
+    pub r2_holdout: Option<f64>,
+}
+
+impl Metrics {
+    /// The held-out R² to three decimals, or `-` when nothing was held out.
+    pub fn r2_text(&self) -> String {
+        self.r2_holdout
+            .map_or_else(|| "-".to_string(), |r| format!("{r:.3}"))
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -143,11 +167,26 @@ impl Bundle {
             let hint = if e.is_eof() { " (truncated?)" } else { "" };
             anyhow::anyhow!("{META_FILE} is not valid{hint}: {e}; {REMEDY}")
         })?;
-        if meta.format_version != FORMAT_VERSION {
+        if !READ_VERSIONS.contains(&meta.format_version) {
             bail!(
-                "{META_FILE} has format version {}, this mfsched reads version {FORMAT_VERSION}; {REMEDY}",
-                meta.format_version
+                "{META_FILE} has format version {}, this mfsched reads versions {}; {REMEDY}",
+                meta.format_version,
+                READ_VERSIONS.map(|v| v.to_string()).join(" and ")
             );
+        }
+        for m in &meta.models {
+            match (&m.solo_throughput, meta.target.needs_solo()) {
+                (None, true) => bail!(
+                    "model '{}' has no solo_throughput, which the {} target needs; {REMEDY}",
+                    m.name,
+                    meta.target
+                ),
+                (Some(solo), _) if solo.iter().any(|v| !(v.is_finite() && *v > 0.0)) => bail!(
+                    "model '{}': solo_throughput holds a value that is not a positive number; {REMEDY}",
+                    m.name
+                ),
+                _ => {}
+            }
         }
         let tensors = SafeTensors::deserialize(weights).map_err(|e| {
             anyhow::anyhow!("{WEIGHTS_FILE} is truncated or corrupt ({e}); {REMEDY}")
@@ -193,6 +232,15 @@ impl Bundle {
             );
         }
         for (m, model) in self.meta.models.iter().zip(&p.models) {
+            if m.unit != model.unit {
+                bail!(
+                    "model '{}' predicts throughput in {} but scenario {} measures it in {}; {REMEDY}",
+                    m.name,
+                    m.unit,
+                    scenario.name,
+                    model.unit
+                );
+            }
             let expected = features::input_names(model);
             if m.features != expected {
                 bail!(
@@ -201,6 +249,17 @@ impl Bundle {
                     m.features.join(", "),
                     scenario.name,
                     expected.join(", ")
+                );
+            }
+            if let Some(solo) = &m.solo_throughput
+                && solo.len() != model.grid_size()
+            {
+                bail!(
+                    "model '{}' has {} solo throughputs, scenario {} gives it {} configurations; {REMEDY}",
+                    m.name,
+                    solo.len(),
+                    scenario.name,
+                    model.grid_size()
                 );
             }
             let variants: Vec<&str> = model.variants.iter().map(|v| v.name.as_str()).collect();
@@ -236,7 +295,32 @@ impl Bundle {
 
     /// As [`Bundle::meanfield`], on the backend `choice` asks for.
     pub fn meanfield_on(&self, problem: &Problem, choice: BackendChoice) -> Result<MeanField> {
-        MeanField::with_backend(problem, self.nets.iter().map(fold).collect(), choice)
+        MeanField::with_backend(problem, self.nets.iter().map(fold).collect(), choice)?
+            .with_outputs(self.output_maps(problem)?)
+    }
+
+    /// Per model: how its net's output becomes throughput.
+    pub fn output_maps(&self, problem: &Problem) -> Result<Vec<OutputMap>> {
+        self.meta
+            .models
+            .iter()
+            .zip(&problem.models)
+            .map(|(m, model)| OutputMap::new(model, self.meta.target, m.solo_throughput.as_deref()))
+            .collect()
+    }
+
+    /// The scenario the bundle was trained for: its embedded TOML when it has
+    /// one, else the scenario its name loads (bundled or a file path).
+    pub fn scenario(&self) -> Result<Scenario> {
+        match &self.meta.scenario_toml {
+            Some(text) => mfsched_core::scenario::from_toml(text).with_context(|| {
+                format!(
+                    "the scenario '{}' embedded in {META_FILE}",
+                    self.meta.scenario
+                )
+            }),
+            None => mfsched_core::scenario::load(&self.meta.scenario),
+        }
     }
 
     /// Fills the problem's per-variant throughput ranges and, where the scenario
@@ -531,6 +615,46 @@ mod tests {
             .check_against(&scenario::load("paper-n3").expect("bundled"))
             .expect_err("other models");
         assert!(err.to_string().contains("has no model 'qwen1.5b'"), "{err}");
+    }
+
+    #[test]
+    fn a_bundle_in_another_unit_is_refused() {
+        let s = scenario::load("paper-n2").expect("bundled");
+        let mut bundle = shipped("paper-n2");
+        bundle.meta.models[1].unit = "images/s".into();
+        let err = bundle.check_against(&s).expect_err("unit mismatch");
+        assert!(
+            err.to_string()
+                .contains("model 'yolo-a' predicts throughput in images/s but scenario paper-n2 measures it in FPS"),
+            "{err}"
+        );
+    }
+
+    /// A version 1 bundle (the shipped ones) reads as an absolute-target bundle
+    /// without an embedded scenario; a relative bundle without its solo table
+    /// is refused.
+    #[test]
+    fn version_1_reads_as_absolute_and_relative_needs_its_solo_table() {
+        let bundle = shipped("paper-n2");
+        assert_eq!(bundle.meta.format_version, 1);
+        assert_eq!(bundle.meta.target, Target::Absolute);
+        assert!(bundle.meta.scenario_toml.is_none());
+        assert_eq!(bundle.scenario().expect("by name").name, "paper-n2");
+
+        let mut meta = bundle.meta.clone();
+        meta.target = Target::RelativeToSolo;
+        let json = serde_json::to_vec(&meta).expect("json");
+        let weights = std::fs::read(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/paper-n2/weights.safetensors"),
+        )
+        .expect("shipped weights");
+        let err = Bundle::from_bytes(&json, &weights).expect_err("no solo table");
+        assert!(
+            err.to_string().contains(
+                "model 'llama3b' has no solo_throughput, which the relative target needs"
+            ),
+            "{err}"
+        );
     }
 
     #[test]

@@ -17,6 +17,8 @@
 //! - [`gpu`]: the same two entry points on a wgpu device (`crates/surrogate/src/meanfield.wgsl`).
 //! - [`backend`]: choosing CPU or GPU (a software adapter loses to the CPU), with fallback.
 //! - [`agreement`]: how far the GPU backend is from the CPU reference.
+//! - [`target`]: what a net learns (absolute, log, relative to solo) and how its
+//!   output becomes throughput.
 //! - [`synthetic`]: seeded untrained predictors with the real shapes, for
 //!   agreement checks and benchmarks without trained bundles.
 
@@ -33,6 +35,7 @@ pub mod meanfield;
 pub mod net;
 pub mod serve;
 pub mod synthetic;
+pub mod target;
 
 pub use bundle::Bundle;
 pub use meanfield::MeanField;

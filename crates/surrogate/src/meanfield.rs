@@ -10,15 +10,20 @@
 use super::backend::{BackendChoice, InferenceBackend};
 use super::cpu::check_nets;
 use super::net::FoldedNet;
-use anyhow::Result;
-use mfsched_core::domain::{GpuState, Problem};
-use mfsched_core::predict::{PredictError, Predictor};
+use super::target::OutputMap;
+use anyhow::{Result, bail};
+use mfsched_core::domain::{GpuState, JointSpace, Problem};
+use mfsched_core::predict::{PredictError, Predictor, table_offsets};
 
 /// A MeanField surrogate bound to one problem's models.
 #[derive(Debug)]
 pub struct MeanField {
     nets: Vec<FoldedNet>,
     inference: InferenceBackend,
+    /// Per model: net output → throughput (identity for the absolute target).
+    outputs: Vec<OutputMap>,
+    space: JointSpace,
+    offsets: Vec<usize>,
 }
 
 impl MeanField {
@@ -36,11 +41,49 @@ impl MeanField {
     ) -> Result<Self> {
         check_nets(problem, &nets)?;
         let inference = InferenceBackend::select(choice, problem, &nets)?;
-        Ok(Self { nets, inference })
+        Ok(Self {
+            outputs: vec![OutputMap::identity(); nets.len()],
+            nets,
+            inference,
+            space: problem.space(),
+            offsets: table_offsets(problem),
+        })
     }
 
+    /// The same surrogate with each model's output turned into throughput by
+    /// its target (see `surrogate::target`).
+    pub fn with_outputs(mut self, outputs: Vec<OutputMap>) -> Result<Self> {
+        if outputs.len() != self.nets.len() {
+            bail!(
+                "{} output maps for {} models",
+                outputs.len(),
+                self.nets.len()
+            );
+        }
+        self.outputs = outputs;
+        Ok(self)
+    }
+
+    /// The nets (their outputs are the learnt quantity, before [`OutputMap`]).
     pub fn nets(&self) -> &[FoldedNet] {
         &self.nets
+    }
+
+    /// Throughput from joint outputs (`out[c * N + i]`) in place.
+    fn map_joint(&self, candidates: &[u64], out: &mut [f32]) {
+        let n = self.outputs.len();
+        if self.outputs.iter().all(OutputMap::is_identity) {
+            return;
+        }
+        for (k, &c) in candidates.iter().enumerate() {
+            if c >= self.space.size() {
+                continue; // NaN rows stay NaN
+            }
+            for (i, map) in self.outputs.iter().enumerate() {
+                let y = &mut out[k * n + i];
+                *y = map.apply(self.space.digit(c, i) as usize, *y);
+            }
+        }
     }
 
     /// Joint predictions with each candidate's own (VRAM fraction, utilisation)
@@ -52,8 +95,11 @@ impl MeanField {
         candidates: &[u64],
         fields: Option<&[[f32; 2]]>,
     ) -> Result<Vec<f32>, PredictError> {
-        self.inference
-            .predict_joint_fields(problem, state, candidates, fields)
+        let mut out = self
+            .inference
+            .predict_joint_fields(problem, state, candidates, fields)?;
+        self.map_joint(candidates, &mut out);
+        Ok(out)
     }
 
     /// Where inference runs: `CPU` or `GPU on <adapter>`.
@@ -71,7 +117,15 @@ impl MeanField {
 /// (and, for joint calls, the candidates) vary between calls.
 impl Predictor for MeanField {
     fn predict_table(&self, problem: &Problem, state: &GpuState) -> Result<Vec<f32>, PredictError> {
-        self.inference.predict_table(problem, state)
+        let mut table = self.inference.predict_table(problem, state)?;
+        for (map, range) in self.outputs.iter().zip(self.offsets.windows(2)) {
+            if !map.is_identity() {
+                for (c, y) in table[range[0]..range[1]].iter_mut().enumerate() {
+                    *y = map.apply(c, *y);
+                }
+            }
+        }
+        Ok(table)
     }
 
     /// Candidates outside the joint space get NaN (the caller validates indices).
@@ -81,7 +135,7 @@ impl Predictor for MeanField {
         state: &GpuState,
         candidates: &[u64],
     ) -> Result<Vec<f32>, PredictError> {
-        self.inference.predict_joint(problem, state, candidates)
+        self.predict_joint_fields(problem, state, candidates, None)
     }
 }
 
@@ -167,6 +221,55 @@ mod tests {
             }
         }
         assert!(joint[joint.len() - n..].iter().all(|v| v.is_nan()));
+    }
+
+    /// Log and relative targets: table and joint rows are the nets' outputs
+    /// decoded per model and configuration, alike on both paths.
+    #[test]
+    fn outputs_are_decoded_per_target_on_table_and_joint_rows() {
+        use crate::target::{OutputMap, Target};
+        let s = scenario::load("paper-n3").expect("bundled");
+        let p = &s.problem;
+        let raw = MeanField::new(p, nets_for(p)).expect("fits");
+        let solo: Vec<f64> = (0..p.models[1].grid_size())
+            .map(|c| 10.0 + c as f64)
+            .collect();
+        let maps = vec![
+            OutputMap::plain(Target::Log),
+            OutputMap::new(&p.models[1], Target::RelativeToSolo, Some(&solo)).expect("fits"),
+            OutputMap::identity(),
+        ];
+        let mapped = MeanField::new(p, nets_for(p))
+            .expect("fits")
+            .with_outputs(maps.clone())
+            .expect("three maps");
+        let offsets = table_offsets(p);
+        let before = raw.predict_table(p, &state()).expect("predicts");
+        let after = mapped.predict_table(p, &state()).expect("predicts");
+        for (i, map) in maps.iter().enumerate() {
+            for c in 0..p.models[i].grid_size() {
+                let k = offsets[i] + c;
+                assert_eq!(after[k], map.apply(c, before[k]), "model {i} config {c}");
+            }
+        }
+        assert_eq!(after[offsets[1] + 3], before[offsets[1] + 3] * 13.0);
+        let candidates: Vec<u64> = (0..p.space().size()).step_by(7).collect();
+        let joint = mapped
+            .predict_joint(p, &state(), &candidates)
+            .expect("predicts");
+        for (k, &c) in candidates.iter().enumerate() {
+            let tuple = p.space().tuple(c).expect("in range");
+            for i in 0..3 {
+                let expect = after[offsets[i] + tuple[i] as usize];
+                assert!((joint[k * 3 + i] - expect).abs() <= 1e-4 * expect.abs().max(1.0));
+            }
+        }
+        assert!(
+            MeanField::new(p, nets_for(p))
+                .expect("fits")
+                .with_outputs(maps[..2].to_vec())
+                .is_err()
+        );
     }
 
     #[test]

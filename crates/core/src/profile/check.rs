@@ -94,6 +94,9 @@ pub struct Summary {
     pub models: Vec<(String, String, String)>,
     /// Rows per regime, in regime order.
     pub regimes: Vec<(WorkloadLevel, usize)>,
+    /// Per model: solo rows (the model measured alone), and how many of its
+    /// configurations they cover.
+    pub solo: Vec<(usize, usize)>,
     /// Every column except the format version and scenario.
     pub columns: Vec<ColumnSummary>,
 }
@@ -161,6 +164,17 @@ pub fn summarize(profile: &Profile, problem: &Problem) -> Summary {
         regimes: WorkloadLevel::ALL
             .iter()
             .map(|&w| (w, rows.iter().filter(|r| r.workload == w).count()))
+            .collect(),
+        solo: profile
+            .solo_table(problem)
+            .iter()
+            .enumerate()
+            .map(|(i, table)| {
+                (
+                    profile.solo.iter().filter(|r| r.model == i).count(),
+                    table.iter().flatten().count(),
+                )
+            })
             .collect(),
         columns,
     }

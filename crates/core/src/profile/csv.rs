@@ -13,7 +13,7 @@
 //! Reading validates every cell against the scenario and reports the first problem
 //! as one error naming the file, line and column.
 
-use super::{Profile, ProfileRow};
+use super::{Profile, ProfileRow, SoloRow};
 use crate::domain::{
     GpuState, Knob, KnobSetting, KnobType, KnobValue, Model, Problem, WorkloadLevel,
 };
@@ -37,6 +37,14 @@ pub const COL_SCENARIO: &str = "scenario";
 pub const COL_WORKLOAD: &str = "workload";
 pub const COL_VRAM: &str = "vram_used_mib";
 pub const COL_UTILIZATION: &str = "utilization";
+/// How far above the card's memory a measured mean may read: the simulator's
+/// sampler (like any noisy reading) lands a fraction of a percent over a full
+/// card (0.24 % at most in the shipped profiles). A peak in another unit or a
+/// sum over devices is far beyond it.
+pub const VRAM_NOISE_ALLOWANCE: f64 = 0.01;
+
+/// The regime of every row of a file without a `workload` column (one regime measured).
+pub const SINGLE_REGIME: WorkloadLevel = WorkloadLevel::Medium;
 /// The columns every profile has, before the per-model ones.
 pub const FIXED_COLUMNS: [&str; 5] = [
     COL_FORMAT,
@@ -111,16 +119,49 @@ pub fn write_csv(profile: &Profile, problem: &Problem, path: &Path) -> Result<()
                 row.state.utilization.to_string(),
             ];
             for (i, m) in problem.models.iter().enumerate() {
-                let config = row.joint[i] as usize;
-                record.push(m.variants[m.configs[config].variant].name.clone());
-                record.extend((0..m.knobs.len()).map(|k| m.value(config, k).to_string()));
-                record.push(row.throughput[i].to_string());
+                push_model_cells(&mut record, m, Some((row.joint[i], row.throughput[i])));
+            }
+            w.write_record(&record)?;
+        }
+        for (k, row) in profile.solo.iter().enumerate() {
+            anyhow::ensure!(
+                problem
+                    .models
+                    .get(row.model)
+                    .is_some_and(|m| (row.config as usize) < m.grid_size()),
+                "solo row {k}: model {} configuration {} is off the scenario",
+                row.model,
+                row.config
+            );
+            let mut record = vec![
+                FORMAT_VERSION.to_string(),
+                profile.scenario.clone(),
+                row.state.workload.to_string(),
+                row.state.vram_used_mib.to_string(),
+                row.state.utilization.to_string(),
+            ];
+            for (i, other) in problem.models.iter().enumerate() {
+                let running = (i == row.model).then_some((row.config, row.throughput));
+                push_model_cells(&mut record, other, running);
             }
             w.write_record(&record)?;
         }
         w.flush()?;
     }
     write_atomically(path, &text)
+}
+
+/// A model's cells: variant, knobs, throughput; all empty when it does not run.
+fn push_model_cells(record: &mut Vec<String>, m: &Model, running: Option<(u32, f64)>) {
+    match running {
+        Some((config, throughput)) => {
+            let config = config as usize;
+            record.push(m.variants[m.configs[config].variant].name.clone());
+            record.extend((0..m.knobs.len()).map(|k| m.value(config, k).to_string()));
+            record.push(throughput.to_string());
+        }
+        None => record.extend(std::iter::repeat_n(String::new(), m.knobs.len() + 2)),
+    }
 }
 
 /// A row must have one in-range configuration and one throughput per model.
@@ -210,9 +251,60 @@ fn reader_builder() -> ::csv::ReaderBuilder {
     builder
 }
 
+/// The values of the named columns (any column of the header, `x-` ones
+/// included) on each co-location row, in file order: the rows of
+/// [`Profile::rows`] (read it with [`read_csv`] first; this reads cells only).
+pub fn read_columns(path: &Path, problem: &Problem, names: &[String]) -> Result<Vec<Vec<String>>> {
+    let mut reader = open(path)?;
+    let header: Vec<String> = reader.headers()?.iter().map(str::to_string).collect();
+    let wanted = names
+        .iter()
+        .map(|n| {
+            header.iter().position(|h| h == n).ok_or_else(|| {
+                FormatError {
+                    path: path.to_path_buf(),
+                    line: Some(1),
+                    column: Some(n.clone()),
+                    message: format!("no such column (the file has: {})", header.join(", ")),
+                }
+                .into()
+            })
+        })
+        .collect::<Result<Vec<usize>>>()?;
+    let variants: Vec<usize> = problem
+        .models
+        .iter()
+        .filter_map(|m| {
+            let name = format!("{}.variant", m.name);
+            header.iter().position(|h| *h == name)
+        })
+        .collect();
+    let mut out = Vec::new();
+    for record in reader.records() {
+        let record = record.with_context(|| format!("reading {}", path.display()))?;
+        if variants
+            .iter()
+            .all(|&c| !record.get(c).unwrap_or("").is_empty())
+        {
+            out.push(
+                wanted
+                    .iter()
+                    .map(|&c| record.get(c).unwrap_or("").to_string())
+                    .collect(),
+            );
+        }
+    }
+    Ok(out)
+}
+
 /// Where each expected column sits in the file.
 struct Layout {
-    fixed: [usize; 5],
+    format: usize,
+    scenario: usize,
+    /// Absent: the file measured one regime, read as [`SINGLE_REGIME`].
+    workload: Option<usize>,
+    vram: usize,
+    utilization: usize,
     /// Per model: variant, then its knobs in `knob_names` order, then throughput.
     models: Vec<Vec<usize>>,
 }
@@ -276,6 +368,7 @@ fn read<R: std::io::Read>(
 
     let mut scenario: Option<String> = None;
     let mut rows = Vec::new();
+    let mut solo = Vec::new();
     for record in records {
         let record = record.map_err(|e| {
             let line = e.position().map(|p| p.line());
@@ -311,14 +404,13 @@ fn read<R: std::io::Read>(
         };
         let bad = |col: usize, message: String| at(line, Some(&header[col]), message);
 
-        let [c_format, c_scenario, c_workload, c_vram, c_util] = layout.fixed;
-        check_version(cell(c_format)?).map_err(|m| bad(c_format, m))?;
-        let name = cell(c_scenario)?;
+        check_version(cell(layout.format)?).map_err(|m| bad(layout.format, m))?;
+        let name = cell(layout.scenario)?;
         match &scenario {
             None => scenario = Some(name.to_string()),
             Some(first) if first != name => {
                 return Err(bad(
-                    c_scenario,
+                    layout.scenario,
                     format!(
                         "scenario '{name}' differs from '{first}' on the first row: one file holds one scenario"
                     ),
@@ -326,90 +418,105 @@ fn read<R: std::io::Read>(
             }
             Some(_) => {}
         }
-        let workload_text = cell(c_workload)?;
-        let workload = WorkloadLevel::parse(workload_text).ok_or_else(|| {
-            bad(
-                c_workload,
-                format!("'{workload_text}' is not a workload level (low, medium, high, burst)"),
-            )
-        })?;
-        let vram_used_mib = number(c_vram)?;
+        let workload = match layout.workload {
+            None => SINGLE_REGIME,
+            Some(col) => {
+                let text = cell(col)?;
+                WorkloadLevel::parse(text).ok_or_else(|| {
+                    bad(
+                        col,
+                        format!("'{text}' is not a workload level (low, medium, high, burst)"),
+                    )
+                })?
+            }
+        };
+        let vram_used_mib = number(layout.vram)?;
         if vram_used_mib < 0.0 {
-            return Err(bad(c_vram, format!("{vram_used_mib} is negative")));
+            return Err(bad(layout.vram, format!("{vram_used_mib} is negative")));
         }
-        let utilization = number(c_util)?;
+        // A mean over the window cannot exceed the card by more than sampling
+        // noise; a value that does is a peak, a sum over devices or another unit.
+        let card = f64::from(problem.card.vram_mib);
+        if vram_used_mib > card * (1.0 + VRAM_NOISE_ALLOWANCE) {
+            return Err(bad(
+                layout.vram,
+                format!(
+                    "{vram_used_mib} MiB is more than the card's {card} MiB \
+                     (the column is the mean device memory in use over the measuring window, in MiB)"
+                ),
+            ));
+        }
+        let utilization = number(layout.utilization)?;
         if !(0.0..=1.0).contains(&utilization) {
-            return Err(bad(c_util, format!("{utilization} is outside [0, 1]")));
+            return Err(bad(
+                layout.utilization,
+                format!(
+                    "{utilization} is outside [0, 1] (the column is the mean utilisation over the \
+                     measuring window, as a fraction)"
+                ),
+            ));
         }
 
         let mut joint = Vec::with_capacity(problem.models.len());
         let mut throughput = Vec::with_capacity(problem.models.len());
-        for (m, cols) in problem.models.iter().zip(&layout.models) {
-            let variant = cell(cols[0])?;
-            if !m.variants.iter().any(|v| v.name == variant) {
-                return Err(bad(
-                    cols[0],
-                    format!(
-                        "'{variant}' is not a variant of {} (it has: {})",
-                        m.name,
-                        m.variants
-                            .iter()
-                            .map(|v| v.name.as_str())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ),
-                ));
-            }
-            let mut knobs = KnobSetting {
-                variant: variant.to_string(),
-                knobs: Default::default(),
-            };
-            for (k, knob) in m.knobs.iter().enumerate() {
-                let col = cols[1 + k];
-                let text = cell(col)?;
-                let value = parse_value(knob, text).ok_or_else(|| {
-                    bad(
-                        col,
-                        format!("'{text}' is not {} value", knob.kind.with_article()),
-                    )
-                })?;
-                if knob.level_of(&value).is_none() {
+        let mut absent = Vec::new();
+        for (i, (m, cols)) in problem.models.iter().zip(&layout.models).enumerate() {
+            if record.get(cols[0]).unwrap_or("").is_empty() {
+                // The model does not run in this row: every cell of it is empty.
+                if let Some(&col) = cols[1..]
+                    .iter()
+                    .find(|&&c| !record.get(c).unwrap_or("").is_empty())
+                {
                     return Err(bad(
                         col,
                         format!(
-                            "{value} is not a value of {}.{} (it has: {})",
-                            m.name,
-                            knob.name,
-                            knob.values_text()
+                            "{}.variant is empty (the model does not run in this row), so this cell must be empty too",
+                            m.name
                         ),
                     ));
                 }
-                knobs.knobs.insert(knob.name.clone(), value);
+                absent.push(i);
+                joint.push(0);
+                throughput.push(0.0);
+                continue;
             }
-            let next = 1 + m.knobs.len();
-            let config = m.find_config(&knobs).ok_or_else(|| {
-                bad(
-                    cols[0],
-                    format!("{knobs} is not on {}'s configuration grid", m.name),
-                )
-            })?;
-            let tp = number(cols[next])?;
-            if tp < 0.0 {
-                return Err(bad(cols[next], format!("throughput {tp} is negative")));
-            }
-            joint.push(config as u32);
+            let (config, tp) = read_model(m, cols, &cell, &number, &bad)?;
+            joint.push(config);
             throughput.push(tp);
         }
-        rows.push(ProfileRow {
-            joint,
+        let state = GpuState {
             workload,
-            state: GpuState {
+            vram_used_mib,
+            utilization,
+        };
+        let n = problem.models.len();
+        match n - absent.len() {
+            running if running == n => rows.push(ProfileRow {
+                joint,
                 workload,
-                vram_used_mib,
-                utilization,
-            },
-            throughput,
-        });
+                state,
+                throughput,
+            }),
+            1 => {
+                let model = (0..n).find(|i| !absent.contains(i)).expect("one runs");
+                solo.push(SoloRow {
+                    model,
+                    config: joint[model],
+                    state,
+                    throughput: throughput[model],
+                });
+            }
+            running => {
+                return Err(at(
+                    line,
+                    Some(&header[layout.models[absent[0]][0]]),
+                    format!(
+                        "{running} of the {n} models run in this row: a row runs every model \
+                         (a co-location row) or exactly one (a solo row); the others' variant cells are empty"
+                    ),
+                ));
+            }
+        }
     }
     let Some(scenario) = scenario else {
         return Err(at(None, None, "no data rows after the header".into()));
@@ -418,7 +525,71 @@ fn read<R: std::io::Read>(
         scenario,
         models: problem.models.iter().map(|m| m.name.clone()).collect(),
         rows,
+        solo,
     })
+}
+
+/// One running model's cells: its configuration on the grid and its throughput.
+fn read_model<'r>(
+    m: &Model,
+    cols: &[usize],
+    cell: &dyn Fn(usize) -> Result<&'r str, FormatError>,
+    number: &dyn Fn(usize) -> Result<f64, FormatError>,
+    bad: &dyn Fn(usize, String) -> FormatError,
+) -> Result<(u32, f64), FormatError> {
+    let variant = cell(cols[0])?;
+    if !m.variants.iter().any(|v| v.name == variant) {
+        return Err(bad(
+            cols[0],
+            format!(
+                "'{variant}' is not a variant of {} (it has: {})",
+                m.name,
+                m.variants
+                    .iter()
+                    .map(|v| v.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ));
+    }
+    let mut knobs = KnobSetting {
+        variant: variant.to_string(),
+        knobs: Default::default(),
+    };
+    for (k, knob) in m.knobs.iter().enumerate() {
+        let col = cols[1 + k];
+        let text = cell(col)?;
+        let value = parse_value(knob, text).ok_or_else(|| {
+            bad(
+                col,
+                format!("'{text}' is not {} value", knob.kind.with_article()),
+            )
+        })?;
+        if knob.level_of(&value).is_none() {
+            return Err(bad(
+                col,
+                format!(
+                    "{value} is not a value of {}.{} (it has: {})",
+                    m.name,
+                    knob.name,
+                    knob.values_text()
+                ),
+            ));
+        }
+        knobs.knobs.insert(knob.name.clone(), value);
+    }
+    let next = 1 + m.knobs.len();
+    let config = m.find_config(&knobs).ok_or_else(|| {
+        bad(
+            cols[0],
+            format!("{knobs} is not on {}'s configuration grid", m.name),
+        )
+    })?;
+    let tp = number(cols[next])?;
+    if tp < 0.0 {
+        return Err(bad(cols[next], format!("throughput {tp} is negative")));
+    }
+    Ok((config as u32, tp))
 }
 
 fn check_version(text: &str) -> Result<(), String> {
@@ -487,16 +658,19 @@ fn layout(header: &[String], problem: &Problem) -> Result<Layout, (Option<String
             )
         })
     };
-    let mut fixed = [0; 5];
-    for (slot, name) in fixed.iter_mut().zip(FIXED_COLUMNS) {
-        *slot = find(name)?;
-    }
     let models = problem
         .models
         .iter()
         .map(|m| model_columns(m).iter().map(|c| find(c)).collect())
         .collect::<Result<_, _>>()?;
-    Ok(Layout { fixed, models })
+    Ok(Layout {
+        format: find(COL_FORMAT)?,
+        scenario: find(COL_SCENARIO)?,
+        workload: header.iter().position(|c| c == COL_WORKLOAD),
+        vram: find(COL_VRAM)?,
+        utilization: find(COL_UTILIZATION)?,
+        models,
+    })
 }
 
 #[cfg(test)]
@@ -603,6 +777,21 @@ mod tests {
                 "line 3",
                 "has 11 fields but the header has 12",
             ),
+            (
+                "over-the-card.csv",
+                "line 3, column vram_used_mib",
+                "31000 MiB is more than the card's 24576 MiB (the column is the mean",
+            ),
+            (
+                "solo-with-leftover.csv",
+                "line 2, column yolo-a.image_size",
+                "yolo-a.variant is empty (the model does not run in this row)",
+            ),
+            (
+                "nothing-runs.csv",
+                "line 2, column llama3b.variant",
+                "0 of the 2 models run in this row",
+            ),
             ("empty.csv", "empty.csv", "the file is empty"),
             ("header-only.csv", "header-only.csv", "no data rows"),
         ];
@@ -613,6 +802,35 @@ mod tests {
             assert!(text.contains(what), "{file}: {text}");
             assert_eq!(text.lines().count(), 1, "{file}: {text}");
         }
+    }
+
+    /// A file without a workload column measured one regime; rows with one
+    /// model running are its solo rows, kept apart from the co-location rows.
+    #[test]
+    fn solo_rows_and_a_single_regime_read_and_write_back() {
+        let problem = paper_n2();
+        let profile = read_csv(&fixture("solo-rows.csv"), &problem).expect("solo fixture");
+        assert_eq!(profile.rows.len(), 1);
+        assert_eq!(profile.rows[0].workload, SINGLE_REGIME);
+        assert_eq!(profile.solo.len(), 3);
+        assert_eq!(
+            (profile.solo[2].model, profile.solo[2].throughput),
+            (1, 301.5)
+        );
+        let table = profile.solo_table(&problem);
+        let llama = profile.rows[0].joint[0] as usize;
+        assert_eq!(
+            table[0][llama],
+            Some(250.0),
+            "the mean of its two solo rows"
+        );
+        assert_eq!(table[0].iter().flatten().count(), 1);
+        assert_eq!(table[1].iter().flatten().count(), 1);
+
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("back.csv");
+        write_csv(&profile, &problem, &path).expect("writes");
+        assert_eq!(read_csv(&path, &problem).expect("reads back"), profile);
     }
 
     #[test]

@@ -29,6 +29,17 @@ pub struct ProfileRow {
     pub throughput: Vec<f64>,
 }
 
+/// One model measured alone (the others not running): its solo throughput in
+/// one configuration, the reference of the relative-to-solo target.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SoloRow {
+    /// Index of the model in the scenario.
+    pub model: usize,
+    pub config: u32,
+    pub state: GpuState,
+    pub throughput: f64,
+}
+
 /// A profile of one scenario's models.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Profile {
@@ -36,7 +47,10 @@ pub struct Profile {
     pub scenario: String,
     /// Model instance names, in the scenario's order.
     pub models: Vec<String>,
+    /// Co-location rows: every model running.
     pub rows: Vec<ProfileRow>,
+    /// Solo rows: one model running alone (empty in simulator profiles).
+    pub solo: Vec<SoloRow>,
 }
 
 /// Measurements averaged into one row unless asked otherwise.
@@ -49,6 +63,32 @@ impl Profile {
     pub fn throughput_quantile(&self, i: usize, q: f64) -> f64 {
         let mut values: Vec<f64> = self.rows.iter().map(|r| r.throughput[i]).collect();
         crate::stats::interpolated(&mut values, q)
+    }
+
+    /// Per model, per configuration: the mean of its solo rows' throughput
+    /// (over workloads and repeats), `None` where it was never measured alone.
+    pub fn solo_table(&self, problem: &Problem) -> Vec<Vec<Option<f64>>> {
+        let mut sums: Vec<Vec<(f64, u32)>> = problem
+            .models
+            .iter()
+            .map(|m| vec![(0.0, 0); m.grid_size()])
+            .collect();
+        for row in &self.solo {
+            if let Some(slot) = sums
+                .get_mut(row.model)
+                .and_then(|t| t.get_mut(row.config as usize))
+            {
+                slot.0 += row.throughput;
+                slot.1 += 1;
+            }
+        }
+        sums.into_iter()
+            .map(|t| {
+                t.into_iter()
+                    .map(|(sum, n)| (n > 0).then(|| sum / f64::from(n)))
+                    .collect()
+            })
+            .collect()
     }
 
     /// Per model, per variant min/max throughput (fills `Problem::throughput_ranges`).

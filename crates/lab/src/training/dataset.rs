@@ -9,12 +9,15 @@ use mfsched_core::domain::Problem;
 use mfsched_core::profile::Profile;
 use mfsched_surrogate::features;
 
-/// One predictor's training data: `rows × width` inputs (row-major) and targets.
+/// One predictor's training data: `rows × width` inputs (row-major), the
+/// measured throughput, and the model's own configuration on each row (what a
+/// target other than the absolute one needs to encode and decode).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelData {
     pub width: usize,
     pub x: Vec<f32>,
     pub y: Vec<f32>,
+    pub configs: Vec<u32>,
 }
 
 impl ModelData {
@@ -32,6 +35,7 @@ impl ModelData {
             width: self.width,
             x,
             y: indices.iter().map(|&r| self.y[r]).collect(),
+            configs: indices.iter().map(|&r| self.configs[r]).collect(),
         }
     }
 }
@@ -62,6 +66,7 @@ pub fn build(problem: &Problem, profile: &Profile, layout: Layout) -> Vec<ModelD
                 width,
                 x: Vec::with_capacity(profile.rows.len() * width),
                 y: Vec::with_capacity(profile.rows.len()),
+                configs: Vec::with_capacity(profile.rows.len()),
             }
         })
         .collect();
@@ -83,6 +88,7 @@ pub fn build(problem: &Problem, profile: &Profile, layout: Layout) -> Vec<ModelD
             }
             data.x.extend_from_slice(&state);
             data.y.push(row.throughput[i] as f32);
+            data.configs.push(row.joint[i]);
         }
     }
     out
@@ -112,6 +118,7 @@ mod tests {
                 state,
                 throughput: vec![321.0, 45.5],
             }],
+            solo: vec![],
         };
         let mf = build(&problem, &profile, Layout::MeanField);
         assert_eq!(mf[0].x, features::input_row(&problem, 0, 5, &state));

@@ -4,7 +4,9 @@
 //!   splits, training and scoring one predictor per model.
 //! - [`regenerate`]: the embedded bundles, rebuilt from seeded simulator profiles.
 //! - [`study`]: the published sample-complexity protocol.
+//! - [`cv`]: cross-validation on a user's own profile, beside baselines.
 
+pub mod cv;
 pub mod dataset;
 pub mod fit;
 pub mod regenerate;

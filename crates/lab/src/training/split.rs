@@ -78,6 +78,31 @@ pub fn stratified_folds(strata: &[Vec<usize>], k: usize, rng: &mut Rng) -> Vec<u
     fold
 }
 
+/// Fold number (0..k) of every row, grouped: rows with the same group key always
+/// share a fold (both orders of a measured pair, one run's repeats), so no group
+/// is ever on both sides of a split. Groups are shuffled, then each goes to the
+/// fold with the fewest rows so far (ties: the lowest fold), which balances the
+/// folds to within the largest group.
+pub fn group_folds(groups: &[String], k: usize, rng: &mut Rng) -> Vec<usize> {
+    let k = k.max(1);
+    let mut members: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (r, g) in groups.iter().enumerate() {
+        members.entry(g).or_default().push(r);
+    }
+    let mut members: Vec<Vec<usize>> = members.into_values().collect();
+    shuffle(&mut members, rng);
+    let mut sizes = vec![0usize; k];
+    let mut fold = vec![0; groups.len()];
+    for rows in members {
+        let f = (0..k).min_by_key(|&f| sizes[f]).expect("k ≥ 1");
+        sizes[f] += rows.len();
+        for r in rows {
+            fold[r] = f;
+        }
+    }
+    fold
+}
+
 /// A stratified (train, held-out) split with about `fraction` of the rows held out.
 pub fn holdout(strata: &[Vec<usize>], fraction: f64, rng: &mut Rng) -> (Vec<usize>, Vec<usize>) {
     let all: Vec<usize> = (0..strata.len()).collect();
@@ -133,6 +158,19 @@ mod tests {
                     rows.len()
                 );
             }
+        }
+    }
+
+    #[test]
+    fn groups_never_straddle_folds_and_folds_stay_balanced() {
+        let groups: Vec<String> = (0..100).map(|r| format!("g{}", r / 2)).collect();
+        let folds = group_folds(&groups, 5, &mut Rng::new(4));
+        assert_eq!(folds, group_folds(&groups, 5, &mut Rng::new(4)), "seeded");
+        for r in (0..100).step_by(2) {
+            assert_eq!(folds[r], folds[r + 1], "both rows of group {}", r / 2);
+        }
+        for f in 0..5 {
+            assert_eq!(folds.iter().filter(|&&x| x == f).count(), 20);
         }
     }
 

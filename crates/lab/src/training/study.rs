@@ -31,6 +31,7 @@ use mfsched_core::scenario;
 use mfsched_nn::TrainConfig;
 use mfsched_nn::metrics::mean_std;
 use mfsched_rng::Rng;
+use mfsched_surrogate::target::OutputMap;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -312,13 +313,14 @@ fn evaluate(pool: &Pool, job: &Job, config: &StudyConfig) -> Result<f64> {
     for (i, data) in pool.data.iter().enumerate() {
         let net = train_net(
             &data.subset(train_rows),
+            &OutputMap::identity(),
             &config.train,
             model_seed(seed, i),
             &format!("{} model {i}", pool.scenario),
             &mut |_| {},
         )?;
         // A constant test target has no R²; it cannot happen with a noisy simulator.
-        r2s.extend(score(&net, &data.subset(test)));
+        r2s.extend(score(&net, &data.subset(test), &OutputMap::identity()));
     }
     if r2s.is_empty() {
         bail!(

@@ -34,7 +34,7 @@ fn check(file: &std::path::Path, scenario: Option<&str>) -> Result<()> {
         version.map_or("?".to_string(), |v| v.to_string())
     );
     println!("scenario  {} ({})", resolved.scenario.name, resolved.reason);
-    println!("rows      {}", summary.rows);
+    println!("rows      {} co-location", summary.rows);
     let models: Vec<String> = summary
         .models
         .iter()
@@ -47,6 +47,17 @@ fn check(file: &std::path::Path, scenario: Option<&str>) -> Result<()> {
         .map(|(w, n)| format!("{w} {n}"))
         .collect();
     println!("regimes   {}", regimes.join(", "));
+    if summary.solo.iter().any(|&(rows, _)| rows > 0) {
+        let solo: Vec<String> = summary
+            .models
+            .iter()
+            .zip(&summary.solo)
+            .map(|((name, _, _), (rows, configs))| {
+                format!("{name} {rows} rows ({configs} configurations)")
+            })
+            .collect();
+        println!("solo      {}", solo.join(", "));
+    }
     println!();
     println!("{:<22} {:>12} {:>12}  values", "column", "min", "max");
     for column in &summary.columns {

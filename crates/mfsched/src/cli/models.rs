@@ -53,7 +53,7 @@ pub fn run(cmd: ModelsCommand) -> Result<()> {
                     .meta
                     .models
                     .iter()
-                    .map(|m| format!("{} {:.3}", m.name, m.metrics.r2_holdout))
+                    .map(|m| format!("{} {}", m.name, m.metrics.r2_text()))
                     .collect();
                 println!(
                     "{name}: {} rows profiled on the simulator, held-out R²: {} → {}",
@@ -79,7 +79,7 @@ fn list() -> Result<()> {
                 .meta
                 .models
                 .iter()
-                .map(|m| format!("{} {:.3}", m.name, m.metrics.r2_holdout))
+                .map(|m| format!("{} {}", m.name, m.metrics.r2_text()))
                 .collect();
             println!(
                 "{:<10} {:>4} {:>6} {:>6}  {}",

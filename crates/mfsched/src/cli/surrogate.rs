@@ -1,14 +1,18 @@
 //! `mfsched surrogate ...`: scoring MeanField bundles on profile data and
 //! checking the inference backends against each other.
 
+use super::profile::progress_bar;
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use mfsched_core::profile;
 use mfsched_core::scenario::{self, Scenario};
+use mfsched_lab::training::cv::CvConfig;
 use mfsched_lab::training::fit;
+use mfsched_nn::TrainConfig;
 use mfsched_surrogate::agreement::{Agreement, TOLERANCE, check_backends};
 use mfsched_surrogate::net::FoldedNet;
 use mfsched_surrogate::synthetic::{HIDDEN_WIDTHS, synthetic_nets};
+use mfsched_surrogate::target::Target;
 use mfsched_surrogate::{Bundle, bundled};
 use std::path::PathBuf;
 
@@ -28,10 +32,58 @@ pub enum SurrogateCommand {
         /// The profile CSV to score on.
         #[arg(long)]
         data: PathBuf,
-        /// The scenario (bundled name or .toml path); default: the bundle's.
+        /// The scenario (bundled name or .toml path); default: the one the
+        /// bundle embeds.
         #[arg(long)]
         scenario: Option<String>,
+        /// Also write every row's measured and predicted throughput to this CSV.
+        #[arg(long, value_name = "OUT.csv")]
+        predictions: Option<PathBuf>,
     },
+    /// Grouped k-fold cross-validation on your own profile: MeanField beside an
+    /// own-configuration mean, a linear field model and (N ≤ 3) the Joint MLP,
+    /// per target; R² and MAPE per model, per variant and overall. Writes
+    /// cv.json, cv.md and cv.svg.
+    Cv(CvArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CvArgs {
+    /// The profile CSV.
+    #[arg(long)]
+    data: PathBuf,
+    /// The scenario it was measured for (bundled name or .toml path).
+    #[arg(long)]
+    scenario: String,
+    #[arg(long, default_value_t = 5)]
+    folds: usize,
+    /// Columns whose values keep rows together in one fold (e.g. `x-pair`);
+    /// default: stratified folds, each row on its own.
+    #[arg(long, value_delimiter = ',', value_name = "COLS")]
+    group_by: Vec<String>,
+    /// One full cross-validation per seed; figures are mean ± std over them.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,3")]
+    seeds: Vec<u64>,
+    /// Targets to train on (default: absolute and log, and relative where the
+    /// profile has solo rows).
+    #[arg(long, value_delimiter = ',', value_parser = parse_target)]
+    targets: Vec<Target>,
+    /// Training epochs per net.
+    #[arg(long, default_value_t = TrainConfig::default().epochs)]
+    epochs: usize,
+    /// Skip the Joint-MLP baseline (it runs where N ≤ 3).
+    #[arg(long)]
+    no_joint: bool,
+    /// Worker threads (default: every core).
+    #[arg(long)]
+    jobs: Option<usize>,
+    /// Directory for cv.json, cv.md and cv.svg.
+    #[arg(long, default_value = "cv-report")]
+    out: PathBuf,
+}
+
+fn parse_target(text: &str) -> Result<Target> {
+    Target::parse(text)
 }
 
 #[derive(Debug, Args)]
@@ -91,7 +143,9 @@ pub fn run(cmd: SurrogateCommand) -> Result<()> {
             model,
             data,
             scenario,
-        } => eval(model, data, scenario),
+            predictions,
+        } => eval(model, data, scenario, predictions),
+        SurrogateCommand::Cv(args) => cv(args),
     }
 }
 
@@ -155,7 +209,12 @@ fn check(args: CheckBackendsArgs) -> Result<()> {
     Ok(())
 }
 
-fn eval(model: Option<PathBuf>, data: PathBuf, scenario: Option<String>) -> Result<()> {
+fn eval(
+    model: Option<PathBuf>,
+    data: PathBuf,
+    scenario: Option<String>,
+    predictions: Option<PathBuf>,
+) -> Result<()> {
     let (scenario, bundle) = match (scenario, &model) {
         (Some(name), _) => {
             let scenario = scenario::load(&name)?;
@@ -163,9 +222,10 @@ fn eval(model: Option<PathBuf>, data: PathBuf, scenario: Option<String>) -> Resu
             (scenario, bundle)
         }
         (None, Some(dir)) => {
-            // A bundle directory names its scenario.
+            // A bundle carries its scenario (embedded, or by name in version 1).
             let bundle = Bundle::read(dir)?;
-            let scenario = scenario::load(&bundle.meta.scenario)
+            let scenario = bundle
+                .scenario()
                 .with_context(|| format!("the scenario of model bundle {}", dir.display()))?;
             let bundle = bundle
                 .checked(&scenario)
@@ -175,23 +235,27 @@ fn eval(model: Option<PathBuf>, data: PathBuf, scenario: Option<String>) -> Resu
         (None, None) => bail!("give --model DIR, --scenario NAME, or both"),
     };
     let profile = profile::read_csv(&data, &scenario.problem)?;
-    let scores = fit::evaluate(&bundle, &scenario, &profile);
+    let predicted = fit::predictions(&bundle, &scenario, &profile)?;
     println!(
-        "{} rows of {} scored by the {} bundle (trained on data {}…)",
+        "{} rows of {} scored by the {} bundle (target {}, trained on data {}…)",
         profile.rows.len(),
         data.display(),
         scenario.name,
+        bundle.meta.target,
         &bundle.meta.training.data_sha256[..bundle.meta.training.data_sha256.len().min(12)]
     );
     println!("{:<10} {:>10} {:>16}", "model", "R²", "R² at training");
     let mut defined = Vec::new();
-    for (m, r2) in bundle.meta.models.iter().zip(&scores) {
+    for (i, m) in bundle.meta.models.iter().enumerate() {
+        let truth: Vec<f32> = profile
+            .rows
+            .iter()
+            .map(|r| r.throughput[i] as f32)
+            .collect();
+        let r2 = mfsched_nn::metrics::r2(&predicted[i], &truth);
         let shown = r2.map_or_else(|| "undefined".to_string(), |v| format!("{v:.4}"));
-        println!(
-            "{:<10} {:>10} {:>16.4}",
-            m.name, shown, m.metrics.r2_holdout
-        );
-        defined.extend(*r2);
+        println!("{:<10} {:>10} {:>16}", m.name, shown, m.metrics.r2_text());
+        defined.extend(r2);
     }
     if !defined.is_empty() {
         println!(
@@ -200,7 +264,121 @@ fn eval(model: Option<PathBuf>, data: PathBuf, scenario: Option<String>) -> Resu
             defined.iter().sum::<f64>() / defined.len() as f64
         );
     }
+    if let Some(out) = predictions {
+        write_predictions(&out, &scenario, &profile, &predicted)?;
+        println!(
+            "wrote every row's measured and predicted throughput to {}",
+            out.display()
+        );
+    }
     Ok(())
+}
+
+fn cv(args: CvArgs) -> Result<()> {
+    let scenario = scenario::load(&args.scenario)?;
+    let problem = &scenario.problem;
+    let profile = profile::read_csv(&args.data, problem)?;
+    let groups: Vec<String> = if args.group_by.is_empty() {
+        Vec::new()
+    } else {
+        profile::csv::read_columns(&args.data, problem, &args.group_by)?
+            .into_iter()
+            .map(|cells| cells.join("\u{1f}"))
+            .collect()
+    };
+    let targets = if args.targets.is_empty() {
+        let mut t = vec![Target::Absolute, Target::Log];
+        if !profile.solo.is_empty() {
+            t.push(Target::RelativeToSolo);
+        }
+        t
+    } else {
+        args.targets.clone()
+    };
+    let config = CvConfig {
+        folds: args.folds,
+        seeds: args.seeds.clone(),
+        targets,
+        group_by: args.group_by.clone(),
+        joint: !args.no_joint,
+        train: TrainConfig {
+            epochs: args.epochs,
+            ..TrainConfig::default()
+        },
+        jobs: args
+            .jobs
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
+    };
+    eprintln!(
+        "cross-validating on {} co-location rows of {} ({} folds × {} seeds, targets {}, {} epochs per net)",
+        profile.rows.len(),
+        args.data.display(),
+        config.folds,
+        config.seeds.len(),
+        config
+            .targets
+            .iter()
+            .map(|t| t.name())
+            .collect::<Vec<_>>()
+            .join(", "),
+        config.train.epochs
+    );
+    let bar = progress_bar(0, "training");
+    let report = mfsched_lab::training::cv::run(
+        &config,
+        problem,
+        &profile,
+        &groups,
+        &args.data.display().to_string(),
+        &scenario.name,
+        &|done, total| {
+            bar.set_length(total as u64);
+            bar.set_position(done as u64);
+        },
+    )?;
+    bar.finish_and_clear();
+    println!("{}", report.table());
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    for path in report.write(&args.out, &command)? {
+        println!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+/// One line per (co-location row, model): what was measured and what the
+/// bundle predicts, for plots and checks outside mfsched. Written atomically.
+fn write_predictions(
+    out: &std::path::Path,
+    scenario: &Scenario,
+    profile: &profile::Profile,
+    predicted: &[Vec<f32>],
+) -> Result<()> {
+    let mut text = Vec::new();
+    {
+        let mut w = csv::Writer::from_writer(&mut text);
+        w.write_record([
+            "row",
+            "model",
+            "configuration",
+            "workload",
+            "measured",
+            "predicted",
+        ])?;
+        for (r, row) in profile.rows.iter().enumerate() {
+            for (i, m) in scenario.problem.models.iter().enumerate() {
+                w.write_record([
+                    (r + 1).to_string(),
+                    m.name.clone(),
+                    m.knobs(row.joint[i] as usize).to_string(),
+                    row.workload.to_string(),
+                    row.throughput[i].to_string(),
+                    predicted[i][r].to_string(),
+                ])?;
+            }
+        }
+        w.flush()?;
+    }
+    mfsched_core::fsutil::write_atomically(out, &text)
 }
 
 #[cfg(test)]

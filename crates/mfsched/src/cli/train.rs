@@ -7,6 +7,7 @@ use mfsched_core::profile;
 use mfsched_core::scenario;
 use mfsched_lab::training::{fit, regenerate};
 use mfsched_nn::TrainConfig;
+use mfsched_surrogate::target::{OutputMap, Target};
 use std::path::PathBuf;
 
 /// Trains one MeanField predictor per model on a profile and writes the bundle.
@@ -27,6 +28,21 @@ pub struct TrainArgs {
     /// Training epochs per predictor.
     #[arg(long, default_value_t = TrainConfig::default().epochs)]
     epochs: usize,
+    /// What the nets learn: `absolute` throughput, `log` (ln(1 + throughput)),
+    /// or `relative` (throughput / the model's solo throughput in the same
+    /// configuration; needs solo rows in the profile). Default: relative where
+    /// the profile has solo rows, else absolute (chosen by measurement:
+    /// docs/model-bundle.md).
+    #[arg(long, value_parser = parse_target)]
+    target: Option<Target>,
+    /// Share of the rows held out (stratified) to measure R²; 0 trains on every
+    /// row and reports no R².
+    #[arg(long, value_name = "F", default_value_t = fit::HOLDOUT_FRACTION)]
+    holdout: f64,
+}
+
+fn parse_target(text: &str) -> Result<Target> {
+    Target::parse(text)
 }
 
 pub fn run(args: TrainArgs) -> Result<()> {
@@ -47,12 +63,31 @@ pub fn run(args: TrainArgs) -> Result<()> {
         data.rows.len(),
         args.data.display()
     );
+    let target = args.target.unwrap_or_else(|| fit::default_target(&data));
+    let options = fit::TrainOptions {
+        target,
+        holdout: args.holdout,
+    };
+    if target.needs_solo() {
+        let (_, borrowed) = fit::output_maps(problem, &data, target)?;
+        for (m, n) in problem.models.iter().zip(borrowed) {
+            if n > 0 {
+                eprintln!(
+                    "{}: {n} of {} configurations were never measured alone; they borrow the solo \
+                     throughput of the nearest measured configuration",
+                    m.name,
+                    m.grid_size()
+                );
+            }
+        }
+    }
     let bar = progress_bar(0, "training");
     let bundle = fit::train_bundle(
         &scenario,
         &data,
         mfsched_core::digest::sha256_hex(&bytes),
         &config,
+        options,
         args.seed,
         &mut |done, total| {
             bar.set_length(total as u64);
@@ -61,14 +96,18 @@ pub fn run(args: TrainArgs) -> Result<()> {
     )?;
     bar.finish_and_clear();
     bundle.write(&args.out)?;
+    println!("target    {}", bundle.meta.target);
     println!(
         "{:<10} {:>8} {:>8} {:>10}",
         "model", "train", "held out", "R²"
     );
     for m in &bundle.meta.models {
         println!(
-            "{:<10} {:>8} {:>8} {:>10.4}",
-            m.name, m.metrics.train_rows, m.metrics.holdout_rows, m.metrics.r2_holdout
+            "{:<10} {:>8} {:>8} {:>10}",
+            m.name,
+            m.metrics.train_rows,
+            m.metrics.holdout_rows,
+            m.metrics.r2_text()
         );
     }
     println!("wrote the bundle to {}", args.out.display());
@@ -122,8 +161,15 @@ pub fn bench(args: BenchTrainArgs) -> Result<()> {
         let mut times: Vec<f64> = (0..args.repeats)
             .map(|r| {
                 let t = Instant::now();
-                fit::train_net(&subset, &config, r as u64, "llama3b", &mut |_| {})
-                    .map(|_| t.elapsed().as_secs_f64())
+                fit::train_net(
+                    &subset,
+                    &OutputMap::identity(),
+                    &config,
+                    r as u64,
+                    "llama3b",
+                    &mut |_| {},
+                )
+                .map(|_| t.elapsed().as_secs_f64())
             })
             .collect::<Result<_>>()?;
         let median = mfsched_core::stats::nearest_rank(&mut times, 0.5);
