@@ -488,7 +488,7 @@ fn plugins_list_shows_worlds_wit_version_and_broken_files() {
         assert!(line.contains("mfsched:scheduler@0.2.0"), "{line}");
     }
     assert!(text.contains("corrupt.wasm: cannot load"), "{text}");
-    assert!(text.contains("--param population=96"), "{text}");
+    assert!(text.contains("--param population=24"), "{text}");
 }
 
 #[test]

@@ -2,11 +2,14 @@
 //! configuration of the same surrogate-predicted landscape the other policies
 //! search (the published reference the GA is measured against).
 //!
-//! The feasible set is the host's (computed once per problem). Under the
-//! observed field every candidate's row comes from one prediction per local
-//! configuration, and with an additive utility its score is the sum of the
-//! utility's per-model terms; under a candidate-aware field every feasible
-//! candidate goes through the batched `predict` (N rows per candidate).
+//! Under the observed field every candidate's row comes from one prediction
+//! per local configuration. With an additive utility a candidate's score is
+//! the sum of the utility's per-model terms, and every feasible candidate is
+//! summed in one walk of the feasible tree with the partial sums carried down
+//! (`Space::best_by_terms`): cheaper than receiving the host's feasible list.
+//! Otherwise the candidates are the host's feasible set (computed once per
+//! problem), scored by the utility from the table or, under a candidate-aware
+//! field, through the batched `predict` (N rows per candidate).
 
 use mfsched_guest::types::{Decision, GpuState, Param, ParamSpec, Problem};
 use mfsched_guest::{Landscape, Params, Space, argmax};
@@ -25,17 +28,28 @@ impl mfsched_guest::Guest for Exhaustive {
     fn decide(problem: Problem, state: GpuState, params: Vec<Param>) -> Result<Decision, String> {
         Params::parse(params, Self::parameters())?;
         let space = Space::new(&problem);
-        let feasible = mfsched_guest::feasible(&space, u64::MAX);
-        if feasible.is_empty() {
-            return Err("no joint configuration fits in the card's VRAM".into());
-        }
-        let scores = Landscape::new(state).score(&space, &feasible);
-        let best = argmax(&scores).ok_or("the utility returned no scores")?;
+        const NOTHING_FITS: &str = "no joint configuration fits in the card's VRAM";
+        let landscape = Landscape::new(state);
+        let (index, scored) = match &landscape {
+            Landscape::Terms { terms } => {
+                let best = space.best_by_terms(terms).ok_or(NOTHING_FITS)?;
+                (best.index, best.scored)
+            }
+            _ => {
+                let feasible = mfsched_guest::feasible(&space, u64::MAX);
+                if feasible.is_empty() {
+                    return Err(NOTHING_FITS.into());
+                }
+                let scores = landscape.score(&space, &feasible);
+                let best = argmax(&scores).ok_or("the utility returned no scores")?;
+                (feasible[best], feasible.len() as u64)
+            }
+        };
         let mut config = vec![0u32; space.models()];
-        space.decode(feasible[best], &mut config);
+        space.decode(index, &mut config);
         Ok(Decision {
             config,
-            candidates_evaluated: feasible.len() as u64,
+            candidates_evaluated: scored,
         })
     }
 }

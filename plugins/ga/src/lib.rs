@@ -6,11 +6,14 @@
 //! mutation, and repairs every child: a gene whose predicted throughput is
 //! under the model's SLA floor is redrawn among the genes that meet it (when
 //! any does), then, while the genome is over the card's VRAM, random models
-//! move to cheaper configurations (floor-meeting ones first). Fitness is the
-//! host's utility; every distinct genome is scored once. Under the observed
+//! move to cheaper configurations (floor-meeting ones first). The best genome
+//! found is then polished by steepest ascent over one- and two-gene changes.
+//! Fitness is the host's utility; every distinct genome is scored once (when
+//! the utility is not additive). Under the observed
 //! field the predictions come from the surrogate table (the field held fixed
 //! during search, as published) and, when the utility is additive, a genome's
-//! fitness is the sum of its genes' utility terms; under a candidate-aware
+//! fitness is the sum of its genes' utility terms (summed again rather than
+//! looked up: cheaper); under a candidate-aware
 //! field each generation's new genomes go through the host's batched joint
 //! `predict` (the floor-meeting repair still reads the table: it is a
 //! heuristic, the utility has the last word). The seed comes from the host.
@@ -32,13 +35,14 @@ struct Settings {
     crossover: f64,
     mutation: f64,
     elites: usize,
+    polish: usize,
 }
 
 impl Settings {
     fn parse(p: &Params, models: usize) -> Result<Self, String> {
         let population = p.u64_in("population", 4, 100_000)? as usize;
         let mutation = match p.raw("mutation") {
-            Some("auto") | None => 1.0 / models.max(1) as f64,
+            Some("auto") | None => (2.0 / models.max(1) as f64).min(1.0),
             Some(_) => p.f64_in("mutation", 0.0, 1.0)?,
         };
         Ok(Self {
@@ -50,6 +54,7 @@ impl Settings {
             crossover: p.f64_in("crossover", 0.0, 1.0)?,
             mutation,
             elites: p.u64_in("elites", 0, population as u64 - 1)? as usize,
+            polish: p.u64_in("polish", 0, 10_000)? as usize,
         })
     }
 }
@@ -61,11 +66,11 @@ impl mfsched_guest::Guest for Ga {
 
     fn parameters() -> Vec<ParamSpec> {
         vec![
-            spec("population", "96", "genomes per generation"),
+            spec("population", "24", "genomes per generation"),
             spec("generations", "40", "generations after the initial one"),
             spec(
                 "patience",
-                "20",
+                "15",
                 "stop after this many generations without improvement (0: never)",
             ),
             spec(
@@ -82,12 +87,17 @@ impl mfsched_guest::Guest for Ga {
             spec(
                 "mutation",
                 "auto",
-                "per-gene mutation probability (auto: 1/N)",
+                "per-gene mutation probability (auto: 2/N)",
             ),
             spec(
                 "elites",
                 "2",
                 "best genomes copied unchanged into the next generation",
+            ),
+            spec(
+                "polish",
+                "16",
+                "steepest-ascent rounds over single-gene changes from the best genome (0: none)",
             ),
         ]
     }
@@ -108,11 +118,17 @@ impl mfsched_guest::Guest for Ga {
         } else {
             Landscape::of_table(table)
         };
+        let allowed_genes = allowed
+            .iter()
+            .map(|ok| (0..ok.len() as u32).filter(|&c| ok[c as usize]).collect())
+            .collect();
         let mut search = Search {
             space: &space,
             landscape: &landscape,
             allowed,
+            allowed_genes,
             cache: HashMap::new(),
+            summed: 0,
         };
         Ok(search.run(&problem.current, &settings, &mut rng))
     }
@@ -148,8 +164,12 @@ struct Search<'a> {
     landscape: &'a Landscape,
     /// `allowed[i][c]`: gene c of model i meets the model's floor.
     allowed: Vec<Vec<bool>>,
+    /// Per model, the genes it allows, for uniform draws without a scan.
+    allowed_genes: Vec<Vec<u32>>,
     /// Fitness of every genome scored so far, by joint index.
     cache: HashMap<u64, f64>,
+    /// Genomes scored from summed terms (repeats included).
+    summed: u64,
 }
 
 impl Search<'_> {
@@ -216,14 +236,24 @@ impl Search<'_> {
                 }
             }
         }
+        let (best, _) = self.polish(best, best_fit, s.polish);
         Decision {
             config: best,
-            candidates_evaluated: self.cache.len() as u64,
+            candidates_evaluated: self.cache.len() as u64 + self.summed,
         }
     }
 
-    /// Fitness of each genome; only genomes never seen before go to the host.
+    /// Fitness of each genome. Summed terms cost less than a cache lookup, so
+    /// they are summed every time; otherwise only genomes never seen before go
+    /// to the host.
     fn score(&mut self, population: &[Vec<u32>]) -> Vec<f64> {
+        if let Landscape::Terms { terms } = self.landscape {
+            self.summed += population.len() as u64;
+            return population
+                .iter()
+                .map(|g| self.space.sum_terms(terms, g))
+                .collect();
+        }
         let indices: Vec<u64> = population.iter().map(|g| self.space.index(g)).collect();
         let mut fresh: Vec<u64> = indices
             .iter()
@@ -269,10 +299,72 @@ impl Search<'_> {
 
     /// A uniformly random floor-meeting gene of model `i`.
     fn random_gene(&self, i: usize, rng: &mut Rng) -> u32 {
-        let ok: Vec<u32> = (0..self.space.radix(i))
-            .filter(|&c| self.allowed[i][c as usize])
-            .collect();
+        let ok = &self.allowed_genes[i];
         ok[rng.below(ok.len() as u64) as usize]
+    }
+
+    /// Local search from the best genome, at most `rounds` improvements: each
+    /// round scores every single-gene change that fits in memory (one batch)
+    /// and, when none improves, every two-gene change (one model gives up
+    /// memory another takes: the trade a tight card needs and random
+    /// mutation rarely makes), and takes the best while it improves.
+    fn polish(&mut self, mut genome: Vec<u32>, mut fit: f64, rounds: usize) -> (Vec<u32>, f64) {
+        for _ in 0..rounds {
+            let improved = self
+                .best_neighbour(&genome, 1, fit)
+                .or_else(|| self.best_neighbour(&genome, 2, fit));
+            match improved {
+                Some((better, better_fit)) => {
+                    genome = better;
+                    fit = better_fit;
+                }
+                None => break,
+            }
+        }
+        (genome, fit)
+    }
+
+    /// The best genome `genes` changes away, if it beats `fit`.
+    fn best_neighbour(
+        &mut self,
+        genome: &[u32],
+        genes: usize,
+        fit: f64,
+    ) -> Option<(Vec<u32>, f64)> {
+        let neighbours = self.neighbours(genome, genes);
+        let fitness = self.score(&neighbours);
+        let k = best_index(&fitness).filter(|&k| fitness[k] > fit)?;
+        Some((neighbours[k].clone(), fitness[k]))
+    }
+
+    /// The genomes that differ from `genome` in exactly `genes` (1 or 2)
+    /// models and fit in memory.
+    fn neighbours(&self, genome: &[u32], genes: usize) -> Vec<Vec<u32>> {
+        let n = genome.len();
+        let mut out = Vec::new();
+        let mut g = genome.to_vec();
+        for i in 0..n {
+            for ci in (0..self.space.radix(i)).filter(|&c| c != genome[i]) {
+                g[i] = ci;
+                if genes == 1 {
+                    if self.space.fits(&g) {
+                        out.push(g.clone());
+                    }
+                    continue;
+                }
+                for j in i + 1..n {
+                    for cj in (0..self.space.radix(j)).filter(|&c| c != genome[j]) {
+                        g[j] = cj;
+                        if self.space.fits(&g) {
+                            out.push(g.clone());
+                        }
+                    }
+                    g[j] = genome[j];
+                }
+            }
+            g[i] = genome[i];
+        }
+        out
     }
 
     /// Redraws genes under their floor, then moves random models to strictly
@@ -322,6 +414,11 @@ fn ranking(fitness: &[f64]) -> Vec<usize> {
 fn best_of(population: &[Vec<u32>], fitness: &[f64]) -> (Vec<u32>, f64) {
     let i = ranking(fitness)[0];
     (population[i].clone(), fitness[i])
+}
+
+/// Index of the highest fitness (the first on ties); `None` when empty.
+fn best_index(fitness: &[f64]) -> Option<usize> {
+    (0..fitness.len()).reduce(|b, k| if fitness[k] > fitness[b] { k } else { b })
 }
 
 /// The component's exports; wit-bindgen's glue is FFI, hence unsafe.

@@ -13,7 +13,7 @@ pub mod space;
 
 pub use mfsched_rng::Rng;
 pub use params::Params;
-pub use space::Space;
+pub use space::{Best, Odometer, Space};
 
 /// The generated `policy` world. wit-bindgen's glue is FFI, hence unsafe.
 #[allow(unsafe_code)]
@@ -35,11 +35,12 @@ pub use bindings::{Guest, export_policy};
 pub fn gather(space: &Space, table: &[f32], candidates: &[u64], out: &mut Vec<f32>) {
     out.clear();
     out.reserve(candidates.len() * space.models());
-    let mut tuple = vec![0u32; space.models()];
+    let mut odometer = Odometer::new(space);
     for &c in candidates {
-        space.decode(c, &mut tuple);
+        odometer.seek(c);
         out.extend(
-            tuple
+            odometer
+                .tuple()
                 .iter()
                 .enumerate()
                 .map(|(i, &l)| table[space.table_offset(i) + l as usize]),
@@ -120,20 +121,26 @@ impl Landscape {
     pub fn score(&self, space: &Space, candidates: &[u64]) -> Vec<f64> {
         match self {
             Landscape::Terms { terms } => {
-                let mut tuple = vec![0u32; space.models()];
+                // Running sums over models 0..=i, redone only from the first
+                // model whose configuration changed: the same additions in the
+                // same order as summing each candidate afresh.
+                let n = space.models();
+                let mut odometer = Odometer::new(space);
+                let (mut total, mut vram) = (vec![0.0; n + 1], vec![0u64; n + 1]);
+                let mut stale = 0;
                 candidates
                     .iter()
                     .map(|&c| {
-                        space.decode(c, &mut tuple);
-                        let (mut total, mut vram) = (0.0, 0u64);
-                        for (i, &l) in tuple.iter().enumerate() {
-                            total += terms[space.table_offset(i) + l as usize];
-                            vram += u64::from(space.vram_of(i, l));
+                        let from = odometer.seek(c).min(stale);
+                        stale = n;
+                        for (i, &l) in odometer.tuple().iter().enumerate().skip(from) {
+                            total[i + 1] = total[i] + terms[space.table_offset(i) + l as usize];
+                            vram[i + 1] = vram[i] + u64::from(space.vram_of(i, l));
                         }
-                        if vram > space.cap_mib() {
+                        if vram[n] > space.cap_mib() {
                             f64::NEG_INFINITY
                         } else {
-                            total
+                            total[n]
                         }
                     })
                     .collect()

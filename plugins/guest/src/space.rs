@@ -17,22 +17,26 @@ pub struct Space {
 
 impl Space {
     pub fn new(problem: &Problem) -> Self {
-        let radices: Vec<u32> = problem
-            .models
-            .iter()
-            .map(|m| m.configs.len() as u32)
-            .collect();
+        Self::from_vram(
+            problem
+                .models
+                .iter()
+                .map(|m| m.configs.iter().map(|c| c.vram_mib).collect())
+                .collect(),
+            u64::from(problem.card.vram_mib),
+        )
+    }
+
+    /// The space of models whose local configurations need `vram[i][c]` MiB,
+    /// on a card of `cap` MiB.
+    pub fn from_vram(vram: Vec<Vec<u32>>, cap: u64) -> Self {
+        let radices: Vec<u32> = vram.iter().map(|v| v.len() as u32).collect();
         let mut strides = vec![0u64; radices.len()];
         let mut size = 1u64;
         for i in (0..radices.len()).rev() {
             strides[i] = size;
             size = size.saturating_mul(u64::from(radices[i]));
         }
-        let vram: Vec<Vec<u32>> = problem
-            .models
-            .iter()
-            .map(|m| m.configs.iter().map(|c| c.vram_mib).collect())
-            .collect();
         let min_vram = vram
             .iter()
             .map(|v| u64::from(v.iter().copied().min().unwrap_or(0)))
@@ -47,7 +51,7 @@ impl Space {
             vram,
             min_vram,
             offsets,
-            cap: u64::from(problem.card.vram_mib),
+            cap,
             size,
         }
     }
@@ -83,6 +87,8 @@ impl Space {
             .sum()
     }
 
+    /// The digits of `index` (two divisions per model: see [`Odometer`] for
+    /// walking many ascending indices).
     pub fn decode(&self, index: u64, tuple: &mut [u32]) {
         for ((t, &s), &r) in tuple.iter_mut().zip(&self.strides).zip(&self.radices) {
             *t = ((index / s) % u64::from(r)) as u32;
@@ -101,6 +107,18 @@ impl Space {
         self.vram_mib(tuple) <= self.cap
     }
 
+    /// A configuration's score when it is the sum of its models' `terms` (laid
+    /// out like a `predict-table` buffer), in model order; negative infinity
+    /// when it does not fit in memory.
+    pub fn sum_terms(&self, terms: &[f64], tuple: &[u32]) -> f64 {
+        if !self.fits(tuple) {
+            return f64::NEG_INFINITY;
+        }
+        tuple.iter().enumerate().fold(0.0, |sum, (i, &c)| {
+            sum + terms[self.offsets[i] + c as usize]
+        })
+    }
+
     pub fn cap_mib(&self) -> u64 {
         self.cap
     }
@@ -113,12 +131,58 @@ impl Space {
         if n == 0 {
             return out;
         }
+        self.walk(0, 0, 0, &self.suffix_min(), &mut out);
+        out
+    }
+
+    /// The best VRAM-feasible joint index when a candidate scores the sum of
+    /// its models' `terms` (laid out like a `predict-table` buffer), with its
+    /// score and how many feasible candidates were summed; the first in index
+    /// order on ties; `None` when nothing fits.
+    ///
+    /// Every feasible candidate is scored, in the walk of
+    /// [`Space::feasible_indices`] with the partial sums carried down the
+    /// tree: no index is materialised or decoded, so this costs about one
+    /// addition per candidate (receiving the host's feasible list alone costs
+    /// more). The additions are those of summing each candidate afresh, in
+    /// model order, so the scores are the same bits.
+    pub fn best_by_terms(&self, terms: &[f64]) -> Option<Best> {
+        let n = self.models();
+        if n == 0 || terms.len() < self.offsets[n] {
+            return None;
+        }
+        let mut walk = TermsWalk {
+            space: self,
+            levels: (0..n)
+                .map(|i| {
+                    self.vram[i]
+                        .iter()
+                        .zip(&terms[self.offsets[i]..self.offsets[i + 1]])
+                        .map(|(&v, &t)| (u64::from(v), t))
+                        .collect()
+                })
+                .collect(),
+            suffix_min: self.suffix_min(),
+            best_index: NONE_YET,
+            best_score: f64::NEG_INFINITY,
+            scored: 0,
+        };
+        walk.visit(0, 0, 0, 0.0);
+        (walk.best_index != NONE_YET).then_some(Best {
+            index: walk.best_index,
+            score: walk.best_score,
+            scored: walk.scored,
+        })
+    }
+
+    /// Per depth, the least VRAM the models from it on can need.
+    fn suffix_min(&self) -> Vec<u64> {
+        let n = self.models();
         let mut suffix_min = vec![0u64; n + 1];
         for i in (0..n).rev() {
             suffix_min[i] = suffix_min[i + 1] + self.min_vram[i];
         }
-        self.walk(0, 0, 0, &suffix_min, &mut out);
-        out
+        suffix_min
     }
 
     fn walk(&self, depth: usize, used: u64, index: u64, suffix_min: &[u64], out: &mut Vec<u64>) {
@@ -134,5 +198,196 @@ impl Space {
                 self.walk(depth + 1, total, idx, suffix_min, out);
             }
         }
+    }
+}
+
+/// The outcome of [`Space::best_by_terms`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Best {
+    pub index: u64,
+    pub score: f64,
+    /// Feasible candidates scored.
+    pub scored: u64,
+}
+
+/// No candidate seen yet (no joint index is this large: the space's size is).
+const NONE_YET: u64 = u64::MAX;
+
+/// The state of one [`Space::best_by_terms`] walk.
+struct TermsWalk<'a> {
+    space: &'a Space,
+    /// Per model, per configuration: (VRAM, term), side by side for the leaves.
+    levels: Vec<Vec<(u64, f64)>>,
+    suffix_min: Vec<u64>,
+    best_index: u64,
+    best_score: f64,
+    scored: u64,
+}
+
+impl TermsWalk<'_> {
+    fn visit(&mut self, depth: usize, used: u64, index: u64, sum: f64) {
+        let stride = self.space.strides[depth];
+        let cap = self.space.cap;
+        if depth + 1 == self.levels.len() {
+            // The leaves: most of the work, kept to a compare, an add and a max.
+            for (c, &(v, t)) in self.levels[depth].iter().enumerate() {
+                if used + v > cap {
+                    continue;
+                }
+                let score = sum + t;
+                self.scored += 1;
+                if score > self.best_score || self.best_index == NONE_YET {
+                    self.best_score = score;
+                    self.best_index = index + c as u64 * stride;
+                }
+            }
+            return;
+        }
+        let rest = self.suffix_min[depth + 1];
+        for c in 0..self.levels[depth].len() {
+            let (v, t) = self.levels[depth][c];
+            let total = used + v;
+            if total + rest <= cap {
+                self.visit(depth + 1, total, index + c as u64 * stride, sum + t);
+            }
+        }
+    }
+}
+
+/// Walks joint indices keeping each one's digits. Moving up adds the difference
+/// in mixed radix from the last digit, which divides only on a carry; the
+/// feasible set is ascending and mostly dense in its last digits, so a walk
+/// over it costs about one addition per step where decoding each index costs
+/// two divisions per model. Moving down decodes afresh.
+#[derive(Debug, Clone)]
+pub struct Odometer<'s> {
+    space: &'s Space,
+    index: u64,
+    tuple: Vec<u32>,
+}
+
+impl<'s> Odometer<'s> {
+    /// At index 0 (every model at its first configuration).
+    pub fn new(space: &'s Space) -> Self {
+        Self {
+            space,
+            index: 0,
+            tuple: vec![0; space.models()],
+        }
+    }
+
+    /// The digits of the current index.
+    pub fn tuple(&self) -> &[u32] {
+        &self.tuple
+    }
+
+    /// Moves to `index` (inside the space) and returns the first model whose
+    /// digit may have changed: models before it kept theirs, so sums over
+    /// them stay valid. N when the index did not move.
+    pub fn seek(&mut self, index: u64) -> usize {
+        let n = self.tuple.len();
+        if index < self.index {
+            self.space.decode(index, &mut self.tuple);
+            self.index = index;
+            return 0;
+        }
+        let mut carry = index - self.index;
+        self.index = index;
+        let mut first = n;
+        for i in (0..n).rev() {
+            if carry == 0 {
+                break;
+            }
+            let radix = u64::from(self.space.radix(i));
+            let digit = u64::from(self.tuple[i]) + carry;
+            if digit < radix {
+                self.tuple[i] = digit as u32;
+                carry = 0;
+            } else {
+                self.tuple[i] = (digit % radix) as u32;
+                carry = digit / radix;
+            }
+            first = i;
+        }
+        first
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn space() -> Space {
+        Space::from_vram(
+            vec![vec![5, 9, 2], vec![1, 1], vec![7, 3, 4, 6], vec![2, 8, 1]],
+            20,
+        )
+    }
+
+    #[test]
+    fn the_odometer_agrees_with_decoding_ascending_sparse_and_backwards() {
+        let space = space();
+        let mut decoded = vec![0u32; space.models()];
+        let mut odometer = Odometer::new(&space);
+        let steps: Vec<u64> = (0..space.size())
+            .chain((0..space.size()).step_by(7))
+            .chain([space.size() - 1, 3, 3, 40])
+            .collect();
+        let mut previous = decoded.clone();
+        for index in steps {
+            let first = odometer.seek(index);
+            space.decode(index, &mut decoded);
+            assert_eq!(odometer.tuple(), decoded, "index {index}");
+            assert_eq!(
+                previous[..first],
+                decoded[..first],
+                "models before {first} kept their digits at {index}"
+            );
+            previous.clone_from(&decoded);
+        }
+    }
+
+    #[test]
+    fn the_best_by_terms_is_the_argmax_over_the_feasible_set() {
+        let space = space();
+        let terms: Vec<f64> = (0..12).map(|k| ((k * 37) % 11) as f64 - 4.5).collect();
+        let mut tuple = vec![0u32; space.models()];
+        let feasible = space.feasible_indices();
+        let score = |i: u64, tuple: &mut Vec<u32>| {
+            space.decode(i, tuple);
+            tuple.iter().enumerate().fold(0.0, |s, (m, &c)| {
+                s + terms[space.table_offset(m) + c as usize]
+            })
+        };
+        let mut expected: Option<(u64, f64)> = None;
+        for &i in &feasible {
+            let s = score(i, &mut tuple);
+            if expected.is_none_or(|(_, b)| s > b) {
+                expected = Some((i, s));
+            }
+        }
+        let best = space.best_by_terms(&terms).expect("something fits");
+        assert_eq!(Some((best.index, best.score)), expected);
+        assert_eq!(best.scored, feasible.len() as u64);
+        assert!(space.best_by_terms(&terms[..5]).is_none(), "short terms");
+        assert!(
+            Space::from_vram(vec![vec![30]], 20)
+                .best_by_terms(&[1.0])
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn feasible_indices_are_every_fitting_index_ascending() {
+        let space = space();
+        let mut tuple = vec![0u32; space.models()];
+        let brute: Vec<u64> = (0..space.size())
+            .filter(|&i| {
+                space.decode(i, &mut tuple);
+                space.fits(&tuple)
+            })
+            .collect();
+        assert_eq!(space.feasible_indices(), brute);
+        assert!(!brute.is_empty() && brute.len() < space.size() as usize);
     }
 }

@@ -51,6 +51,11 @@ pub struct PoliciesArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
+    /// Benchmark this policy (`NAME[:k=v,…]`: a bundled name, a NAME.wasm of
+    /// --plugin-dir, or a .wasm path) against exhaustive search instead of the
+    /// bundled set; repeatable.
+    #[arg(long = "policy", value_name = "SPEC")]
+    policies: Vec<String>,
     #[command(flatten)]
     opts: PluginOpts,
 }
@@ -90,18 +95,28 @@ fn policies(args: PoliciesArgs) -> Result<()> {
     };
     // Exhaustive (table) first: the reference for the gaps. "(candidates)" is
     // the same landscape with every feasible candidate through joint predict.
-    let contenders = vec![
-        contender("exhaustive (table)", "exhaustive", &[])?,
-        Contender {
-            per_candidate: true,
-            ..contender("exhaustive (candidates)", "exhaustive", &[])?
-        },
-        contender("ga", "ga", &[])?,
-        contender("exact", "exact", &[])?,
-        contender("static-budget k=500", "static-budget", &[("k", "500")])?,
-        contender("static-budget k=5000", "static-budget", &[("k", "5000")])?,
-        contender("static-full", "static-budget", &[("k", "full")])?,
-    ];
+    let mut contenders = vec![contender("exhaustive (table)", "exhaustive", &[])?];
+    if args.policies.is_empty() {
+        contenders.extend([
+            Contender {
+                per_candidate: true,
+                ..contender("exhaustive (candidates)", "exhaustive", &[])?
+            },
+            contender("ga", "ga", &[])?,
+            contender("exact", "exact", &[])?,
+            contender("static-budget k=500", "static-budget", &[("k", "500")])?,
+            contender("static-budget k=5000", "static-budget", &[("k", "5000")])?,
+            contender("static-full", "static-budget", &[("k", "full")])?,
+        ]);
+    }
+    for spec in &args.policies {
+        let (name, params) = super::eval::parse_policy(spec)?;
+        let params: Vec<(&str, &str)> = params
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        contenders.push(contender(spec, &name, &params)?);
+    }
     let ticks = bench::ticks(&problem, args.decisions, args.seed);
     let bar = progress((ticks.len() * contenders.len()) as u64, "decisions")?;
     let results = bench::run(
@@ -117,10 +132,15 @@ fn policies(args: PoliciesArgs) -> Result<()> {
 
     let reference = results[0].utilities.clone();
     let rows: Vec<serde_json::Value> = results.iter().map(|r| summary(r, &reference)).collect();
+    let median_of = |label: &str| {
+        results
+            .iter()
+            .find(|r| r.label == label)
+            .map(|r| stats::quantile_ms(&r.latencies, 0.5))
+    };
     let table_ms = stats::quantile_ms(&results[0].latencies, 0.5);
-    let candidates_ms = stats::quantile_ms(&results[1].latencies, 0.5);
-    let ga_ms = stats::quantile_ms(&results[2].latencies, 0.5);
-    let exact_ms = stats::quantile_ms(&results[3].latencies, 0.5);
+    let candidates_ms = median_of("exhaustive (candidates)");
+    let ga_over_exact = median_of("ga").zip(median_of("exact"));
     if args.json {
         println!(
             "{}",
@@ -131,8 +151,8 @@ fn policies(args: PoliciesArgs) -> Result<()> {
                 "seed": args.seed,
                 "feasible": problem.count_feasible(),
                 "policies": rows,
-                "exhaustive_candidates_over_table": candidates_ms / table_ms,
-                "ga_over_exact": ga_ms / exact_ms,
+                "exhaustive_candidates_over_table": candidates_ms.map(|c| c / table_ms),
+                "ga_over_exact": ga_over_exact.map(|(ga, exact)| ga / exact),
             }))?
         );
     } else {
@@ -173,14 +193,18 @@ fn policies(args: PoliciesArgs) -> Result<()> {
             );
         }
         println!();
-        println!(
-            "exhaustive: table-based {table_ms:.2} ms vs candidate-based {candidates_ms:.2} ms median ({:.1}x)",
-            candidates_ms / table_ms
-        );
-        println!(
-            "exact: {exact_ms:.2} ms vs GA {ga_ms:.2} ms median ({:.1}x faster)",
-            ga_ms / exact_ms
-        );
+        if let Some(candidates_ms) = candidates_ms {
+            println!(
+                "exhaustive: table-based {table_ms:.2} ms vs candidate-based {candidates_ms:.2} ms median ({:.1}x)",
+                candidates_ms / table_ms
+            );
+        }
+        if let Some((ga_ms, exact_ms)) = ga_over_exact {
+            println!(
+                "exact: {exact_ms:.2} ms vs GA {ga_ms:.2} ms median ({:.1}x faster)",
+                ga_ms / exact_ms
+            );
+        }
         println!(
             "gaps are to exhaustive (table) on the same tick: (J_exhaustive - J) / |J_exhaustive|"
         );

@@ -79,7 +79,7 @@ pub struct DemoArgs {
 }
 
 /// Parses `NAME[:k=v,k=v]` (a path may contain ':' only before a `.wasm`).
-fn parse_policy(spec: &str) -> Result<(String, Vec<(String, String)>)> {
+pub(super) fn parse_policy(spec: &str) -> Result<(String, Vec<(String, String)>)> {
     let (name, params) = match spec.rsplit_once(':') {
         Some((name, params)) if params.contains('=') => (name, params),
         _ => (spec, ""),
