@@ -522,6 +522,49 @@ fn bench_policies_reports_latency_and_gaps() {
     }
 }
 
+/// Beyond exhaustive search's reach (10¹⁷ feasible configurations at N = 16)
+/// the reference is exact; several scenarios give one report each and a
+/// latency-vs-N chart.
+#[test]
+fn bench_policies_scales_to_sixteen_models_against_exact() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let svg = dir.path().join("scaling.svg");
+    let out = mfsched(&[
+        "bench",
+        "policies",
+        "--scenario",
+        "paper-n2,scale-n16",
+        "--decisions",
+        "2",
+        "--json",
+        "--svg",
+        svg.to_str().expect("utf-8 path"),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v = json(&out);
+    let reports = v.as_array().expect("one report per scenario");
+    assert_eq!(reports.len(), 2);
+    assert_eq!(reports[0]["reference"], "exhaustive (table)", "{v}");
+    let n16 = &reports[1];
+    assert_eq!(n16["models"], 16, "{n16}");
+    assert_eq!(n16["reference"], "exact", "{n16}");
+    assert!(
+        n16["feasible"]
+            .as_u64()
+            .is_some_and(|f| f > 1_000_000_000_000),
+        "{n16}"
+    );
+    let rows = n16["policies"].as_array().expect("rows");
+    let names: Vec<&str> = rows.iter().filter_map(|r| r["policy"].as_str()).collect();
+    assert_eq!(names, ["exact", "ga"], "{n16}");
+    for r in rows {
+        assert_eq!(r["failed"], 0, "{r}");
+        assert!(r["gap_p50_pct"].as_f64().is_some_and(|g| g >= 0.0), "{r}");
+    }
+    let chart = std::fs::read_to_string(&svg).expect("the chart");
+    assert!(chart.contains("against N"), "{chart}");
+}
+
 #[test]
 fn models_list_shows_every_shipped_bundle_with_its_accuracy() {
     let out = mfsched(&["models", "list"]);

@@ -613,10 +613,30 @@ impl Problem {
         }
     }
 
+    /// How many joint configurations fit in memory (saturating at `u64::MAX`).
+    /// Counted, not enumerated: a dynamic programme over the models on the
+    /// MiB used so far, so it costs Σk × the card's MiB whatever the count
+    /// (10¹⁸ at 16 models).
     pub fn count_feasible(&self) -> u64 {
-        let mut count = 0u64;
-        self.for_each_feasible(|_| count += 1);
-        count
+        let cap = self.card.vram_mib as usize;
+        let mut ways = vec![0u64; cap + 1];
+        ways[0] = 1;
+        for model in &self.models {
+            let mut next = vec![0u64; cap + 1];
+            for c in &model.configs {
+                let need = c.vram_mib as usize;
+                if need > cap {
+                    continue;
+                }
+                for (used, &count) in ways[..=cap - need].iter().enumerate() {
+                    if count > 0 {
+                        next[used + need] = next[used + need].saturating_add(count);
+                    }
+                }
+            }
+            ways = next;
+        }
+        ways.iter().fold(0u64, |sum, &w| sum.saturating_add(w))
     }
 
     /// The feasible joint indices, ascending. Materialises only feasible ones.

@@ -1,6 +1,7 @@
 //! Scenarios: a card plus a set of model instances drawn from a model zoo, written
-//! as TOML so users can add their own. The bundled ones (`paper-n2` … `paper-n6`)
-//! and the bundled zoo are embedded in the binary.
+//! as TOML so users can add their own. The bundled ones (the published
+//! `paper-n2` … `paper-n6`, and the scaling benchmarks `scale-n8`, `scale-n12`,
+//! `scale-n16` on larger cards) and the bundled zoo are embedded in the binary.
 
 use crate::domain::{
     Card, Knob, KnobEncoding, KnobLevel, KnobType, KnobValue, Model, Problem, ReconfigCosts,
@@ -21,6 +22,15 @@ pub const BUNDLED: &[(&str, &str)] = &[
     ("paper-n4", include_str!("../../../scenarios/paper-n4.toml")),
     ("paper-n5", include_str!("../../../scenarios/paper-n5.toml")),
     ("paper-n6", include_str!("../../../scenarios/paper-n6.toml")),
+    ("scale-n8", include_str!("../../../scenarios/scale-n8.toml")),
+    (
+        "scale-n12",
+        include_str!("../../../scenarios/scale-n12.toml"),
+    ),
+    (
+        "scale-n16",
+        include_str!("../../../scenarios/scale-n16.toml"),
+    ),
 ];
 
 /// A model family (file form): what the model is, its unit, its variants and its

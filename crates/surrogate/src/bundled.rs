@@ -55,6 +55,24 @@ const EMBEDDED: &[Embedded] = &[
         weights: include_bytes!("../../../models/paper-n6/weights.safetensors"),
         profile: include_bytes!("../../../models/paper-n6/profile.csv"),
     },
+    Embedded {
+        scenario: "scale-n8",
+        meta: include_bytes!("../../../models/scale-n8/bundle.json"),
+        weights: include_bytes!("../../../models/scale-n8/weights.safetensors"),
+        profile: include_bytes!("../../../models/scale-n8/profile.csv"),
+    },
+    Embedded {
+        scenario: "scale-n12",
+        meta: include_bytes!("../../../models/scale-n12/bundle.json"),
+        weights: include_bytes!("../../../models/scale-n12/weights.safetensors"),
+        profile: include_bytes!("../../../models/scale-n12/profile.csv"),
+    },
+    Embedded {
+        scenario: "scale-n16",
+        meta: include_bytes!("../../../models/scale-n16/bundle.json"),
+        weights: include_bytes!("../../../models/scale-n16/weights.safetensors"),
+        profile: include_bytes!("../../../models/scale-n16/profile.csv"),
+    },
 ];
 
 /// The scenarios with a shipped bundle.

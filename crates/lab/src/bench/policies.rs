@@ -39,16 +39,27 @@ pub struct ContenderResult {
     pub failures: usize,
 }
 
-/// The ticks a benchmark decides: seeded random states, seeds per tick.
+/// The ticks a benchmark decides: seeded random states (any regime, VRAM in
+/// use between the resident models' least and the card, any utilisation), seeds
+/// per tick.
 pub fn ticks(problem: &Problem, count: usize, seed: u64) -> Vec<(GpuState, u64)> {
     let mut rng = Rng::derive(seed, 0x7ec5);
     let cap = f64::from(problem.card.vram_mib);
+    // Every model is resident: the card holds at least their smallest
+    // configurations (drawing below that gave states no card can be in, on
+    // which a 16-model surrogate extrapolates).
+    let resident: f64 = problem
+        .models
+        .iter()
+        .map(|m| f64::from(m.min_vram_mib()))
+        .sum::<f64>()
+        .min(cap);
     (0..count)
         .map(|_| {
             let workload = WorkloadLevel::ALL[rng.below(4) as usize];
             let state = GpuState {
                 workload,
-                vram_used_mib: cap * (0.3 + 0.65 * rng.next_f64()),
+                vram_used_mib: resident + (cap - resident) * rng.next_f64(),
                 utilization: 0.1 + 0.85 * rng.next_f64(),
             };
             (state, rng.next_u64() >> 11)

@@ -38,27 +38,35 @@ pub enum BenchCommand {
 
 #[derive(Debug, Args)]
 pub struct PoliciesArgs {
-    #[arg(long, default_value = "paper-n5")]
-    scenario: String,
+    /// Scenarios, comma-separated (e.g. paper-n5,scale-n8,scale-n12,scale-n16):
+    /// each is benchmarked in turn, and with --svg several give a latency-vs-N chart.
+    #[arg(long, value_delimiter = ',', default_value = "paper-n5")]
+    scenario: Vec<String>,
     /// Decision ticks per policy (each tick: a seeded random state and seed).
     #[arg(long, default_value_t = 100)]
     decisions: usize,
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Also write the latency distributions as an SVG chart.
+    /// Also write an SVG chart: the latency distributions (one scenario), or the
+    /// median latency of each policy against N (several).
     #[arg(long, value_name = "FILE")]
     svg: Option<PathBuf>,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
     /// Benchmark this policy (`NAME[:k=v,…]`: a bundled name, a NAME.wasm of
-    /// --plugin-dir, or a .wasm path) against exhaustive search instead of the
+    /// --plugin-dir, or a .wasm path) against the reference instead of the
     /// bundled set; repeatable.
     #[arg(long = "policy", value_name = "SPEC")]
     policies: Vec<String>,
     #[command(flatten)]
     opts: PluginOpts,
 }
+
+/// Above this many feasible joint configurations exhaustive search is not run
+/// (it would take seconds a tick): the reference is `exact`, whose answers
+/// match exhaustive's on every tick where both run (tests/all/exact.rs).
+const EXHAUSTIVE_REFERENCE_LIMIT: u64 = 5_000_000;
 
 pub fn run(cmd: BenchCommand) -> Result<()> {
     match cmd {
@@ -68,11 +76,45 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
     }
 }
 
+/// One scenario's results.
+struct ScenarioBench {
+    models: usize,
+    results: Vec<ContenderResult>,
+}
+
 fn policies(args: PoliciesArgs) -> Result<()> {
     if args.decisions == 0 {
         bail!("--decisions must be positive");
     }
-    let scenario = scenario::load(&args.scenario)?;
+    let mut benches = Vec::new();
+    let mut reports = Vec::new();
+    for name in &args.scenario {
+        let (bench, report) = policies_on(&args, name)?;
+        benches.push(bench);
+        reports.push(report);
+    }
+    if args.json {
+        let value = if reports.len() == 1 {
+            reports.remove(0)
+        } else {
+            serde_json::Value::Array(reports)
+        };
+        println!("{}", serde_json::to_string_pretty(&value)?);
+    }
+    if let Some(path) = &args.svg {
+        match benches.as_slice() {
+            [one] => write_svg(path, &one.results)?,
+            several => write_scaling_svg(path, several)?,
+        }
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+/// Benchmarks one scenario, prints its table (unless --json) and returns its
+/// results and JSON report.
+fn policies_on(args: &PoliciesArgs, name: &str) -> Result<(ScenarioBench, serde_json::Value)> {
+    let scenario = scenario::load(name)?;
     let Served {
         predictor,
         name: predictor_name,
@@ -93,29 +135,42 @@ fn policies(args: PoliciesArgs) -> Result<()> {
             per_candidate: false,
         })
     };
-    // Exhaustive (table) first: the reference for the gaps. "(candidates)" is
-    // the same landscape with every feasible candidate through joint predict.
-    let mut contenders = vec![contender("exhaustive (table)", "exhaustive", &[])?];
+    let feasible = problem.count_feasible();
+    let exhaustive = feasible <= EXHAUSTIVE_REFERENCE_LIMIT;
+    // The reference first: exhaustive (table), or exact where exhaustive search
+    // is out of reach. "(candidates)" is the same landscape with every feasible
+    // candidate through joint predict.
+    let reference = if exhaustive {
+        contender("exhaustive (table)", "exhaustive", &[])?
+    } else {
+        contender("exact", "exact", &[])?
+    };
+    let reference_label = reference.label.clone();
+    let mut contenders = vec![reference];
     if args.policies.is_empty() {
-        contenders.extend([
-            Contender {
-                per_candidate: true,
-                ..contender("exhaustive (candidates)", "exhaustive", &[])?
-            },
-            contender("ga", "ga", &[])?,
-            contender("exact", "exact", &[])?,
-            contender("static-budget k=500", "static-budget", &[("k", "500")])?,
-            contender("static-budget k=5000", "static-budget", &[("k", "5000")])?,
-            contender("static-full", "static-budget", &[("k", "full")])?,
-        ]);
+        if exhaustive {
+            contenders.extend([
+                Contender {
+                    per_candidate: true,
+                    ..contender("exhaustive (candidates)", "exhaustive", &[])?
+                },
+                contender("ga", "ga", &[])?,
+                contender("exact", "exact", &[])?,
+                contender("static-budget k=500", "static-budget", &[("k", "500")])?,
+                contender("static-budget k=5000", "static-budget", &[("k", "5000")])?,
+                contender("static-full", "static-budget", &[("k", "full")])?,
+            ]);
+        } else {
+            contenders.push(contender("ga", "ga", &[])?);
+        }
     }
     for spec in &args.policies {
-        let (name, params) = super::eval::parse_policy(spec)?;
+        let (policy, params) = super::eval::parse_policy(spec)?;
         let params: Vec<(&str, &str)> = params
             .iter()
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
-        contenders.push(contender(spec, &name, &params)?);
+        contenders.push(contender(spec, &policy, &params)?);
     }
     let ticks = bench::ticks(&problem, args.decisions, args.seed);
     let bar = progress((ticks.len() * contenders.len()) as u64, "decisions")?;
@@ -130,40 +185,47 @@ fn policies(args: PoliciesArgs) -> Result<()> {
     );
     bar.finish_and_clear();
 
-    let reference = results[0].utilities.clone();
-    let rows: Vec<serde_json::Value> = results.iter().map(|r| summary(r, &reference)).collect();
+    let reference_utilities = results[0].utilities.clone();
+    let rows: Vec<serde_json::Value> = results
+        .iter()
+        .map(|r| summary(r, &reference_utilities))
+        .collect();
     let median_of = |label: &str| {
         results
             .iter()
             .find(|r| r.label == label)
             .map(|r| stats::quantile_ms(&r.latencies, 0.5))
     };
-    let table_ms = stats::quantile_ms(&results[0].latencies, 0.5);
-    let candidates_ms = median_of("exhaustive (candidates)");
+    let candidates_over_table =
+        median_of("exhaustive (candidates)").zip(median_of("exhaustive (table)"));
     let ga_over_exact = median_of("ga").zip(median_of("exact"));
-    if args.json {
+    let load = mfsched_lab::bench::load_average();
+    let report = serde_json::json!({
+        "scenario": scenario.name,
+        "models": problem.models.len(),
+        "predictor": predictor_name,
+        "decisions": args.decisions,
+        "seed": args.seed,
+        "feasible": feasible,
+        "reference": reference_label,
+        "load_average": load,
+        "policies": rows,
+        "exhaustive_candidates_over_table": candidates_over_table.map(|(c, t)| c / t),
+        "ga_over_exact": ga_over_exact.map(|(ga, exact)| ga / exact),
+    });
+    if !args.json {
         println!(
-            "{}",
-            serde_json::to_string_pretty(&serde_json::json!({
-                "scenario": scenario.name,
-                "predictor": predictor_name,
-                "decisions": args.decisions,
-                "seed": args.seed,
-                "feasible": problem.count_feasible(),
-                "policies": rows,
-                "exhaustive_candidates_over_table": candidates_ms.map(|c| c / table_ms),
-                "ga_over_exact": ga_over_exact.map(|(ga, exact)| ga / exact),
-            }))?
-        );
-    } else {
-        println!(
-            "scenario {} ({} feasible joint configurations), {} decisions per policy, seed {}",
+            "scenario {} ({} models, {} feasible joint configurations), {} decisions per policy, seed {}",
             scenario.name,
-            problem.count_feasible(),
+            problem.models.len(),
+            feasible,
             args.decisions,
             args.seed
         );
         println!("predictor {predictor_name}");
+        if let Some(load) = &load {
+            println!("machine   load average {load}");
+        }
         println!();
         println!(
             "{:<24} {:>9} {:>9} {:>10} {:>10} {:>11} {:>11} {:>11} {:>7}",
@@ -193,7 +255,7 @@ fn policies(args: PoliciesArgs) -> Result<()> {
             );
         }
         println!();
-        if let Some(candidates_ms) = candidates_ms {
+        if let Some((candidates_ms, table_ms)) = candidates_over_table {
             println!(
                 "exhaustive: table-based {table_ms:.2} ms vs candidate-based {candidates_ms:.2} ms median ({:.1}x)",
                 candidates_ms / table_ms
@@ -205,18 +267,60 @@ fn policies(args: PoliciesArgs) -> Result<()> {
                 ga_ms / exact_ms
             );
         }
-        println!(
-            "gaps are to exhaustive (table) on the same tick: (J_exhaustive - J) / |J_exhaustive|"
-        );
+        if exhaustive {
+            println!(
+                "gaps are to exhaustive (table) on the same tick: (J_exhaustive - J) / |J_exhaustive|"
+            );
+        } else {
+            println!(
+                "gaps are to exact on the same tick (too many feasible configurations for exhaustive search): (J_exact - J) / |J_exact|"
+            );
+        }
         println!(
             "failed: ticks whose decision was not used (the last valid one was kept; inf gap if it scores -inf)"
         );
+        println!();
     }
-    if let Some(path) = &args.svg {
-        write_svg(path, &results)?;
-        eprintln!("wrote {}", path.display());
+    Ok((
+        ScenarioBench {
+            models: problem.models.len(),
+            results,
+        },
+        report,
+    ))
+}
+
+/// Median latency of each policy against the number of models.
+fn write_scaling_svg(path: &std::path::Path, benches: &[ScenarioBench]) -> Result<()> {
+    let mut labels: Vec<&str> = Vec::new();
+    for b in benches {
+        for r in &b.results {
+            if !labels.contains(&r.label.as_str()) {
+                labels.push(&r.label);
+            }
+        }
     }
-    Ok(())
+    let series = labels
+        .iter()
+        .map(|&label| {
+            let points = benches
+                .iter()
+                .filter_map(|b| {
+                    let r = b.results.iter().find(|r| r.label == label)?;
+                    Some((b.models as f64, stats::quantile_ms(&r.latencies, 0.5)))
+                })
+                .collect();
+            Series::new(label, points)
+        })
+        .collect();
+    let chart = LineChart {
+        title: "Median decision latency through the Wasm boundary against N".into(),
+        x_label: "models N".into(),
+        y_label: "median latency (ms)".into(),
+        series,
+        ..Default::default()
+    };
+    write_atomically(path, chart.render().as_bytes())
 }
 
 fn summary(r: &ContenderResult, reference: &[f64]) -> serde_json::Value {
