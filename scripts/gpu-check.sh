@@ -136,10 +136,10 @@ record check-backends "$status" "$step_secs" "$key"
 # -- bench surrogate -----------------------------------------------------------------
 run_step bench-surrogate 110 "$MFSCHED" bench surrogate --repeats "$BENCH_REPEATS" --svg "$OUT/bench-surrogate.svg"
 status=$(rc_status)
-# "every feasible cand.  ROWS  CPU_ROWS/S  WGPU_ROWS/S  RATIO  CPU_MS  WGPU_MS"
-read -r rows cpu_rps wgpu_rps ratio cpu_ms wgpu_ms < <(awk '/^every feasible cand\./ {print $4, $5, $6, $7, $8, $9; exit}' "$step_log") || true
+# "every feasible cand.  ROWS  CPU_THREADS  CPU_ROWS/S  WGPU_ROWS/S  RATIO  CPU_MS  WGPU_MS"
+read -r rows cpu_threads cpu_rps wgpu_rps ratio cpu_ms wgpu_ms < <(awk '/^every feasible cand\./ {print $4, $5, $6, $7, $8, $9, $10; exit}' "$step_log") || true
 if [[ -n ${rows:-} ]]; then
-  key="$(rc_note)all $rows rows: wgpu ${wgpu_rps} rows/s (${wgpu_ms} ms), CPU ${cpu_rps} rows/s (${cpu_ms} ms), wgpu/CPU ${ratio}"
+  key="$(rc_note)all $rows rows: wgpu ${wgpu_rps} rows/s (${wgpu_ms} ms), CPU ${cpu_rps} rows/s (${cpu_ms} ms, ${cpu_threads} threads), wgpu/CPU ${ratio}"
 else
   key="$(rc_note)no 'every feasible cand.' line; $(last_error "$step_log")"
   status=fail

@@ -976,6 +976,106 @@ fn bench_surrogate_prints_batches_and_the_decision_comparison() {
     );
 }
 
+/// Runs `bench surrogate --peer` with `python3` on PATH being `fake` (a shell
+/// script standing in for the numpy peer, so no Python is needed).
+#[cfg(unix)]
+fn bench_with_fake_peer(fake: &str, extra: &[&str]) -> Output {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let python = dir.path().join("python3");
+    std::fs::write(&python, format!("#!/bin/sh\n{fake}\n")).expect("writes");
+    std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let peer = dir.path().join("numpy_peer.py");
+    let mut args = vec![
+        "bench",
+        "surrogate",
+        "--scenario",
+        "paper-n2",
+        "--synthetic",
+        "1",
+        "--repeats",
+        "1",
+        "--rows",
+        "10",
+        "--peer",
+        peer.to_str().expect("utf-8"),
+    ];
+    args.extend_from_slice(extra);
+    Command::new(env!("CARGO_BIN_EXE_mfsched"))
+        .args(&args)
+        .env("PATH", dir.path())
+        .output()
+        .expect("the mfsched binary runs")
+}
+
+#[cfg(unix)]
+#[test]
+fn bench_surrogate_prints_the_peers_figures_beside_its_own() {
+    // Writes the JSON numpy_peer.py writes to the path after --json (shell builtins only).
+    let fake = r#"while [ $# -gt 0 ]; do [ "$1" = --json ] && out="$2"; shift; done
+printf '%s' '{"scenario": "paper-n2", "repeats": 1,
+ "candidates": {"rows": 324, "median_ms": 0.5, "rows_per_s": 648000.0},
+ "mlp_batch": {"rows": 324, "median_ms": 0.25, "rows_per_s": 1296000.0},
+ "table": {"rows": 27, "median_ms": 0.1},
+ "machine": {"numpy": "2.3.1", "blas": "scipy-openblas 0.3.29", "blas_threads": 2,
+             "loadavg_before": [0.5, 0.25, 0.125], "loadavg_after": [0.75, 0.5, 0.25]}}' > "$out""#;
+    let out = bench_with_fake_peer(fake, &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let mfsched_row = text
+        .lines()
+        .find(|l| l.starts_with("mfsched CPU, 1 thr"))
+        .unwrap_or_else(|| panic!("mfsched's row: {text}"));
+    assert!(mfsched_row.contains("every feasible candidate"), "{text}");
+    let peer_rows: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("numpy peer, 2 BLAS threads"))
+        .collect();
+    assert_eq!(peer_rows.len(), 2, "{text}");
+    for row in &peer_rows {
+        // rows, median ms, rows/s, then mfsched/peer as a ratio.
+        assert!(
+            row.contains(" 324 ") && row.trim_end().ends_with('x'),
+            "{row}"
+        );
+    }
+    assert!(
+        text.contains("numpy 2.3.1, BLAS scipy-openblas 0.3.29"),
+        "{text}"
+    );
+    assert!(
+        text.contains("0.50 0.25 0.12 when the peer started"),
+        "{text}"
+    );
+}
+
+#[cfg(unix)]
+#[test]
+fn a_failing_or_stalled_peer_is_one_line_and_the_bench_stands() {
+    let failing = bench_with_fake_peer(
+        "echo 'numpy_peer.py needs numpy: pip install numpy' >&2; exit 1",
+        &[],
+    );
+    let stalled = bench_with_fake_peer("while :; do :; done", &["--peer-timeout", "1"]);
+    for (out, want) in [
+        (&failing, "needs numpy: pip install numpy"),
+        (&stalled, "timed out after 1 s"),
+    ] {
+        assert!(out.status.success(), "{}", stderr(out));
+        let text = stdout(out);
+        let lines: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("numpy peer"))
+            .collect();
+        assert_eq!(lines.len(), 1, "{text}");
+        assert!(
+            lines[0].contains("not measured") && lines[0].contains(want),
+            "{text}"
+        );
+        assert!(text.contains("every feasible cand."), "{text}");
+    }
+}
+
 #[test]
 fn a_closed_stdout_ends_the_command_quietly() {
     // The read end is dropped at once, long before the scenario's 236,196

@@ -3,7 +3,7 @@
 //! The CPU path is always built (it is cheap and it is the fallback). The GPU
 //! path is used when asked for, or automatically when a hardware adapter is
 //! present: a software adapter (lavapipe, llvmpipe; `DeviceType::Cpu`) is slower
-//! than the plain CPU loop, so the automatic choice skips it.
+//! than the CPU backend, so the automatic choice skips it.
 
 use crate::cpu::CpuBackend;
 use crate::gpu::{AdapterSummary, GpuBackend, probe_adapter};
@@ -59,7 +59,7 @@ impl InferenceBackend {
                 Ok(adapter) => (
                     None,
                     format!(
-                        "CPU: adapter {adapter} is a software rasteriser, slower than the CPU loop \
+                        "CPU: adapter {adapter} is a software rasteriser, slower than the CPU backend \
                          (--backend gpu uses it anyway)"
                     ),
                 ),
@@ -80,6 +80,11 @@ impl InferenceBackend {
             Some(gpu) => format!("GPU on {}", gpu.adapter().name),
             None => "CPU".to_owned(),
         }
+    }
+
+    /// The CPU backend (in use, or the fallback).
+    pub fn cpu(&self) -> &CpuBackend {
+        &self.cpu
     }
 
     /// The GPU backend while it is in use.

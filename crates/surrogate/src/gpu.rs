@@ -93,7 +93,7 @@ impl AdapterSummary {
         }
     }
 
-    /// A software rasteriser (lavapipe, llvmpipe, WARP): slower than the plain CPU loop.
+    /// A software rasteriser (lavapipe, llvmpipe, WARP): slower than the CPU backend.
     pub fn is_software(&self) -> bool {
         self.device_type == wgpu::DeviceType::Cpu
     }

@@ -5,7 +5,7 @@
 //! - [`features`]: the input layout (one home for it: training, CPU and GPU
 //!   inference all use it).
 //! - [`net`]: the inference form of a trained predictor (BatchNorm and input
-//!   standardisation folded into dense layers) and the CPU reference inference.
+//!   standardisation folded into dense layers) and its CPU arithmetic (GEMMs).
 //! - [`serve`]: the one composition of the served predictor (bundle → MeanField →
 //!   backend → field) that every command and the daemon use.
 //! - [`fold`]: trained parameters (`mfsched_nn::Mlp`) → [`net::FoldedNet`].

@@ -111,6 +111,11 @@ impl MeanField {
     pub fn backend_reason(&self) -> &str {
         &self.inference.reason
     }
+
+    /// Threads a joint call of `candidates` candidates uses on the CPU backend.
+    pub fn cpu_threads_for(&self, candidates: usize) -> usize {
+        self.inference.cpu().threads_for(candidates)
+    }
 }
 
 /// `problem` must have the models the surrogate was bound to; only the state

@@ -18,6 +18,8 @@ use std::time::{Duration, Instant};
 pub struct Timing {
     /// Rows (predictions) per call.
     pub rows: usize,
+    /// Threads the CPU backend used for the call.
+    pub cpu_threads: usize,
     pub cpu: Duration,
     /// `None` without a GPU backend.
     pub gpu: Option<Duration>,
@@ -56,6 +58,7 @@ pub struct SurrogateBench {
 fn time_side_by_side<T>(
     repeats: usize,
     rows: usize,
+    cpu_threads: usize,
     mut cpu: impl FnMut() -> Result<T>,
     mut gpu: Option<impl FnMut() -> Result<T>>,
     on_step: &mut dyn FnMut(),
@@ -79,6 +82,7 @@ fn time_side_by_side<T>(
     }
     Ok(Timing {
         rows,
+        cpu_threads,
         cpu: median_duration(&cpu_times),
         gpu: (!gpu_times.is_empty()).then(|| median_duration(&gpu_times)),
     })
@@ -117,6 +121,7 @@ pub fn run(
         time_side_by_side(
             repeats,
             candidates.len() * n,
+            cpu.threads_for(candidates.len()),
             || cpu.predict_joint(state, candidates),
             gpu.map(|g| move || g.predict_joint(state, candidates)),
             on_step,
@@ -129,6 +134,8 @@ pub fn run(
     let decision_table = time_side_by_side(
         repeats,
         problem.models.iter().map(|m| m.grid_size()).sum(),
+        // The table is one block per model, on the calling thread.
+        1,
         || Ok(cpu.predict_table(state)),
         gpu.map(|g| move || g.predict_table(state)),
         &mut on_step,
@@ -177,6 +184,7 @@ pub fn candidate_aware(
     let timing = time_side_by_side(
         repeats,
         feasible.len() * n,
+        cpu.meanfield().cpu_threads_for(feasible.len()),
         || Ok(cpu.solve(problem, state, &feasible)?),
         gpu.map(|g| || Ok(g.solve(problem, state, &feasible)?)),
         &mut on_step,

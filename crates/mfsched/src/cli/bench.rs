@@ -9,12 +9,15 @@ use mfsched_core::domain::{GpuState, WorkloadLevel};
 use mfsched_core::fsutil::write_atomically;
 use mfsched_core::scenario;
 use mfsched_core::stats;
+use mfsched_lab::bench::peer::{self, PeerFigures, PeerRun};
 use mfsched_lab::bench::policies::{self as bench, Contender, ContenderResult};
 use mfsched_lab::bench::surrogate::{self as surrogate_bench, Timing};
+use mfsched_lab::bench::{format_load_average, load_average};
 use mfsched_lab::svg::{LineChart, Series};
 use mfsched_plugin_host::registry::{resolve_policy, resolve_utility};
 use mfsched_surrogate::backend::{BackendChoice, auto_uses};
 use mfsched_surrogate::bundled;
+use mfsched_surrogate::cpu::{MIN_CANDIDATES_PER_THREAD, default_threads};
 use mfsched_surrogate::field::CandidateAware;
 use mfsched_surrogate::gpu::GpuBackend;
 use mfsched_surrogate::serve::Served;
@@ -199,7 +202,7 @@ fn policies_on(args: &PoliciesArgs, name: &str) -> Result<(ScenarioBench, serde_
     let candidates_over_table =
         median_of("exhaustive (candidates)").zip(median_of("exhaustive (table)"));
     let ga_over_exact = median_of("ga").zip(median_of("exact"));
-    let load = mfsched_lab::bench::load_average();
+    let load = load_average();
     let report = serde_json::json!({
         "scenario": scenario.name,
         "models": problem.models.len(),
@@ -208,7 +211,7 @@ fn policies_on(args: &PoliciesArgs, name: &str) -> Result<(ScenarioBench, serde_
         "seed": args.seed,
         "feasible": feasible,
         "reference": reference_label,
-        "load_average": load,
+        "load_average": load.map(|l| l.to_vec()),
         "policies": rows,
         "exhaustive_candidates_over_table": candidates_over_table.map(|(c, t)| c / t),
         "ga_over_exact": ga_over_exact.map(|(ga, exact)| ga / exact),
@@ -223,9 +226,7 @@ fn policies_on(args: &PoliciesArgs, name: &str) -> Result<(ScenarioBench, serde_
             args.seed
         );
         println!("predictor {predictor_name}");
-        if let Some(load) = &load {
-            println!("machine   load average {load}");
-        }
+        println!("machine   load average {}", format_load_average(load));
         println!();
         println!(
             "{:<24} {:>9} {:>9} {:>10} {:>10} {:>11} {:>11} {:>11} {:>7}",
@@ -428,6 +429,14 @@ pub struct SurrogateArgs {
     /// Also write rows/s against batch size as an SVG chart.
     #[arg(long, value_name = "FILE")]
     svg: Option<PathBuf>,
+    /// Also run the numpy peer (e.g. bench/numpy_peer.py) with python3, after
+    /// mfsched's timings, and print its figures beside mfsched's; a peer that
+    /// cannot run is reported in one line and the rest of the bench stands.
+    #[arg(long, value_name = "PATH")]
+    peer: Option<PathBuf>,
+    /// Seconds the peer may run before it is stopped.
+    #[arg(long, default_value_t = 300, value_name = "SECS")]
+    peer_timeout: u64,
 }
 
 fn surrogate(args: SurrogateArgs) -> Result<()> {
@@ -462,6 +471,16 @@ fn surrogate(args: SurrogateArgs) -> Result<()> {
         problem.models.iter().map(|m| m.grid_size()).sum::<usize>()
     );
     println!("predictors  {what}");
+    let load_at_start = load_average();
+    println!(
+        "machine     {} CPUs, load average {} (1, 5, 15 min) at the start",
+        default_threads(),
+        format_load_average(load_at_start)
+    );
+    println!(
+        "CPU         mfsched's backend: up to {} threads per joint call, one per {MIN_CANDIDATES_PER_THREAD} candidates (column CPU thr)",
+        default_threads()
+    );
     if cfg!(debug_assertions) {
         println!("build       debug: the CPU numbers are not representative, use --release");
     }
@@ -512,13 +531,21 @@ fn surrogate(args: SurrogateArgs) -> Result<()> {
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     let opt = |v: Option<f64>, f: &dyn Fn(f64) -> String| v.map_or_else(|| "-".to_string(), f);
     println!(
-        "{:<22} {:>9} {:>14} {:>14} {:>10} {:>10} {:>10}",
-        "joint candidates", "rows", "CPU rows/s", "wgpu rows/s", "wgpu/CPU", "CPU ms", "wgpu ms"
+        "{:<22} {:>9} {:>7} {:>14} {:>14} {:>10} {:>10} {:>10}",
+        "joint candidates",
+        "rows",
+        "CPU thr",
+        "CPU rows/s",
+        "wgpu rows/s",
+        "wgpu/CPU",
+        "CPU ms",
+        "wgpu ms"
     );
     let line = |label: &str, t: &Timing| {
         println!(
-            "{label:<22} {:>9} {:>14.3e} {:>14} {:>10} {:>10.3} {:>10}",
+            "{label:<22} {:>9} {:>7} {:>14.3e} {:>14} {:>10} {:>10.3} {:>10}",
             t.rows,
+            t.cpu_threads,
             t.cpu_rows_per_s(),
             opt(t.gpu_rows_per_s(), &|v| format!("{v:.3e}")),
             opt(t.gpu_speedup(), &|v| format!("{v:.2}x")),
@@ -546,6 +573,22 @@ fn surrogate(args: SurrogateArgs) -> Result<()> {
             &|v| format!("{v:.0}x")
         )
     );
+    if let Some(script) = &args.peer {
+        let peer = PeerRun {
+            scenario_toml: peer::scenario_toml(script, &args.scenario),
+            script: script.clone(),
+            repeats: args.repeats,
+            timeout: Duration::from_secs(args.peer_timeout),
+        };
+        eprintln!("running the peer: {} {}", peer::PYTHON, script.display());
+        let outcome = peer::run(&peer);
+        print_peer(
+            &scenario.name,
+            &result.decision_joint,
+            outcome,
+            load_at_start,
+        );
+    }
     if let Some(field) = &field {
         let bar = progress(args.repeats as u64, "candidate-aware solves")?;
         let result = surrogate_bench::candidate_aware(
@@ -571,7 +614,7 @@ fn surrogate(args: SurrogateArgs) -> Result<()> {
         );
         println!(
             "{:<22} {:>9} {:>12} {:>14.3e} {:>10.1} {:>10}",
-            "CPU",
+            format!("CPU, {} thr", t.cpu_threads),
             result.passes_cpu,
             result.rows_cpu,
             result.rows_cpu as f64 / t.cpu.as_secs_f64(),
@@ -629,4 +672,74 @@ fn surrogate(args: SurrogateArgs) -> Result<()> {
         eprintln!("wrote {}", path.display());
     }
     Ok(())
+}
+
+/// The peer's figures beside mfsched's every-feasible-candidate call, in one
+/// table: each row says whose it is (mfsched with its CPU threads, the numpy
+/// peer with its BLAS threads), and mfsched/peer is rows/s over rows/s. A peer
+/// that gave no figures is one line.
+fn print_peer(
+    scenario: &str,
+    mfsched: &Timing,
+    outcome: Result<PeerFigures>,
+    load_at_start: Option<[f64; 3]>,
+) {
+    println!();
+    let peer = match outcome {
+        Ok(peer) => peer,
+        Err(e) => {
+            println!("numpy peer  not measured: {e:#}");
+            return;
+        }
+    };
+    let same = peer.scenario == scenario;
+    println!(
+        "side by side with the numpy peer: numpy {}, BLAS {}, {}, {} repeats, medians{}",
+        peer.machine.numpy,
+        peer.machine.blas,
+        peer.blas_threads_label(),
+        peer.repeats,
+        if same {
+            String::new()
+        } else {
+            format!(" (it measured {}, not {scenario}: no ratio)", peer.scenario)
+        }
+    );
+    println!(
+        "{:<28} {:<30} {:>9} {:>10} {:>12} {:>13}",
+        "who", "call", "rows", "median ms", "rows/s", "mfsched/peer"
+    );
+    let mfsched_rate = mfsched.cpu_rows_per_s();
+    println!(
+        "{:<28} {:<30} {:>9} {:>10.2} {:>12.3e} {:>13}",
+        format!("mfsched CPU, {} thr", mfsched.cpu_threads),
+        "every feasible candidate",
+        mfsched.rows,
+        mfsched.cpu.as_secs_f64() * 1e3,
+        mfsched_rate,
+        ""
+    );
+    let who = format!("numpy peer, {}", peer.blas_threads_label());
+    for (call, t) in [
+        ("A every candidate + utility", &peer.candidates),
+        ("MLP one batch (one model)", &peer.mlp_batch),
+    ] {
+        println!(
+            "{who:<28} {call:<30} {:>9} {:>10.2} {:>12.3e} {:>13}",
+            t.rows,
+            t.median_ms,
+            t.rows_per_s,
+            if same {
+                format!("{:.2}x", mfsched_rate / t.rows_per_s)
+            } else {
+                "-".to_string()
+            }
+        );
+    }
+    println!(
+        "load average {} at the start, {} when the peer started, {} when it ended",
+        format_load_average(load_at_start),
+        format_load_average(Some(peer.machine.loadavg_before)),
+        format_load_average(Some(peer.machine.loadavg_after)),
+    );
 }
