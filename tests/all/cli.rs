@@ -88,6 +88,7 @@ fn run_serves_the_api_and_stops_cleanly_on_sigterm_with_a_replayable_log() {
         metrics.contains("mfsched_decisions_total{policy=\"hold\",role=\"active\"}"),
         "{metrics}"
     );
+    grafana_dashboard_matches(&metrics);
     let (status, policies) = common::http(addr, "GET", "/v1/policies", None);
     assert_eq!(status, 200);
     assert!(policies.contains("\"active\":\"hold\""), "{policies}");
@@ -176,6 +177,53 @@ fn run_serves_the_api_and_stops_cleanly_on_sigterm_with_a_replayable_log() {
     assert!(stdout(&out).contains("tick 0 "), "{}", stdout(&out));
 }
 
+/// The Grafana dashboard under examples/ queries only metric families the
+/// daemon serves, and shows every one it serves.
+fn grafana_dashboard_matches(metrics: &str) {
+    let served: std::collections::BTreeSet<&str> = metrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/grafana/mfsched.json");
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).expect("the dashboard"))
+            .expect("JSON");
+    let mut queried = std::collections::BTreeSet::new();
+    for panel in dashboard["panels"].as_array().expect("panels") {
+        for target in panel["targets"].as_array().expect("targets") {
+            let expr = target["expr"].as_str().expect("expr");
+            // Metric names: mfsched_ followed by [a-z0-9_].
+            let mut rest = expr;
+            while let Some(at) = rest.find("mfsched_") {
+                let name: String = rest[at..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_')
+                    .collect();
+                rest = &rest[at + name.len()..];
+                let family = name
+                    .strip_suffix("_bucket")
+                    .or_else(|| name.strip_suffix("_sum"))
+                    .or_else(|| name.strip_suffix("_count"))
+                    .unwrap_or(&name)
+                    .to_owned();
+                assert!(
+                    served.contains(family.as_str()),
+                    "the dashboard queries {name}, which /metrics does not serve ({:?})",
+                    panel["title"]
+                );
+                queried.insert(family);
+            }
+        }
+    }
+    for family in &served {
+        assert!(
+            queried.contains(*family),
+            "/metrics serves {family}, which no dashboard panel shows"
+        );
+    }
+}
+
 #[test]
 fn a_bounded_run_decides_every_tick() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -211,6 +259,59 @@ fn a_bounded_run_decides_every_tick() {
         "{}",
         stdout(&out)
     );
+}
+
+#[test]
+fn replay_decides_a_run_log_again_and_the_policy_that_ran_reproduces_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // exact decides (with a GA shadow) on a trace whose regime changes every few ticks.
+    let config = common::daemon_config(
+        dir.path(),
+        "paper-n2",
+        100,
+        "active = \"exact\"\nshadows = [\"ga\"]",
+        "[workload]\ntrace = \"periodic\"\ntrace_ticks = 24\n",
+    );
+    let config = config.to_str().expect("utf-8 path");
+    let out = mfsched(&["run", "--config", config, "--max-ticks", "12"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let log = dir.path().join("decisions.log");
+    let log = log.to_str().expect("utf-8 path");
+    let report = dir.path().join("replay");
+    let out = mfsched(&[
+        "replay",
+        log,
+        "--policy",
+        "exact",
+        "--policy",
+        "static-budget:k=500",
+        "--json",
+        "--out",
+        report.to_str().expect("utf-8 path"),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let r: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("JSON");
+    assert_eq!(r["ticks"], 12);
+    assert_eq!(r["scenario"], "paper-n2");
+    assert_eq!(r["seed"], 7);
+    assert_eq!(r["policies"][0]["label"], "exact");
+    assert_eq!(r["policies"][0]["differ_from_ran"], 0, "{r}");
+    assert_eq!(r["policies"][0]["decided"], 12);
+    assert_eq!(r["policies"][1]["label"], "static-budget:k=500");
+    assert_eq!(r["policies"][1]["decided"], 12);
+    for t in r["decisions"].as_array().expect("ticks") {
+        assert_eq!(t["policies"][0], t["ran"], "exact again: {t}");
+    }
+    // The same utility, predicted by the same surrogate: the replayed exact's
+    // mean is what ran.
+    assert_eq!(r["policies"][0]["mean_utility"], r["ran"]["mean_utility"]);
+    let md = std::fs::read_to_string(report.join("report.md")).expect("report.md");
+    assert!(md.contains("| static-budget:k=500 | 12 | 0 |"), "{md}");
+    assert!(report.join("results.json").is_file());
+    // A policy the binary does not have: one line, non-zero.
+    let out = mfsched(&["replay", log, "--policy", "nonesuch"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).starts_with("error: "), "{}", stderr(&out));
 }
 
 #[test]

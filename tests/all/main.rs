@@ -9,6 +9,7 @@
 //! - [`layering`]: no product crate depends on the lab.
 //! - [`pipeline`]: the same invalid answers rejected alike by decide, ab and the daemon.
 //! - [`plugin_host`]: the plugin host against real (and hostile) components.
+//! - [`production`]: sim serve, a real Prometheus and the daemon, end to end.
 //! - [`thirdparty`]: third-party policy development; the slow builds are
 //!   `#[ignore]`d and run by `.ci/run` (`cargo test --test all thirdparty -- --ignored`).
 
@@ -21,4 +22,5 @@ mod hostile;
 mod layering;
 mod pipeline;
 mod plugin_host;
+mod production;
 mod thirdparty;

@@ -16,7 +16,7 @@ use hyper::body::Bytes;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -28,8 +28,8 @@ use super::config::{ActuatorConfig, WebhookConfig};
 use super::metrics::Metrics;
 use mfsched_core::domain::{KnobSetting, Problem};
 
-/// What a webhook receives.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// What a webhook receives (the body of its POST, JSON).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ModelUpdate {
     pub model: String,
     pub tick: u64,

@@ -10,6 +10,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::forecast::ForecastKind;
 use mfsched_core::domain::WorkloadLevel;
 
 #[derive(Debug, Clone, Deserialize)]
@@ -156,9 +157,24 @@ impl Default for SamplerConfig {
 }
 
 /// Where each tick's workload level comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WorkloadSourceKind {
+    /// `workload.level`, every tick.
+    Fixed,
+    /// `workload.trace`, a seeded synthetic trace replayed cyclically.
+    Trace,
+    /// The load the model servers report, through Prometheus or their `/metrics`
+    /// (`[workload.prometheus]`).
+    Prometheus,
+}
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WorkloadConfig {
+    /// `fixed`, `trace` or `prometheus`; unset: `trace` when `trace` is set, else `fixed`.
+    #[serde(default)]
+    pub source: Option<WorkloadSourceKind>,
     /// A fixed level (`low`, `medium`, `high`, `burst`), used when `trace` is unset.
     #[serde(default = "default_level")]
     pub level: WorkloadLevel,
@@ -167,6 +183,11 @@ pub struct WorkloadConfig {
     pub trace: Option<String>,
     #[serde(default = "default_trace_ticks")]
     pub trace_ticks: usize,
+    /// How the next period's load is forecast from the readings (`last`, `ewma`, `holt`).
+    #[serde(default = "default_forecast")]
+    pub forecast: ForecastKind,
+    #[serde(default)]
+    pub prometheus: Option<PrometheusConfig>,
 }
 
 fn default_level() -> WorkloadLevel {
@@ -175,15 +196,136 @@ fn default_level() -> WorkloadLevel {
 fn default_trace_ticks() -> usize {
     mfsched_core::traces::DEFAULT_TICKS
 }
+fn default_forecast() -> ForecastKind {
+    crate::forecast::DEFAULT_FORECAST
+}
 
 impl Default for WorkloadConfig {
     fn default() -> Self {
         Self {
+            source: None,
             level: default_level(),
             trace: None,
             trace_ticks: default_trace_ticks(),
+            forecast: default_forecast(),
+            prometheus: None,
         }
     }
+}
+
+impl WorkloadConfig {
+    pub fn source(&self) -> WorkloadSourceKind {
+        self.source.unwrap_or(if self.trace.is_some() {
+            WorkloadSourceKind::Trace
+        } else {
+            WorkloadSourceKind::Fixed
+        })
+    }
+}
+
+/// The load regime boundaries on the load ratio (offered rate over the model's
+/// reference rate): the midpoints between the offered loads the bundled
+/// profiles were measured at (low 0.45, medium 0.65, high 0.85, burst 1.15: the
+/// simulator's regimes). A profile measured at other loads sets its own.
+pub const DEFAULT_THRESHOLDS: [f64; 3] = [0.55, 0.75, 1.0];
+
+/// `[workload.prometheus]`: per model, its offered request rate read from a
+/// Prometheus server (PromQL) or scraped from the model server's `/metrics`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PrometheusConfig {
+    /// The Prometheus server `query` entries (and presets without `scrape`) ask,
+    /// `http://host:port`.
+    #[serde(default)]
+    pub url: Option<String>,
+    /// Time between readings; default `loop.period_ms`.
+    #[serde(default)]
+    pub poll_ms: Option<u64>,
+    /// Time one reading may take, connection to last byte.
+    #[serde(default = "default_load_timeout_ms")]
+    pub timeout_ms: u64,
+    /// Largest answer read (a `/metrics` page or a query result), bytes.
+    #[serde(default = "default_load_max_bytes")]
+    pub max_bytes: usize,
+    /// How long a model's last reading stands in once readings fail; after
+    /// that, with no model read, the tick decides on `safe_level`.
+    #[serde(default = "default_stale_ms")]
+    pub stale_ms: u64,
+    #[serde(default = "default_safe_level")]
+    pub safe_level: WorkloadLevel,
+    /// Load-ratio boundaries between low|medium, medium|high and high|burst.
+    #[serde(default = "default_thresholds")]
+    pub thresholds: [f64; 3],
+    /// The PromQL `rate()` window of preset queries.
+    #[serde(default = "default_rate_window")]
+    pub rate_window: String,
+    /// Per model (by the scenario's model name).
+    pub models: BTreeMap<String, ModelLoadConfig>,
+}
+
+fn default_load_timeout_ms() -> u64 {
+    500
+}
+fn default_load_max_bytes() -> usize {
+    1 << 20
+}
+fn default_stale_ms() -> u64 {
+    10_000
+}
+fn default_safe_level() -> WorkloadLevel {
+    WorkloadLevel::High
+}
+fn default_thresholds() -> [f64; 3] {
+    DEFAULT_THRESHOLDS
+}
+fn default_rate_window() -> String {
+    "1m".to_owned()
+}
+
+/// The serving stacks whose metric names mfsched knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LoadPreset {
+    /// vLLM: `vllm:request_success_total{model_name="…"}`.
+    Vllm,
+    /// Triton: `nv_inference_request_success{model="…"}`.
+    Triton,
+}
+
+impl LoadPreset {
+    /// The request counter and the label that names the model.
+    pub fn metric_and_label(self) -> (&'static str, &'static str) {
+        match self {
+            Self::Vllm => ("vllm:request_success_total", "model_name"),
+            Self::Triton => ("nv_inference_request_success", "model"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelLoadConfig {
+    /// The server's metric names (`vllm`, `triton`); or `metric` + `label`.
+    #[serde(default)]
+    pub preset: Option<LoadPreset>,
+    /// A request counter (a rate is taken between readings).
+    #[serde(default)]
+    pub metric: Option<String>,
+    /// The label whose value names the model on its server.
+    #[serde(default)]
+    pub label: Option<String>,
+    /// That label's value; default the scenario's model name.
+    #[serde(default)]
+    pub served_name: Option<String>,
+    /// Read the counter from this `/metrics` URL directly, not through Prometheus.
+    #[serde(default)]
+    pub scrape: Option<String>,
+    /// A PromQL expression giving the offered requests per second (overrides
+    /// the preset's query; needs `url`).
+    #[serde(default)]
+    pub query: Option<String>,
+    /// Requests per second at full load (load ratio 1).
+    pub reference_rate: f64,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -323,6 +465,95 @@ impl ApiConfig {
     }
 }
 
+impl PrometheusConfig {
+    /// Time between readings.
+    pub fn poll(&self, period_ms: u64) -> Duration {
+        Duration::from_millis(self.poll_ms.unwrap_or(period_ms))
+    }
+
+    fn check(&self, period_ms: u64) -> Result<()> {
+        let p = "workload.prometheus";
+        if self.models.is_empty() {
+            bail!("{p}.models names no model");
+        }
+        if self.poll_ms == Some(0) || self.timeout_ms == 0 || self.max_bytes == 0 {
+            bail!("{p}.poll_ms, timeout_ms and max_bytes must be positive");
+        }
+        if self.timeout_ms >= self.poll(period_ms).as_millis() as u64 {
+            bail!(
+                "{p}.timeout_ms ({}) must be shorter than the poll period ({} ms)",
+                self.timeout_ms,
+                self.poll(period_ms).as_millis()
+            );
+        }
+        let t = self.thresholds;
+        if !(t.iter().all(|x| x.is_finite() && *x > 0.0) && t[0] < t[1] && t[1] < t[2]) {
+            bail!("{p}.thresholds must be three increasing positive load ratios, got {t:?}");
+        }
+        if !is_promql_duration(&self.rate_window) {
+            bail!(
+                "{p}.rate_window '{}' is not a PromQL duration (e.g. 30s, 1m, 5m)",
+                self.rate_window
+            );
+        }
+        if let Some(url) = &self.url {
+            check_http_url(&format!("{p}.url"), url)?;
+        }
+        for (model, m) in &self.models {
+            let at = format!("{p}.models.{model}");
+            if !(m.reference_rate.is_finite() && m.reference_rate > 0.0) {
+                bail!("{at}.reference_rate must be a positive number of requests per second");
+            }
+            if m.preset.is_some() && (m.metric.is_some() || m.label.is_some()) {
+                bail!("{at}: give a preset or metric + label, not both");
+            }
+            if m.preset.is_none() && m.query.is_none() && (m.metric.is_none() || m.label.is_none())
+            {
+                bail!("{at}: needs a preset (vllm, triton), metric + label, or a query");
+            }
+            match (&m.scrape, &m.query) {
+                (Some(_), Some(_)) => bail!("{at}: give scrape or query, not both"),
+                (Some(url), None) => check_http_url(&format!("{at}.scrape"), url)?,
+                (None, _) if self.url.is_none() => {
+                    bail!("{at} reads through Prometheus: set {p}.url, or scrape for a direct read")
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+fn check_http_url(key: &str, url: &str) -> Result<()> {
+    if !url.starts_with("http://") || url.parse::<hyper::Uri>().is_err() {
+        bail!("{key}: '{url}' must be a plain http:// URL");
+    }
+    Ok(())
+}
+
+/// `30s`, `1m`, `1m30s`, … (PromQL's units; no spaces).
+fn is_promql_duration(s: &str) -> bool {
+    let mut rest = s;
+    if rest.is_empty() {
+        return false;
+    }
+    while !rest.is_empty() {
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        if digits == 0 {
+            return false;
+        }
+        rest = &rest[digits..];
+        let unit = ["ms", "s", "m", "h", "d", "w", "y"]
+            .into_iter()
+            .find(|u| rest.starts_with(u));
+        match unit {
+            Some(u) => rest = &rest[u.len()..],
+            None => return false,
+        }
+    }
+    true
+}
+
 impl DaemonConfig {
     /// Reads and checks a config file. Relative paths in it are relative to the file.
     pub fn load(path: &Path) -> Result<Self> {
@@ -390,14 +621,27 @@ impl DaemonConfig {
                 mfsched_core::traces::TRACE_NAMES.join(", ")
             );
         }
+        self.check_workload()?;
         if let Some(w) = &self.actuator.webhook {
             for (model, url) in &w.urls {
-                if !url.starts_with("http://") {
-                    bail!("actuator.webhook.urls.{model}: '{url}' must be a plain http:// URL");
-                }
+                check_http_url(&format!("actuator.webhook.urls.{model}"), url)?;
             }
         }
         Ok(())
+    }
+
+    fn check_workload(&self) -> Result<()> {
+        let w = &self.workload;
+        match (w.source(), &w.prometheus) {
+            (WorkloadSourceKind::Prometheus, None) => {
+                bail!("workload.source = \"prometheus\" needs a [workload.prometheus] section")
+            }
+            (WorkloadSourceKind::Trace, _) if w.trace.is_none() => {
+                bail!("workload.source = \"trace\" needs workload.trace")
+            }
+            (WorkloadSourceKind::Prometheus, Some(p)) => p.check(self.tick.period_ms),
+            _ => Ok(()),
+        }
     }
 
     fn resolve_paths(&mut self, base: &Path) {
@@ -441,6 +685,81 @@ mod tests {
         assert!(c.sampler.allow_fallback);
         assert_eq!(c.api.listen, default_listen());
         assert!(c.api.listen.ip().is_loopback());
+    }
+
+    #[test]
+    fn the_kubernetes_example_configs_parse() {
+        let yaml = include_str!("../../../examples/deploy/daemonset.yaml");
+        for (gpu, file) in ["gpu0.toml: |", "gpu1.toml: |"].into_iter().enumerate() {
+            let body: String = yaml
+                .split_once(file)
+                .expect("the config is in the ConfigMap")
+                .1
+                .lines()
+                .skip(1)
+                .take_while(|l| l.starts_with("    "))
+                .map(|l| format!("{}\n", &l[4..]))
+                .collect();
+            let c = DaemonConfig::parse(&body).unwrap_or_else(|e| panic!("{file} {e:#}\n{body}"));
+            assert_eq!(c.sampler.device, gpu as u32);
+            assert_eq!(c.workload.source(), WorkloadSourceKind::Prometheus);
+        }
+    }
+
+    #[test]
+    fn prometheus_load_configs_are_checked_field_by_field() {
+        let base = "scenario = \"paper-n2\"\n[policy]\nactive = \"hold\"\n[log]\npath = \"l\"\n[workload]\nsource = \"prometheus\"\n";
+        let parse = |extra: &str| DaemonConfig::parse(&format!("{base}{extra}"));
+        let ok = parse("[workload.prometheus]\nurl = \"http://127.0.0.1:9090\"\n[workload.prometheus.models.llm]\npreset = \"vllm\"\nreference_rate = 10\n")
+            .expect("valid");
+        let p = ok.workload.prometheus.expect("section");
+        assert_eq!(p.thresholds, DEFAULT_THRESHOLDS);
+        assert_eq!(p.poll(1000), Duration::from_secs(1));
+        for (extra, says) in [
+            ("", "needs a [workload.prometheus] section"),
+            (
+                "[workload.prometheus]\nurl = \"http://x:1\"\nmodels = {}\n",
+                "names no model",
+            ),
+            (
+                "[workload.prometheus.models.llm]\npreset = \"vllm\"\nreference_rate = 10\n",
+                "set workload.prometheus.url",
+            ),
+            (
+                "[workload.prometheus]\nurl = \"https://x:1\"\n[workload.prometheus.models.llm]\npreset = \"vllm\"\nreference_rate = 1\n",
+                "plain http://",
+            ),
+            (
+                "[workload.prometheus]\nurl = \"http://x:1\"\n[workload.prometheus.models.llm]\npreset = \"vllm\"\nreference_rate = 0\n",
+                "reference_rate must be a positive",
+            ),
+            (
+                "[workload.prometheus]\nurl = \"http://x:1\"\n[workload.prometheus.models.llm]\nreference_rate = 1\n",
+                "needs a preset",
+            ),
+            (
+                "[workload.prometheus]\nurl = \"http://x:1\"\nthresholds = [0.8, 0.7, 1.0]\n[workload.prometheus.models.llm]\npreset = \"vllm\"\nreference_rate = 1\n",
+                "three increasing",
+            ),
+            (
+                "[workload.prometheus]\nurl = \"http://x:1\"\nrate_window = \"1 minute\"\n[workload.prometheus.models.llm]\npreset = \"vllm\"\nreference_rate = 1\n",
+                "not a PromQL duration",
+            ),
+            (
+                "[workload.prometheus]\nurl = \"http://x:1\"\ntimeout_ms = 1000\n[workload.prometheus.models.llm]\npreset = \"vllm\"\nreference_rate = 1\n",
+                "shorter than the poll period",
+            ),
+            (
+                "[workload.prometheus]\n[workload.prometheus.models.llm]\npreset = \"vllm\"\nscrape = \"http://x:1/metrics\"\nquery = \"up\"\nreference_rate = 1\n",
+                "scrape or query, not both",
+            ),
+        ] {
+            let err = format!("{:#}", parse(extra).expect_err(says));
+            assert!(err.contains(says), "{says}: {err}");
+        }
+        assert!(
+            is_promql_duration("1m30s") && is_promql_duration("250ms") && !is_promql_duration("m")
+        );
     }
 
     #[test]

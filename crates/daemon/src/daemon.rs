@@ -9,7 +9,8 @@ use tokio::sync::watch;
 use tokio::time::MissedTickBehavior;
 
 use super::actuator::Actuators;
-use super::declog::{DecisionLog, PolicyRecord, TickRecord};
+use super::declog::{DecisionLog, LoadRecord, PolicyRecord, TickRecord};
+use super::load::{LoadMonitor, LoadReading};
 use super::metrics::{Metrics, Role};
 use super::outcome::{DecideOutcome, Failure, FailureKind, from_verdict};
 use super::sampler::{Sample, Sampler};
@@ -18,26 +19,35 @@ use mfsched_plugin_host::bindings::wit;
 use mfsched_plugin_host::{CallInputs, LastValid, Pipeline, PolicySource};
 
 /// Where each tick's workload level comes from.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug)]
 pub enum WorkloadSource {
     Fixed(WorkloadLevel),
     /// Replayed cyclically, one level per tick.
     Trace(Vec<WorkloadLevel>),
+    /// The load the model servers report (Prometheus or their `/metrics`).
+    Measured(Box<LoadMonitor>),
 }
 
 impl WorkloadSource {
-    fn level(&self, tick: u64) -> WorkloadLevel {
-        match self {
+    fn read(&mut self, tick: u64) -> LoadReading {
+        let level = match self {
             WorkloadSource::Fixed(l) => *l,
             WorkloadSource::Trace(levels) if !levels.is_empty() => {
                 levels[(tick % levels.len() as u64) as usize]
             }
             WorkloadSource::Trace(_) => WorkloadLevel::Medium,
+            WorkloadSource::Measured(monitor) => return monitor.read(),
+        };
+        LoadReading {
+            level,
+            observed: None,
+            forecast: None,
+            fallback: None,
         }
     }
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct LoopSettings {
     pub period: Duration,
     pub deadline: Duration,
@@ -250,7 +260,11 @@ impl Daemon {
             .map_or(0, |d| d.as_millis() as u64);
         let started = tokio::time::Instant::now();
         let footprint = self.problem.vram_mib(&self.problem.current) as f64;
-        let workload = self.settings.workload.level(tick);
+        let load = self.settings.workload.read(tick);
+        self.shared
+            .metrics
+            .load(load.level, load.observed, load.forecast, load.fallback);
+        let workload = load.level;
         let sample = self
             .sampler
             .sample(&self.problem, &self.problem.current, workload)
@@ -328,7 +342,7 @@ impl Daemon {
         self.actuators
             .apply(&self.problem, tick, &applied, &changed);
         self.shared.metrics.model_changes(changed.len());
-        self.problem.current.clone_from(&applied);
+        let previous = std::mem::replace(&mut self.problem.current, applied.clone());
 
         let record = TickRecord {
             tick,
@@ -336,6 +350,12 @@ impl Daemon {
             missed_before,
             sample,
             state,
+            load: LoadRecord {
+                observed: load.observed,
+                forecast: load.forecast,
+                fallback: load.fallback.map(str::to_owned),
+            },
+            previous: Some(previous),
             active: active_record,
             shadows,
             applied,

@@ -1,18 +1,24 @@
 //! The decision log: one record per tick, appended, never rewritten.
 //!
-//! File layout (version 2): the 8-byte magic `MFSDLOG2`, then frames of
+//! File layout (version 3): the 8-byte magic `MFSDLOG3`, then frames of
 //! `[sync marker: 4 bytes][payload length: u32 LE][CRC-32 of payload: u32 LE]
 //! [CRC-32 of the 12 bytes before: u32 LE][payload]`, the payload a bincode 2
-//! encoding (serde, standard config) of a [`TickRecord`]. Each frame is written
+//! encoding (serde, standard config) of an [`Entry`]: a [`RunRecord`] when a
+//! daemon starts appending (what it decided with: the scenario's text, the
+//! bundle's hash, the field, the seed), then one [`TickRecord`] per tick, which
+//! holds the configuration running before the tick, so any tick can be decided
+//! again by another policy (`mfsched replay --policy`). Each frame is written
 //! with a single `write_all` right after its tick, so a crash loses at most the
 //! record being written; a reader reports such a torn tail and keeps every
 //! record before it. A corrupt frame in the middle (a flipped byte) is skipped:
 //! the reader resynchronises on the next sync marker whose header checksum
 //! holds, keeps every intact record after it and reports what it skipped.
 //!
-//! Version 1 logs (`MFSDLOG1`, frames without marker or header checksum) are
-//! still read; a reader stops at their first bad frame. Opening one for
-//! appending moves it aside (`<name>.v1`) and starts a version 2 log.
+//! Version 2 logs (`MFSDLOG2`: the same frames, each a tick record without the
+//! previous configuration and the load) and version 1 logs (`MFSDLOG1`, frames
+//! without marker or header checksum; a reader stops at their first bad frame)
+//! are still read. Opening one for appending moves it aside (`<name>.v1`,
+//! `<name>.v2`) and starts a version 3 log; tick numbers go on.
 //!
 //! bincode is used only in this module (it is unmaintained upstream; swapping it
 //! touches nothing else).
@@ -27,7 +33,8 @@ use super::outcome::DecideOutcome;
 use super::sampler::Sample;
 use mfsched_core::domain::{GpuState, JointConfig};
 
-const MAGIC: &[u8; 8] = b"MFSDLOG2";
+const MAGIC: &[u8; 8] = b"MFSDLOG3";
+const MAGIC_V2: &[u8; 8] = b"MFSDLOG2";
 const MAGIC_V1: &[u8; 8] = b"MFSDLOG1";
 /// Starts every version 2 frame; not valid UTF-8, rare in bincode payloads, and
 /// only trusted together with the header checksum after it.
@@ -36,6 +43,54 @@ const FRAME_HEADER: usize = 16;
 const FRAME_HEADER_V1: usize = 8;
 /// No honest record comes near this; a larger length means a corrupt frame.
 const MAX_RECORD_BYTES: u32 = 16 << 20;
+
+/// One frame's payload.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Entry {
+    Run(RunRecord),
+    Tick(Box<TickRecord>),
+}
+
+/// [`Entry`] as it is written, borrowed: the same variants in the same order,
+/// so the same bytes, without copying a record to append it.
+#[derive(Debug, Serialize)]
+enum EntryRef<'a> {
+    Run(&'a RunRecord),
+    Tick(&'a TickRecord),
+}
+
+/// What a daemon decided with, written when it starts appending.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunRecord {
+    pub unix_ms: u64,
+    /// The scenario's name and the TOML text it was read from.
+    pub scenario: String,
+    pub scenario_toml: String,
+    /// The predictor the policies were served (surrogate, backend, bundle, field).
+    pub predictor: String,
+    /// SHA-256 of the MeanField bundle (metadata and weights) the predictions came from.
+    pub bundle_sha256: Option<String>,
+    /// The field the joint predictions were made under.
+    pub field: mfsched_core::predict::Field,
+    /// The seed every policy was passed.
+    pub seed: u64,
+    /// The utility component the policies optimised.
+    pub utility: String,
+    pub active: String,
+    pub shadows: Vec<String>,
+}
+
+/// The load a tick decided for, as the load source read it (none for a fixed
+/// level or a synthetic trace).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LoadRecord {
+    /// Mean load ratio over the models read.
+    pub observed: Option<f64>,
+    /// The forecast ratio the regime was chosen from.
+    pub forecast: Option<f64>,
+    /// `held` or `safe` when the tick fell back.
+    pub fallback: Option<String>,
+}
 
 /// Everything one tick did.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -48,6 +103,11 @@ pub struct TickRecord {
     pub sample: Sample,
     /// The state the policies decided for.
     pub state: GpuState,
+    /// The load it came from.
+    pub load: LoadRecord,
+    /// The configuration running when the tick started (the policies' current
+    /// one); `None` in records read from a version 1 or 2 log.
+    pub previous: Option<JointConfig>,
     pub active: PolicyRecord,
     /// Shadow (A/B) policies: decided on the same state, never applied.
     pub shadows: Vec<PolicyRecord>,
@@ -57,6 +117,41 @@ pub struct TickRecord {
     pub kept_last_valid: bool,
     /// Indices of the models whose configuration changed (and was sent).
     pub changed_models: Vec<u32>,
+}
+
+/// A tick record of a version 1 or 2 log.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[cfg_attr(test, derive(Serialize))]
+struct TickRecordV2 {
+    tick: u64,
+    unix_ms: u64,
+    missed_before: u64,
+    sample: Sample,
+    state: GpuState,
+    active: PolicyRecord,
+    shadows: Vec<PolicyRecord>,
+    applied: JointConfig,
+    kept_last_valid: bool,
+    changed_models: Vec<u32>,
+}
+
+impl From<TickRecordV2> for TickRecord {
+    fn from(r: TickRecordV2) -> Self {
+        Self {
+            tick: r.tick,
+            unix_ms: r.unix_ms,
+            missed_before: r.missed_before,
+            sample: r.sample,
+            state: r.state,
+            load: LoadRecord::default(),
+            previous: None,
+            active: r.active,
+            shadows: r.shadows,
+            applied: r.applied,
+            kept_last_valid: r.kept_last_valid,
+            changed_models: r.changed_models,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -110,6 +205,8 @@ impl std::fmt::Display for Skipped {
 #[derive(Debug, Clone, PartialEq)]
 pub struct LogContents {
     pub records: Vec<TickRecord>,
+    /// Each daemon start: the index in `records` of its first tick, and what it decided with.
+    pub runs: Vec<(usize, RunRecord)>,
     /// Corrupt stretches between intact records.
     pub skipped: Vec<Skipped>,
     pub torn: Option<TornTail>,
@@ -119,9 +216,21 @@ fn config() -> bincode::config::Configuration {
     bincode::config::standard()
 }
 
-fn encode_frame(record: &TickRecord) -> Result<Vec<u8>> {
+impl LogContents {
+    /// What the daemon that wrote record `i` decided with (`None` in logs
+    /// before version 3).
+    pub fn run_of(&self, i: usize) -> Option<&RunRecord> {
+        self.runs
+            .iter()
+            .rev()
+            .find(|(first, _)| *first <= i)
+            .map(|(_, run)| run)
+    }
+}
+
+fn encode_frame(entry: &EntryRef<'_>) -> Result<Vec<u8>> {
     let payload =
-        bincode::serde::encode_to_vec(record, config()).context("encoding a log record")?;
+        bincode::serde::encode_to_vec(entry, config()).context("encoding a log record")?;
     let len = u32::try_from(payload.len())
         .ok()
         .filter(|&l| l <= MAX_RECORD_BYTES)
@@ -140,8 +249,9 @@ fn u32_at(bytes: &[u8], at: usize) -> u32 {
     u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
 }
 
-/// The frame at the start of `rest`: its record and length, or why there is none.
-fn frame_at(rest: &[u8]) -> Result<(TickRecord, usize), &'static str> {
+/// The frame at the start of `rest`: its entry and length, or why there is
+/// none. `version` 2 frames hold a tick record of that version.
+fn frame_at(rest: &[u8], version: u8) -> Result<(Entry, usize), &'static str> {
     if rest.len() < FRAME_HEADER {
         return Err("incomplete frame header");
     }
@@ -160,8 +270,14 @@ fn frame_at(rest: &[u8]) -> Result<(TickRecord, usize), &'static str> {
     if crc32fast::hash(payload) != u32_at(rest, 8) {
         return Err("checksum mismatch");
     }
-    match bincode::serde::decode_from_slice::<TickRecord, _>(payload, config()) {
-        Ok((record, used)) if used == payload.len() => Ok((record, end)),
+    let decoded = if version == 2 {
+        bincode::serde::decode_from_slice::<TickRecordV2, _>(payload, config())
+            .map(|(r, used)| (Entry::Tick(Box::new(r.into())), used))
+    } else {
+        bincode::serde::decode_from_slice::<Entry, _>(payload, config())
+    };
+    match decoded {
+        Ok((entry, used)) if used == payload.len() => Ok((entry, end)),
         _ => Err("record does not decode"),
     }
 }
@@ -171,10 +287,15 @@ pub fn parse(bytes: &[u8]) -> Result<LogContents> {
     if bytes.len() >= MAGIC_V1.len() && &bytes[..MAGIC_V1.len()] == MAGIC_V1 {
         return Ok(parse_v1(bytes));
     }
-    if bytes.len() < MAGIC.len() || &bytes[..MAGIC.len()] != MAGIC {
-        bail!("not an mfsched decision log (missing the MFSDLOG2 header)");
-    }
+    let version = if bytes.starts_with(MAGIC) {
+        3
+    } else if bytes.starts_with(MAGIC_V2) {
+        2
+    } else {
+        bail!("not an mfsched decision log (missing the MFSDLOG3 header)");
+    };
     let mut records = Vec::new();
+    let mut runs = Vec::new();
     let mut skipped = Vec::new();
     let mut at = MAGIC.len();
     let torn = loop {
@@ -182,16 +303,19 @@ pub fn parse(bytes: &[u8]) -> Result<LogContents> {
         if rest.is_empty() {
             break None;
         }
-        match frame_at(rest) {
-            Ok((record, len)) => {
-                records.push(record);
+        match frame_at(rest, version) {
+            Ok((entry, len)) => {
+                match entry {
+                    Entry::Tick(record) => records.push(*record),
+                    Entry::Run(run) => runs.push((records.len(), run)),
+                }
                 at += len;
             }
             Err(reason) => {
                 // Resynchronise: the next sync marker that starts an intact frame.
                 let next = (1..rest.len())
                     .filter(|&k| rest[k..].starts_with(SYNC))
-                    .find(|&k| frame_at(&rest[k..]).is_ok());
+                    .find(|&k| frame_at(&rest[k..], version).is_ok());
                 match next {
                     Some(k) => {
                         skipped.push(Skipped {
@@ -214,6 +338,7 @@ pub fn parse(bytes: &[u8]) -> Result<LogContents> {
     };
     Ok(LogContents {
         records,
+        runs,
         skipped,
         torn,
     })
@@ -249,14 +374,15 @@ fn parse_v1(bytes: &[u8]) -> LogContents {
         if crc32fast::hash(payload) != crc {
             break Some(tail("checksum mismatch"));
         }
-        match bincode::serde::decode_from_slice::<TickRecord, _>(payload, config()) {
-            Ok((record, used)) if used == payload.len() => records.push(record),
+        match bincode::serde::decode_from_slice::<TickRecordV2, _>(payload, config()) {
+            Ok((record, used)) if used == payload.len() => records.push(record.into()),
             _ => break Some(tail("record does not decode")),
         }
         at += end;
     };
     LogContents {
         records,
+        runs: Vec::new(),
         skipped: Vec::new(),
         torn,
     }
@@ -269,7 +395,7 @@ pub fn read(path: &Path) -> Result<LogContents> {
 }
 
 /// What opening a log found and did: a torn tail cut off, corrupt stretches
-/// skipped (left in place), a version 1 log moved aside.
+/// skipped (left in place), a log of an older version moved aside.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Recovery {
     pub torn: Option<TornTail>,
@@ -288,7 +414,7 @@ impl Recovery {
         }
         if let Some(p) = &self.moved_aside {
             notes.push(format!(
-                "a version 1 log was moved to {}; a version 2 log starts here",
+                "a log of an older version was moved to {}; a version 3 log starts here",
                 p.display()
             ));
         }
@@ -314,15 +440,19 @@ impl DecisionLog {
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes)
             .with_context(|| format!("cannot read log {}", path.display()))?;
-        let mut v1_last_tick = None;
-        if bytes.starts_with(MAGIC_V1) {
+        let mut old_last_tick = None;
+        let older = [(MAGIC_V1, "log.v1"), (MAGIC_V2, "log.v2")]
+            .into_iter()
+            .find(|(magic, _)| bytes.starts_with(*magic));
+        if let Some((_, extension)) = older {
             // Keep the old log whole beside the new one; tick numbers go on.
-            v1_last_tick = parse_v1(&bytes).records.last().map(|r| r.tick);
-            let aside = path.with_extension("log.v1");
+            old_last_tick = parse(&bytes)
+                .ok()
+                .and_then(|c| c.records.last().map(|r| r.tick));
+            let aside = path.with_extension(extension);
             drop(file);
-            std::fs::rename(path, &aside).with_context(|| {
-                format!("cannot move the version 1 log {} aside", path.display())
-            })?;
+            std::fs::rename(path, &aside)
+                .with_context(|| format!("cannot move the older log {} aside", path.display()))?;
             recovery.moved_aside = Some(aside);
             file = Self::open_file(path)?;
             bytes.clear();
@@ -330,7 +460,7 @@ impl DecisionLog {
         let (last_tick, records) = if bytes.is_empty() {
             file.write_all(MAGIC)
                 .with_context(|| format!("cannot write log {}", path.display()))?;
-            (v1_last_tick, 0)
+            (old_last_tick, 0)
         } else {
             let contents = parse(&bytes).with_context(|| format!("log {}", path.display()))?;
             if let Some(t) = &contents.torn {
@@ -365,15 +495,24 @@ impl DecisionLog {
             .with_context(|| format!("cannot open log {}", path.display()))
     }
 
-    /// Appends one record in a single write.
+    /// Appends one tick record in a single write.
     pub fn append(&mut self, record: &TickRecord) -> Result<()> {
-        let frame = encode_frame(record)?;
-        self.file
-            .write_all(&frame)
-            .with_context(|| format!("cannot append to log {}", self.path.display()))?;
+        self.write(&EntryRef::Tick(record))?;
         self.records += 1;
         self.last_tick = Some(record.tick);
         Ok(())
+    }
+
+    /// Records what the ticks that follow are decided with (once per daemon start).
+    pub fn append_run(&mut self, run: &RunRecord) -> Result<()> {
+        self.write(&EntryRef::Run(run))
+    }
+
+    fn write(&mut self, entry: &EntryRef<'_>) -> Result<()> {
+        let frame = encode_frame(entry)?;
+        self.file
+            .write_all(&frame)
+            .with_context(|| format!("cannot append to log {}", self.path.display()))
     }
 
     /// Records in the file, including those there before it was opened.
@@ -416,6 +555,12 @@ mod tests {
                 vram_used_mib: 1234.0,
                 utilization: 0.5,
             },
+            load: LoadRecord {
+                observed: Some(0.8),
+                forecast: Some(0.82),
+                fallback: None,
+            },
+            previous: Some(vec![0, 2]),
             active: PolicyRecord {
                 policy: "hold".into(),
                 outcome: Ok(Proposal {
@@ -488,7 +633,7 @@ mod tests {
     #[test]
     fn a_flipped_byte_fails_the_checksum() {
         let mut bytes = MAGIC.to_vec();
-        bytes.extend(encode_frame(&record(0)).expect("encode"));
+        bytes.extend(encode_frame(&EntryRef::Tick(&record(0))).expect("encode"));
         let last = bytes.len() - 1;
         bytes[last] ^= 0xff;
         let contents = parse(&bytes).expect("not fatal");
@@ -502,7 +647,7 @@ mod tests {
     #[test]
     fn a_corrupt_record_mid_log_is_skipped_and_the_rest_kept() {
         let frames: Vec<Vec<u8>> = (0..5)
-            .map(|t| encode_frame(&record(t)).expect("encode"))
+            .map(|t| encode_frame(&EntryRef::Tick(&record(t))).expect("encode"))
             .collect();
         let start_of_2 = MAGIC.len() + frames[0].len() + frames[1].len();
         for flip in [0, 5, 13, 20, frames[2].len() - 1] {
@@ -542,13 +687,90 @@ mod tests {
         assert_eq!(ticks, [1, 2, 3]);
     }
 
+    /// Tick `t` as a version 1 or 2 log held it.
+    fn record_v2(t: u64) -> TickRecordV2 {
+        let r = record(t);
+        TickRecordV2 {
+            tick: r.tick,
+            unix_ms: r.unix_ms,
+            missed_before: r.missed_before,
+            sample: r.sample,
+            state: r.state,
+            active: r.active,
+            shadows: r.shadows,
+            applied: r.applied,
+            kept_last_valid: r.kept_last_valid,
+            changed_models: r.changed_models,
+        }
+    }
+
+    #[test]
+    fn runs_say_what_the_ticks_after_them_were_decided_with() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("d.log");
+        let run = |seed| RunRecord {
+            unix_ms: 1,
+            scenario: "paper-n2".into(),
+            scenario_toml: "name = \"paper-n2\"".into(),
+            predictor: "MeanField".into(),
+            bundle_sha256: Some("cd".repeat(32)),
+            field: mfsched_core::predict::Field::Observed,
+            seed,
+            utility: "utility".into(),
+            active: "exact".into(),
+            shadows: vec!["ga".into()],
+        };
+        let (mut log, _) = DecisionLog::open(&path).expect("open");
+        log.append_run(&run(1)).expect("run");
+        log.append(&record(0)).expect("append");
+        log.append(&record(1)).expect("append");
+        drop(log);
+        let (mut log, _) = DecisionLog::open(&path).expect("reopen");
+        assert_eq!(log.records(), 2, "runs are not tick records");
+        log.append_run(&run(2)).expect("run");
+        log.append(&record(2)).expect("append");
+        let contents = read(&path).expect("read");
+        assert_eq!(contents.records.len(), 3);
+        assert_eq!(contents.runs, vec![(0, run(1)), (2, run(2))]);
+        assert_eq!(contents.run_of(1).map(|r| r.seed), Some(1));
+        assert_eq!(contents.run_of(2).map(|r| r.seed), Some(2));
+    }
+
+    #[test]
+    fn a_version_2_log_is_read_without_previous_configurations_and_moved_aside() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("d.log");
+        let mut bytes = MAGIC_V2.to_vec();
+        for t in 0..2 {
+            let payload = bincode::serde::encode_to_vec(record_v2(t), config()).expect("encode");
+            let len = payload.len() as u32;
+            let mut frame = SYNC.to_vec();
+            frame.extend(len.to_le_bytes());
+            frame.extend(crc32fast::hash(&payload).to_le_bytes());
+            let header_crc = crc32fast::hash(&frame);
+            frame.extend(header_crc.to_le_bytes());
+            frame.extend(payload);
+            bytes.extend(frame);
+        }
+        std::fs::write(&path, &bytes).expect("write");
+        let old = read(&path).expect("v2 reads");
+        assert_eq!(old.records.len(), 2);
+        assert_eq!(old.records[1].previous, None);
+        assert_eq!(old.records[1].applied, record(1).applied);
+        let (mut log, recovery) = DecisionLog::open(&path).expect("open");
+        assert_eq!(recovery.moved_aside, Some(path.with_extension("log.v2")));
+        assert_eq!(log.last_tick(), Some(1), "tick numbers go on");
+        log.append(&record(2)).expect("append");
+        assert_eq!(read(&path).expect("v3").records, vec![record(2)]);
+    }
+
     #[test]
     fn a_version_1_log_is_read_and_moved_aside_when_appended_to() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("d.log");
         let mut bytes = MAGIC_V1.to_vec();
         for t in 0..2 {
-            let payload = bincode::serde::encode_to_vec(record(t), config()).expect("encode");
+            let payload = bincode::serde::encode_to_vec(record_v2(t), config()).expect("encode");
             bytes.extend((payload.len() as u32).to_le_bytes());
             bytes.extend(crc32fast::hash(&payload).to_le_bytes());
             bytes.extend(payload);
@@ -560,6 +782,6 @@ mod tests {
         assert_eq!(std::fs::read(&aside).expect("kept whole"), bytes);
         assert_eq!(log.last_tick(), Some(1), "tick numbers go on");
         log.append(&record(2)).expect("append");
-        assert_eq!(read(&path).expect("v2").records, vec![record(2)]);
+        assert_eq!(read(&path).expect("v3").records, vec![record(2)]);
     }
 }

@@ -12,6 +12,8 @@ pub mod api;
 pub mod config;
 pub mod daemon;
 pub mod declog;
+pub mod forecast;
+pub mod load;
 pub mod metrics;
 pub mod outcome;
 pub mod policies;
@@ -25,7 +27,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::sync::watch;
 
-use config::{DaemonConfig, PolicyConfig};
+use config::{DaemonConfig, PolicyConfig, WorkloadSourceKind};
 use daemon::{Daemon, LoopSettings, RunSummary, WorkloadSource};
 use metrics::Metrics;
 use policies::PluginPolicies;
@@ -67,15 +69,24 @@ pub fn build_policies(
     Ok(policies)
 }
 
-pub fn workload_source(config: &DaemonConfig) -> Result<WorkloadSource> {
-    Ok(match &config.workload.trace {
-        None => WorkloadSource::Fixed(config.workload.level),
-        Some(name) => {
-            let trace =
-                mfsched_core::traces::generate(name, config.workload.trace_ticks, config.seed)
-                    .with_context(|| format!("unknown workload trace '{name}'"))?;
+/// The tick's load: fixed, a synthetic trace, or read from the serving stack
+/// (its pollers start here, so this must run inside tokio).
+pub fn workload_source(
+    config: &DaemonConfig,
+    problem: &mfsched_core::domain::Problem,
+    metrics: Arc<Metrics>,
+) -> Result<WorkloadSource> {
+    let w = &config.workload;
+    Ok(match (w.source(), &w.trace, &w.prometheus) {
+        (WorkloadSourceKind::Trace, Some(name), _) => {
+            let trace = mfsched_core::traces::generate(name, w.trace_ticks, config.seed)
+                .with_context(|| format!("unknown workload trace '{name}'"))?;
             WorkloadSource::Trace(trace.levels)
         }
+        (WorkloadSourceKind::Prometheus, _, Some(p)) => WorkloadSource::Measured(Box::new(
+            load::LoadMonitor::start(p, w.forecast, config.tick.period_ms, problem, metrics)?,
+        )),
+        _ => WorkloadSource::Fixed(w.level),
     })
 }
 
@@ -115,6 +126,24 @@ pub async fn run(
     )
     .context("policy.bundle_dir / policy.field")?;
     tracing::info!(predictor = %served.name, "serving the predictor");
+    let run_record = declog::RunRecord {
+        unix_ms: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64),
+        scenario: scenario.name.clone(),
+        scenario_toml: scenario.source.clone(),
+        predictor: served.name.clone(),
+        bundle_sha256: served.bundle_sha256.clone(),
+        field: config.policy.field,
+        seed: config.seed,
+        utility: config
+            .policy
+            .utility
+            .clone()
+            .unwrap_or_else(|| "utility".to_owned()),
+        active: config.policy.active.clone(),
+        shadows: config.policy.shadows.clone(),
+    };
     let Served {
         predictor, problem, ..
     } = served;
@@ -122,10 +151,11 @@ pub async fn run(
     if let Some(note) = note {
         tracing::warn!("{note}");
     }
-    let (log, recovery) = declog::DecisionLog::open(&config.log.path)?;
+    let (mut log, recovery) = declog::DecisionLog::open(&config.log.path)?;
     for note in recovery.notes() {
         tracing::warn!("decision log {}: {note}", config.log.path.display());
     }
+    log.append_run(&run_record)?;
     // Refused before anything runs: an unguarded API off loopback.
     let guard = api::Guard::from_config(&config.api)?;
     let metrics = Arc::new(Metrics::default());
@@ -136,7 +166,7 @@ pub async fn run(
         active: config.policy.active.clone(),
         shadows: config.policy.shadows.clone(),
         unknown_utilization: config.sampler.unknown_utilization,
-        workload: workload_source(&config)?,
+        workload: workload_source(&config, &problem, Arc::clone(&metrics))?,
     };
     let deciding = daemon::Deciding {
         pipeline: policies.pipeline(),
@@ -206,7 +236,7 @@ pub async fn run(
 }
 
 /// Resolves on SIGINT or SIGTERM.
-async fn wait_for_signal() {
+pub async fn wait_for_signal() {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};

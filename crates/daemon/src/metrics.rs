@@ -63,6 +63,12 @@ struct Inner {
     policy_swaps: u64,
     log_write_failures: u64,
     api_connections_refused: u64,
+    load_read_failures: BTreeMap<String, u64>,
+    load_fallback_ticks: BTreeMap<&'static str, u64>,
+    /// The last tick's load: level ordinal, observed ratio, forecast ratio.
+    workload_level: Option<usize>,
+    load_ratio: Option<f64>,
+    load_forecast: Option<f64>,
 }
 
 #[derive(Debug, Default)]
@@ -149,6 +155,41 @@ impl Metrics {
     /// A tick record the decision log could not take (the tick itself went on).
     pub fn log_write_failed(&self) {
         self.lock().log_write_failures += 1;
+    }
+
+    /// A load reading that failed (unreachable, timed out, too large, unparsable).
+    pub fn load_read_failed(&self, model: &str) {
+        *self
+            .lock()
+            .load_read_failures
+            .entry(model.to_owned())
+            .or_default() += 1;
+    }
+
+    /// The load a tick decided on: its level, the observed and forecast load
+    /// ratios when the source measures one, and the fallback it used, if any.
+    pub fn load(
+        &self,
+        level: mfsched_core::domain::WorkloadLevel,
+        observed: Option<f64>,
+        forecast: Option<f64>,
+        fallback: Option<&'static str>,
+    ) {
+        let mut m = self.lock();
+        m.workload_level = Some(level.ordinal());
+        m.load_ratio = observed;
+        m.load_forecast = forecast;
+        if let Some(kind) = fallback {
+            *m.load_fallback_ticks.entry(kind).or_default() += 1;
+        }
+    }
+
+    pub fn load_fallback_ticks(&self, kind: &str) -> u64 {
+        self.lock()
+            .load_fallback_ticks
+            .get(kind)
+            .copied()
+            .unwrap_or(0)
     }
 
     pub fn policy_swapped(&self) {
@@ -370,6 +411,63 @@ impl Metrics {
             "counter",
             "Policies reloaded from the plugin directory.",
             vec![format!("mfsched_plugin_reloads_total {reloads}")],
+        );
+        section(
+            &mut out,
+            "mfsched_workload_level",
+            "gauge",
+            "The load regime the last tick decided for (0 low, 1 medium, 2 high, 3 burst).",
+            m.workload_level
+                .map(|l| format!("mfsched_workload_level {l}"))
+                .into_iter()
+                .collect(),
+        );
+        section(
+            &mut out,
+            "mfsched_load_ratio",
+            "gauge",
+            "Offered load over the reference rate, mean over the models, as last read.",
+            m.load_ratio
+                .map(|r| format!("mfsched_load_ratio {}", number(r)))
+                .into_iter()
+                .collect(),
+        );
+        section(
+            &mut out,
+            "mfsched_load_forecast_ratio",
+            "gauge",
+            "The load ratio forecast for the next period (what the regime is chosen from).",
+            m.load_forecast
+                .map(|r| format!("mfsched_load_forecast_ratio {}", number(r)))
+                .into_iter()
+                .collect(),
+        );
+        section(
+            &mut out,
+            "mfsched_load_read_failures_total",
+            "counter",
+            "Load readings that failed, per model (unreachable, timed out, too large, unparsable, no series).",
+            m.load_read_failures
+                .iter()
+                .map(|(model, c)| {
+                    format!(
+                        "mfsched_load_read_failures_total{{model=\"{}\"}} {c}",
+                        escape(model)
+                    )
+                })
+                .collect(),
+        );
+        section(
+            &mut out,
+            "mfsched_load_fallback_ticks_total",
+            "counter",
+            "Ticks decided on a fallback load: held (a stale reading within workload.prometheus.stale_ms) or safe (workload.prometheus.safe_level).",
+            m.load_fallback_ticks
+                .iter()
+                .map(|(kind, c)| {
+                    format!("mfsched_load_fallback_ticks_total{{kind=\"{kind}\"}} {c}")
+                })
+                .collect(),
         );
         out
     }

@@ -351,6 +351,23 @@ impl Bundle {
 
     /// Writes both files into `dir` (created if needed), each atomically.
     pub fn write(&self, dir: &Path) -> Result<()> {
+        let (json, weights) = self.encode()?;
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("cannot create directory {}", dir.display()))?;
+        write_atomically(&dir.join(WEIGHTS_FILE), &weights)?;
+        write_atomically(&dir.join(META_FILE), &json)
+    }
+
+    /// SHA-256 of the bundle's canonical encoding (the two files `write` writes,
+    /// metadata first): which bundle predicted, wherever it was loaded from.
+    pub fn digest(&self) -> Result<String> {
+        let (mut bytes, weights) = self.encode()?;
+        bytes.extend_from_slice(&weights);
+        Ok(mfsched_core::digest::sha256_hex(&bytes))
+    }
+
+    /// `bundle.json` and `weights.safetensors`, as bytes.
+    fn encode(&self) -> Result<(Vec<u8>, Vec<u8>)> {
         let mut tensors: BTreeMap<String, (Dtype, Vec<usize>, Vec<u8>)> = BTreeMap::new();
         let mut put_f32 = |name: String, shape: Vec<usize>, values: &[f32]| {
             let bytes = values.iter().flat_map(|v| v.to_le_bytes()).collect();
@@ -417,10 +434,7 @@ impl Bundle {
         let weights = safetensors::serialize(views, None).context("serialising the weights")?;
         let mut json = serde_json::to_vec_pretty(&self.meta).context("serialising bundle.json")?;
         json.push(b'\n');
-        std::fs::create_dir_all(dir)
-            .with_context(|| format!("cannot create directory {}", dir.display()))?;
-        write_atomically(&dir.join(WEIGHTS_FILE), &weights)?;
-        write_atomically(&dir.join(META_FILE), &json)
+        Ok((json, weights))
     }
 }
 

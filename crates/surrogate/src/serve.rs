@@ -34,6 +34,9 @@ pub struct Served {
     pub origin: String,
     /// `origin` with the field.
     pub name: String,
+    /// SHA-256 of the MeanField bundle ([`crate::bundle::Bundle::digest`]);
+    /// `None` for a stand-in predictor.
+    pub bundle_sha256: Option<String>,
     /// The same surrogate under the other field, when the bundle supports it.
     other_field: Option<(Field, Arc<dyn Predictor>)>,
 }
@@ -54,6 +57,7 @@ impl Served {
             problem,
             origin: name.to_owned(),
             name: name.to_owned(),
+            bundle_sha256: None,
             other_field: None,
         }
     }
@@ -82,6 +86,7 @@ impl Served {
 pub fn serve(scenario: &Scenario, options: ServeOptions<'_>) -> Result<Served> {
     let mut problem = scenario.problem.clone();
     let bundle = bundled::load(scenario, options.models)?;
+    let bundle_sha256 = Some(bundle.digest()?);
     bundle.apply(&mut problem, &scenario.explicit_floors);
     let meanfield = Arc::new(bundle.meanfield_on(&problem, options.backend)?);
     let source = match options.models {
@@ -113,6 +118,7 @@ pub fn serve(scenario: &Scenario, options: ServeOptions<'_>) -> Result<Served> {
     };
     Ok(Served {
         name: format!("{origin}, {}", predictor.field().label()),
+        bundle_sha256,
         origin,
         predictor,
         problem,

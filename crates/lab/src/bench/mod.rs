@@ -1,5 +1,6 @@
 //! Benchmarks, measured side by side in one process.
 
+pub mod forecast;
 pub mod peer;
 pub mod policies;
 pub mod surrogate;

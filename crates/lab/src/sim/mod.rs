@@ -51,6 +51,7 @@ pub mod calibration_plot;
 pub mod ceiling;
 pub mod physics;
 pub mod sampler;
+pub mod serve;
 
 use anyhow::Result;
 use mfsched_core::domain::{GpuState, Problem, WorkloadLevel};
@@ -77,6 +78,9 @@ const HERMITE_7: [(f64, f64); 7] = [
 pub struct Measurement {
     pub throughput: Vec<f64>,
     pub state: GpuState,
+    /// The offered load ρ the measurement drew (mean over its repeats): the
+    /// fraction of their solo capacity the models were driven at.
+    pub offered_load: f64,
 }
 
 /// The simulated shared GPU running a problem's models.
@@ -136,11 +140,13 @@ impl Simulator {
         let mut throughput = vec![0.0; parts.len()];
         let mut vram = 0.0;
         let mut utilization = 0.0;
+        let mut offered_load = 0.0;
         for _ in 0..repeats {
             let rho = self
                 .physics
                 .workload
                 .clamp(load.offered_load + load.spread * self.rng.normal());
+            offered_load += rho;
             let demand = rho * parts.iter().map(|p| p.occupancy).sum::<f64>();
             for (i, t) in throughput.iter_mut().enumerate() {
                 let noise = (obs.throughput_noise * self.rng.normal()
@@ -161,6 +167,7 @@ impl Simulator {
                 vram_used_mib: vram / r,
                 utilization: utilization / r,
             },
+            offered_load: offered_load / r,
         }
     }
 

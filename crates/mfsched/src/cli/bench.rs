@@ -37,6 +37,22 @@ pub enum BenchCommand {
     Surrogate(SurrogateArgs),
     /// Training time of one MeanField predictor (median per size).
     Train(super::train::BenchTrainArgs),
+    /// The daemon's load forecasters (last, EWMA, Holt) on the eight dynamic
+    /// traces with the simulator's load draws: how often the forecast regime is
+    /// the next tick's, and the mean absolute error of the forecast load.
+    Forecast(ForecastArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ForecastArgs {
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Consecutive seeds from --seed on.
+    #[arg(long, default_value_t = 5)]
+    seeds: u64,
+    /// Ticks per trace.
+    #[arg(long, default_value_t = mfsched_core::traces::DEFAULT_TICKS)]
+    ticks: usize,
 }
 
 #[derive(Debug, Args)]
@@ -62,6 +78,14 @@ pub struct PoliciesArgs {
     /// bundled set; repeatable.
     #[arg(long = "policy", value_name = "SPEC")]
     policies: Vec<String>,
+    /// Also run the numpy peer (e.g. bench/numpy_peer.py) after each scenario's
+    /// decisions and print its table-then-exhaustive path beside exhaustive
+    /// (table) through Wasm; a peer that cannot run is one line.
+    #[arg(long, value_name = "PATH")]
+    peer: Option<PathBuf>,
+    /// Seconds the peer may run before it is stopped.
+    #[arg(long, default_value_t = 300, value_name = "SECS")]
+    peer_timeout: u64,
     #[command(flatten)]
     opts: PluginOpts,
 }
@@ -76,7 +100,51 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Policies(args) => policies(args),
         BenchCommand::Surrogate(args) => surrogate(args),
         BenchCommand::Train(args) => super::train::bench(args),
+        BenchCommand::Forecast(args) => forecast(args),
     }
+}
+
+fn forecast(args: ForecastArgs) -> Result<()> {
+    use mfsched_lab::bench::forecast as f;
+    if args.seeds == 0 || args.ticks < 2 {
+        anyhow::bail!("--seeds must be at least 1 and --ticks at least 2");
+    }
+    let scores = f::run(args.seed, args.seeds, args.ticks)?;
+    println!(
+        "Load forecasts one tick ahead on the eight traces, loads drawn as the simulator draws them (seeds {}..={}, {} ticks each)",
+        args.seed,
+        args.seed + args.seeds - 1,
+        args.ticks
+    );
+    println!(
+        "regime hit rate (forecast regime = next tick's regime) / mean absolute error of the load ratio"
+    );
+    print!("{:<12}", "trace");
+    for kind in mfsched_daemon::forecast::ForecastKind::ALL {
+        print!(" {:>16}", kind.as_str());
+    }
+    println!();
+    for trace in mfsched_core::traces::TRACE_NAMES {
+        print!("{trace:<12}");
+        for s in scores.iter().filter(|s| s.trace == trace) {
+            print!(
+                " {:>16}",
+                format!("{:.1} % / {:.3}", 100.0 * s.accuracy(), s.mae())
+            );
+        }
+        println!();
+    }
+    print!("{:<12}", "all");
+    let totals = f::overall(&scores);
+    for (_, acc, mae) in &totals {
+        print!(" {:>16}", format!("{:.1} % / {mae:.3}", 100.0 * acc));
+    }
+    println!();
+    println!(
+        "the daemon's default (workload.forecast): {}",
+        mfsched_daemon::forecast::DEFAULT_FORECAST.as_str()
+    );
+    Ok(())
 }
 
 /// One scenario's results.
@@ -203,6 +271,27 @@ fn policies_on(args: &PoliciesArgs, name: &str) -> Result<(ScenarioBench, serde_
         median_of("exhaustive (candidates)").zip(median_of("exhaustive (table)"));
     let ga_over_exact = median_of("ga").zip(median_of("exact"));
     let load = load_average();
+    // The peer right after the decisions, under the same machine load.
+    let peer_table_ms = args.peer.as_ref().map(|script| {
+        eprintln!("running the peer: {} {}", peer::PYTHON, script.display());
+        peer::run(&PeerRun {
+            scenario_toml: peer::scenario_toml(script, name),
+            script: script.clone(),
+            repeats: 20,
+            timeout: Duration::from_secs(args.peer_timeout),
+        })
+        .and_then(|f| {
+            if f.scenario == scenario.name {
+                Ok(f.table.median_ms)
+            } else {
+                bail!("it measured {}, not {}", f.scenario, scenario.name)
+            }
+        })
+    });
+    let table_over_peer = match (&peer_table_ms, median_of("exhaustive (table)")) {
+        (Some(Ok(peer_ms)), Some(ms)) => Some((*peer_ms, ms)),
+        _ => None,
+    };
     let report = serde_json::json!({
         "scenario": scenario.name,
         "models": problem.models.len(),
@@ -215,6 +304,8 @@ fn policies_on(args: &PoliciesArgs, name: &str) -> Result<(ScenarioBench, serde_
         "policies": rows,
         "exhaustive_candidates_over_table": candidates_over_table.map(|(c, t)| c / t),
         "ga_over_exact": ga_over_exact.map(|(ga, exact)| ga / exact),
+        "peer_table_ms": table_over_peer.map(|(peer_ms, _)| peer_ms),
+        "peer_table_over_exhaustive_table": table_over_peer.map(|(peer_ms, ms)| peer_ms / ms),
     });
     if !args.json {
         println!(
@@ -267,6 +358,15 @@ fn policies_on(args: &PoliciesArgs, name: &str) -> Result<(ScenarioBench, serde_
                 "exact: {exact_ms:.2} ms vs GA {ga_ms:.2} ms median ({:.1}x faster)",
                 ga_ms / exact_ms
             );
+        }
+        match (&peer_table_ms, table_over_peer) {
+            (Some(Err(e)), _) => println!("numpy peer  not measured: {e:#}"),
+            (Some(Ok(_)), Some((peer_ms, ms))) => println!(
+                "exhaustive (table) through Wasm {ms:.2} ms vs the numpy peer's table-then-exhaustive path {peer_ms:.2} ms median ({:.2}x the peer's speed; load average {} after the peer)",
+                peer_ms / ms,
+                format_load_average(load_average())
+            ),
+            _ => {}
         }
         if exhaustive {
             println!(

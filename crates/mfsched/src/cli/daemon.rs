@@ -1,4 +1,4 @@
-//! `mfsched run`, `mfsched replay` and `mfsched nvml probe`.
+//! `mfsched run` and `mfsched nvml probe`.
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
@@ -48,35 +48,6 @@ pub fn run(args: RunArgs) -> Result<()> {
         "stopped after {} tick(s), {} missed; the log holds {} record(s)",
         summary.ticks, summary.missed_ticks, summary.log_records
     );
-    Ok(())
-}
-
-#[derive(Debug, Args)]
-pub struct ReplayArgs {
-    /// A decision log written by `mfsched run`.
-    log: PathBuf,
-    /// Totals per policy instead of one line per tick.
-    #[arg(long)]
-    summary: bool,
-}
-
-pub fn replay(args: ReplayArgs) -> Result<()> {
-    let contents = mfsched_daemon::declog::read(&args.log)?;
-    if args.summary {
-        print!("{}", mfsched_daemon::replay::summary(&contents));
-    } else {
-        print!("{}", mfsched_daemon::replay::lines(&contents));
-    }
-    for skipped in &contents.skipped {
-        eprintln!("warning: {}: {skipped}", args.log.display());
-    }
-    if let Some(torn) = &contents.torn {
-        eprintln!(
-            "warning: {}: {torn}; the {} record(s) before it are intact",
-            args.log.display(),
-            contents.records.len()
-        );
-    }
     Ok(())
 }
 

@@ -8,6 +8,7 @@ mod eval;
 mod models;
 mod plugins;
 mod profile;
+mod replay;
 mod repro;
 mod scenario;
 mod sim;
@@ -39,8 +40,9 @@ enum Command {
     Scenario(scenario::ScenarioCommand),
     /// Runs the scheduling daemon: decision loop, actuators, decision log, HTTP API.
     Run(daemon::RunArgs),
-    /// Prints or summarises a decision log written by `run`.
-    Replay(daemon::ReplayArgs),
+    /// Prints or summarises a decision log written by `run`; with --policy,
+    /// decides every recorded tick again with other policies (counterfactual A/B).
+    Replay(replay::ReplayArgs),
     /// NVML diagnostics.
     #[command(subcommand)]
     Nvml(daemon::NvmlCommand),
@@ -110,7 +112,7 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Scenario(cmd) => scenario::run(cmd),
         Command::Run(args) => daemon::run(args),
-        Command::Replay(args) => daemon::replay(args),
+        Command::Replay(args) => replay::replay(args),
         Command::Nvml(cmd) => daemon::nvml(cmd),
         Command::Profile(args) => profile::run(args),
         Command::Data(cmd) => data::run(cmd),

@@ -1,8 +1,10 @@
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 use clap::Subcommand;
+use mfsched_core::domain::WorkloadLevel;
 use mfsched_core::fsutil::write_atomically;
 use mfsched_core::profile::{DEFAULT_REPEATS, SamplingPlan};
 use mfsched_core::scenario;
+use mfsched_lab::sim::serve::{MetricsFormat, ServeOptions, Servers};
 use mfsched_lab::sim::{self, Simulator, calibration, calibration_plot, ceiling};
 use mfsched_rng::Rng;
 use std::path::PathBuf;
@@ -39,6 +41,47 @@ pub enum SimCommand {
         #[arg(long, default_value_t = DEFAULT_REPEATS)]
         repeats: u32,
     },
+    /// Runs the simulator as one model server per model on loopback (SIMULATED
+    /// servers, not real ones): each serves /metrics with vLLM's or Triton's
+    /// metric names and takes its configuration from the daemon's webhook
+    /// actuator (POST /config), while a workload trace drives the offered load.
+    /// Prints the daemon config that reads and actuates them; runs until
+    /// SIGINT/SIGTERM.
+    Serve(ServeArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// A bundled scenario name or a path to a scenario .toml file.
+    #[arg(long, default_value = "paper-n2")]
+    scenario: String,
+    /// A dynamic workload trace (steady, step-up, …), replayed cyclically; else --level.
+    #[arg(long)]
+    trace: Option<String>,
+    /// The workload level of every tick when no --trace is given.
+    #[arg(long, default_value = "medium")]
+    level: String,
+    #[arg(long, default_value_t = mfsched_core::traces::DEFAULT_TICKS)]
+    trace_ticks: usize,
+    /// Length of one simulated tick (one trace step), ms.
+    #[arg(long, default_value_t = 1000)]
+    tick_ms: u64,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Requests per second each server is offered at load ratio 1.
+    #[arg(long, default_value_t = 10.0)]
+    reference_rate: f64,
+    /// Every server's metric names: vllm or triton (default: vllm for llm models, triton for the others).
+    #[arg(long)]
+    format: Option<String>,
+    #[arg(long, default_value = "127.0.0.1")]
+    listen: std::net::IpAddr,
+    /// Model i listens on port-base + i; 0 picks free ports (see --ports-file).
+    #[arg(long, default_value_t = 18000)]
+    port_base: u16,
+    /// Writes {"model": "host:port", …} here (JSON, atomically) once every server listens.
+    #[arg(long)]
+    ports_file: Option<PathBuf>,
 }
 
 pub fn run(cmd: SimCommand) -> Result<()> {
@@ -55,7 +98,101 @@ pub fn run(cmd: SimCommand) -> Result<()> {
             samples,
             repeats,
         } => run_ceiling(&scenario, seed, samples, repeats),
+        SimCommand::Serve(args) => run_serve(args),
     }
+}
+
+fn run_serve(args: ServeArgs) -> Result<()> {
+    let scenario = scenario::load(&args.scenario)?;
+    let problem = scenario.problem;
+    let levels = match &args.trace {
+        Some(name) => {
+            mfsched_core::traces::generate(name, args.trace_ticks, args.seed)
+                .with_context(|| {
+                    format!(
+                        "--trace '{name}' is unknown: use one of {}",
+                        mfsched_core::traces::TRACE_NAMES.join(", ")
+                    )
+                })?
+                .levels
+        }
+        None => vec![WorkloadLevel::parse(&args.level).with_context(|| {
+            format!(
+                "--level '{}' is unknown: use low, medium, high or burst",
+                args.level
+            )
+        })?],
+    };
+    let format = match args.format.as_deref() {
+        None => None,
+        Some(f) => Some(
+            MetricsFormat::parse(f)
+                .with_context(|| format!("--format '{f}' is unknown: use vllm or triton"))?,
+        ),
+    };
+    let formats: Vec<MetricsFormat> = problem
+        .models
+        .iter()
+        .map(|m| format.unwrap_or_else(|| MetricsFormat::for_kind(&m.kind)))
+        .collect();
+    let options = ServeOptions {
+        reference_rates: vec![args.reference_rate; problem.models.len()],
+        formats: formats.clone(),
+        levels,
+        tick: std::time::Duration::from_millis(args.tick_ms),
+        seed: args.seed,
+        listen: args.listen,
+        port_base: args.port_base,
+        problem: problem.clone(),
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    rt.block_on(async move {
+        let servers = Servers::start(options).await?;
+        if let Some(path) = &args.ports_file {
+            let ports: std::collections::BTreeMap<&str, String> = servers
+                .addresses
+                .iter()
+                .map(|(m, a)| (m.as_str(), a.to_string()))
+                .collect();
+            write_atomically(path, &serde_json::to_vec_pretty(&ports)?)?;
+        }
+        println!(
+            "SIMULATED model servers ({}, seed {}): not real inference servers",
+            sim::DEVICE_NAME,
+            args.seed
+        );
+        for (m, f) in problem.models.iter().zip(&formats) {
+            println!(
+                "  {:<12} {:<7} http://{}/metrics  POST /config",
+                m.name,
+                f.as_str(),
+                servers.addresses[&m.name]
+            );
+        }
+        println!();
+        println!("# For mfsched run: read these servers' load and actuate them.");
+        println!("[workload]\nsource = \"prometheus\"\n\n[workload.prometheus]");
+        for (m, f) in problem.models.iter().zip(&formats) {
+            println!(
+                "[workload.prometheus.models.{}]\npreset = \"{}\"\nscrape = \"http://{}/metrics\"\nreference_rate = {}",
+                m.name,
+                f.as_str(),
+                servers.addresses[&m.name],
+                args.reference_rate
+            );
+        }
+        println!("\n[actuator.webhook.urls]");
+        for m in &problem.models {
+            println!("{} = \"http://{}/config\"", m.name, servers.addresses[&m.name]);
+        }
+        mfsched_daemon::wait_for_signal().await;
+        drop(servers);
+        anyhow::Ok(())
+    })
 }
 
 fn run_calibration(seed: u64, seeds: u64, repeats: u32, svg: Option<PathBuf>) -> Result<()> {

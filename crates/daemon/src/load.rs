@@ -1,0 +1,511 @@
+//! The load the model servers see, read from the serving stack
+//! (`workload.source = "prometheus"`).
+//!
+//! Per model, the offered request rate comes either from a PromQL query
+//! against a Prometheus server (`/api/v1/query`, the preset's
+//! `sum(rate(counter{label="name"}[window]))` or the user's own expression) or
+//! from a direct scrape of the model server's `/metrics` (the request counter,
+//! its rate taken between two scrapes). Each model has a poller task of its own,
+//! so a slow or dead server never holds a tick: the tick reads whatever the
+//! pollers last stored.
+//!
+//! The tick's load ratio is the mean over the models of rate / reference rate;
+//! the forecaster ([`crate::forecast`]) turns the ratios into the next period's,
+//! and `thresholds` into a regime. A reading that fails is counted and logged
+//! once per run of failures; the model's last reading stands in for `stale_ms`;
+//! with no model read within that, the tick decides on `safe_level`. Every
+//! fallback tick is counted by kind in `/metrics`.
+
+use anyhow::{Context, Result, bail};
+use http_body_util::{BodyExt, Empty, Limited};
+use hyper::body::Bytes;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use serde::Deserialize;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::task::JoinHandle;
+
+use super::config::{ModelLoadConfig, PrometheusConfig};
+use super::forecast::{ForecastKind, Forecaster};
+use super::metrics::Metrics;
+use mfsched_core::domain::{Problem, WorkloadLevel};
+
+type HttpClient = Client<HttpConnector, Empty<Bytes>>;
+
+/// The load a tick decides on.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LoadReading {
+    pub level: WorkloadLevel,
+    /// Mean load ratio over the models read (none on the safe level).
+    pub observed: Option<f64>,
+    /// The forecast ratio the level was chosen from.
+    pub forecast: Option<f64>,
+    /// `held` (a stale reading stood in) or `safe` (nothing was read: the safe level).
+    pub fallback: Option<&'static str>,
+}
+
+/// The regime a load ratio falls in.
+pub fn level_of(ratio: f64, thresholds: &[f64; 3]) -> WorkloadLevel {
+    let above = thresholds.iter().filter(|t| ratio >= **t).count();
+    WorkloadLevel::from_ordinal(above).unwrap_or(WorkloadLevel::Burst)
+}
+
+/// A model's last reading, as its poller stored it.
+#[derive(Debug, Clone, Copy, Default)]
+struct Reading {
+    /// Load ratio (rate / reference rate).
+    ratio: Option<f64>,
+    at: Option<Instant>,
+    /// The latest attempt failed.
+    failing: bool,
+}
+
+/// How one model's rate is read.
+#[derive(Debug)]
+enum Source {
+    /// `GET {url}/api/v1/query?query=…`: a rate, already per second.
+    Query { uri: hyper::Uri, query: String },
+    /// `GET /metrics`: a counter; the rate between two scrapes.
+    Scrape {
+        uri: hyper::Uri,
+        metric: String,
+        label: String,
+        name: String,
+        last: Option<(f64, Instant)>,
+    },
+}
+
+impl Source {
+    fn new(model: &str, m: &ModelLoadConfig, p: &PrometheusConfig) -> Result<Self> {
+        let name = m.served_name.clone().unwrap_or_else(|| model.to_owned());
+        let (metric, label) = match m.preset {
+            Some(preset) => {
+                let (metric, label) = preset.metric_and_label();
+                (metric.to_owned(), label.to_owned())
+            }
+            None => (
+                m.metric.clone().unwrap_or_default(),
+                m.label.clone().unwrap_or_default(),
+            ),
+        };
+        if let Some(url) = &m.scrape {
+            return Ok(Self::Scrape {
+                uri: url
+                    .parse()
+                    .with_context(|| format!("workload.prometheus.models.{model}.scrape"))?,
+                metric,
+                label,
+                name,
+                last: None,
+            });
+        }
+        let query = match &m.query {
+            Some(q) => q.clone(),
+            None => format!(
+                "sum(rate({metric}{{{label}=\"{}\"}}[{}]))",
+                promql_string(&name),
+                p.rate_window
+            ),
+        };
+        let base = p.url.as_deref().context("workload.prometheus.url")?;
+        let encoded: String = form_urlencoded::byte_serialize(query.as_bytes()).collect();
+        let uri = format!(
+            "{}/api/v1/query?query={encoded}",
+            base.trim_end_matches('/')
+        )
+        .parse()
+        .with_context(|| format!("workload.prometheus.models.{model}: the query URL"))?;
+        Ok(Self::Query { uri, query })
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Self::Query { query, .. } => format!("PromQL {query}"),
+            Self::Scrape { uri, metric, .. } => format!("{metric} from {uri}"),
+        }
+    }
+
+    /// Requests per second; `None` while a scrape has no earlier counter value
+    /// to take a rate from (the first scrape, or after the counter reset).
+    async fn rate(
+        &mut self,
+        client: &HttpClient,
+        timeout: Duration,
+        max_bytes: usize,
+    ) -> Result<Option<f64>> {
+        match self {
+            Self::Query { uri, .. } => {
+                let body = get(client, uri, timeout, max_bytes).await?;
+                query_value(&body).map(Some)
+            }
+            Self::Scrape {
+                uri,
+                metric,
+                label,
+                name,
+                last,
+            } => {
+                let body = get(client, uri, timeout, max_bytes).await?;
+                let text = std::str::from_utf8(&body).context("the /metrics page is not UTF-8")?;
+                let value = counter_value(text, metric, label, name)?;
+                let now = Instant::now();
+                let rate = match *last {
+                    Some((v, at)) if value >= v => {
+                        let dt = now.duration_since(at).as_secs_f64();
+                        (dt > 0.0).then(|| (value - v) / dt)
+                    }
+                    // A counter that went down restarted with its server.
+                    _ => None,
+                };
+                *last = Some((value, now));
+                Ok(rate)
+            }
+        }
+    }
+}
+
+/// A PromQL string literal's content: backslash and double quote escaped.
+fn promql_string(s: &str) -> String {
+    s.replace('\\', "\\\\").replace('"', "\\\"")
+}
+
+/// One GET within `timeout`, the answer's body capped at `max_bytes`.
+async fn get(
+    client: &HttpClient,
+    uri: &hyper::Uri,
+    timeout: Duration,
+    max_bytes: usize,
+) -> Result<Bytes> {
+    let fetch = async {
+        let response = client
+            .get(uri.clone())
+            .await
+            .map_err(|e| anyhow::anyhow!("{uri}: {e}"))?;
+        let status = response.status();
+        if !status.is_success() {
+            bail!("{uri}: HTTP {status}");
+        }
+        let body = Limited::new(response.into_body(), max_bytes)
+            .collect()
+            .await
+            .map_err(|e| anyhow::anyhow!("{uri}: {e} (more than {max_bytes} bytes?)"))?;
+        Ok(body.to_bytes())
+    };
+    tokio::time::timeout(timeout, fetch)
+        .await
+        .map_err(|_| anyhow::anyhow!("{uri}: no answer within {} ms", timeout.as_millis()))?
+}
+
+/// The sum of a query's result: an instant vector (summed) or a scalar.
+fn query_value(body: &[u8]) -> Result<f64> {
+    #[derive(Deserialize)]
+    struct Answer {
+        status: String,
+        #[serde(default)]
+        error: Option<String>,
+        #[serde(default)]
+        data: Option<Data>,
+    }
+    #[derive(Deserialize)]
+    #[serde(tag = "resultType", content = "result", rename_all = "lowercase")]
+    enum Data {
+        Vector(Vec<VectorSample>),
+        Scalar((f64, String)),
+        Matrix(serde::de::IgnoredAny),
+        String(serde::de::IgnoredAny),
+    }
+    #[derive(Deserialize)]
+    struct VectorSample {
+        value: (f64, String),
+    }
+    let answer: Answer =
+        serde_json::from_slice(body).context("the query answer is not Prometheus API JSON")?;
+    if answer.status != "success" {
+        bail!(
+            "Prometheus refused the query: {}",
+            answer.error.unwrap_or_else(|| answer.status.clone())
+        );
+    }
+    let parse = |s: &str| {
+        s.parse::<f64>()
+            .ok()
+            .filter(|v| v.is_finite())
+            .with_context(|| format!("the query gave '{s}', not a finite number"))
+    };
+    match answer.data.context("the query answer has no data")? {
+        Data::Vector(samples) if samples.is_empty() => {
+            bail!("the query returned no series (is the server scraped yet?)")
+        }
+        Data::Vector(samples) => samples.iter().map(|s| parse(&s.value.1)).sum(),
+        Data::Scalar((_, v)) => parse(&v),
+        Data::Matrix(_) | Data::String(_) => {
+            bail!("the query must give an instant vector or a scalar, not a range or a string")
+        }
+    }
+}
+
+/// The sum of `metric`'s samples whose `label` is `name` on a `/metrics` page.
+fn counter_value(text: &str, metric: &str, label: &str, name: &str) -> Result<f64> {
+    let (_, families) = nom_openmetrics::parser::prometheus(text).map_err(|e| {
+        anyhow::anyhow!(
+            "the /metrics page does not parse: {}",
+            first_line(&e.to_string())
+        )
+    })?;
+    let mut found = None;
+    for sample in families.iter().flat_map(|f| &f.samples) {
+        if sample.name() == metric
+            && sample
+                .labels()
+                .iter()
+                .any(|l| l.name == label && l.value == name)
+        {
+            *found.get_or_insert(0.0) += sample.number();
+        }
+    }
+    let value =
+        found.with_context(|| format!("no sample {metric}{{{label}=\"{name}\"}} on the page"))?;
+    if !value.is_finite() {
+        bail!("{metric}{{{label}=\"{name}\"}} is {value}");
+    }
+    Ok(value)
+}
+
+fn first_line(s: &str) -> &str {
+    let line = s.lines().next().unwrap_or("");
+    &line[..line.len().min(200)]
+}
+
+/// The pollers' readings and what the ticks make of them.
+#[derive(Debug)]
+pub struct LoadMonitor {
+    readings: Arc<Mutex<Vec<Reading>>>,
+    forecaster: Forecaster,
+    thresholds: [f64; 3],
+    stale: Duration,
+    safe_level: WorkloadLevel,
+    /// The previous tick fell back to the safe level (logged on the change).
+    on_safe_level: bool,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl LoadMonitor {
+    /// Starts one poller per configured model. Must be called inside tokio.
+    pub fn start(
+        config: &PrometheusConfig,
+        forecast: ForecastKind,
+        period_ms: u64,
+        problem: &Problem,
+        metrics: Arc<Metrics>,
+    ) -> Result<Self> {
+        let client: HttpClient = Client::builder(TokioExecutor::new()).build_http();
+        let readings = Arc::new(Mutex::new(vec![Reading::default(); config.models.len()]));
+        let poll = config.poll(period_ms);
+        let timeout = Duration::from_millis(config.timeout_ms);
+        let mut tasks = Vec::with_capacity(config.models.len());
+        for (slot, (model, m)) in config.models.iter().enumerate() {
+            if problem.model_index(model).is_none() {
+                bail!(
+                    "workload.prometheus.models names model '{model}', which the scenario does not have"
+                );
+            }
+            let source = Source::new(model, m, config)?;
+            tracing::info!(model = %model, "load: {} (reference {} requests/s)", source.describe(), m.reference_rate);
+            tasks.push(tokio::spawn(poller(
+                Poller {
+                    model: model.clone(),
+                    slot,
+                    reference: m.reference_rate,
+                    source,
+                    client: client.clone(),
+                    poll,
+                    timeout,
+                    max_bytes: config.max_bytes,
+                },
+                Arc::clone(&readings),
+                Arc::clone(&metrics),
+            )));
+        }
+        Ok(Self {
+            readings,
+            forecaster: Forecaster::new(forecast),
+            thresholds: config.thresholds,
+            stale: Duration::from_millis(config.stale_ms),
+            safe_level: config.safe_level,
+            on_safe_level: false,
+            tasks,
+        })
+    }
+
+    /// The load for the tick starting now.
+    pub fn read(&mut self) -> LoadReading {
+        let now = Instant::now();
+        let readings = self
+            .readings
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let usable: Vec<&Reading> = readings
+            .iter()
+            .filter(|r| {
+                r.ratio.is_some() && r.at.is_some_and(|at| now.duration_since(at) <= self.stale)
+            })
+            .collect();
+        if usable.is_empty() {
+            if !std::mem::replace(&mut self.on_safe_level, true) {
+                tracing::warn!(
+                    "load: no model's load read within {} ms: deciding on the safe level ({})",
+                    self.stale.as_millis(),
+                    self.safe_level
+                );
+            }
+            return LoadReading {
+                level: self.safe_level,
+                observed: None,
+                forecast: None,
+                fallback: Some("safe"),
+            };
+        }
+        if std::mem::replace(&mut self.on_safe_level, false) {
+            tracing::info!("load: readings are back; deciding on the measured load again");
+        }
+        let observed = usable.iter().filter_map(|r| r.ratio).sum::<f64>() / usable.len() as f64;
+        self.forecaster.observe(observed);
+        let forecast = self.forecaster.next().unwrap_or(observed);
+        let held = readings.iter().any(|r| r.failing) || usable.len() < readings.len();
+        LoadReading {
+            level: level_of(forecast, &self.thresholds),
+            observed: Some(observed),
+            forecast: Some(forecast),
+            fallback: held.then_some("held"),
+        }
+    }
+}
+
+impl Drop for LoadMonitor {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+struct Poller {
+    model: String,
+    slot: usize,
+    reference: f64,
+    source: Source,
+    client: HttpClient,
+    poll: Duration,
+    timeout: Duration,
+    max_bytes: usize,
+}
+
+/// Reads one model's rate every `poll`, forever (aborted with the monitor).
+async fn poller(mut p: Poller, readings: Arc<Mutex<Vec<Reading>>>, metrics: Arc<Metrics>) {
+    let mut interval = tokio::time::interval(p.poll);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut failing = false;
+    loop {
+        interval.tick().await;
+        let result = p.source.rate(&p.client, p.timeout, p.max_bytes).await;
+        let mut r = readings.lock().unwrap_or_else(|e| e.into_inner());
+        let reading = &mut r[p.slot];
+        match result {
+            Ok(rate) => {
+                if std::mem::replace(&mut failing, false) {
+                    tracing::info!(model = %p.model, "load: reading again");
+                }
+                reading.failing = false;
+                if let Some(rate) = rate {
+                    reading.ratio = Some(rate / p.reference);
+                    reading.at = Some(Instant::now());
+                }
+            }
+            Err(e) => {
+                metrics.load_read_failed(&p.model);
+                reading.failing = true;
+                if !std::mem::replace(&mut failing, true) {
+                    tracing::warn!(
+                        model = %p.model,
+                        "load: {e:#}; its last reading stands in while it is recent, then the safe level"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ratios_fall_in_the_regime_between_the_thresholds() {
+        let t = crate::config::DEFAULT_THRESHOLDS;
+        assert_eq!(level_of(0.45, &t), WorkloadLevel::Low);
+        assert_eq!(level_of(0.55, &t), WorkloadLevel::Medium);
+        assert_eq!(level_of(0.8, &t), WorkloadLevel::High);
+        assert_eq!(level_of(1.15, &t), WorkloadLevel::Burst);
+        assert_eq!(level_of(f64::INFINITY, &t), WorkloadLevel::Burst);
+    }
+
+    #[test]
+    fn counters_are_read_from_vllm_and_triton_pages() {
+        // The shape real servers write: HELP/TYPE lines, `_created` samples, several models.
+        let vllm = "# HELP vllm:request_success_total Count of successfully processed requests.\n\
+# TYPE vllm:request_success_total counter\n\
+vllm:request_success_total{finished_reason=\"stop\",model_name=\"llm\"} 10.0\n\
+vllm:request_success_total{finished_reason=\"length\",model_name=\"llm\"} 2.5\n\
+vllm:request_success_total{finished_reason=\"stop\",model_name=\"other\"} 99.0\n\
+# HELP vllm:request_success_created Count of successfully processed requests.\n\
+# TYPE vllm:request_success_created gauge\n\
+vllm:request_success_created{finished_reason=\"stop\",model_name=\"llm\"} 1.7e9\n";
+        let v = counter_value(vllm, "vllm:request_success_total", "model_name", "llm")
+            .expect("vllm page");
+        assert!((v - 12.5).abs() < 1e-12, "{v}");
+        let triton = "# HELP nv_inference_request_success Number of successful inference requests, all batch sizes\n\
+# TYPE nv_inference_request_success counter\n\
+nv_inference_request_success{model=\"yolo\",version=\"1\"} 42\n";
+        assert_eq!(
+            counter_value(triton, "nv_inference_request_success", "model", "yolo")
+                .expect("triton page"),
+            42.0
+        );
+        let missing = counter_value(triton, "nv_inference_request_success", "model", "llm")
+            .expect_err("another model");
+        assert!(missing.to_string().contains("no sample"), "{missing}");
+        let garbage =
+            counter_value("this is { not a page\n", "x", "model", "y").expect_err("not a page");
+        assert!(garbage.to_string().contains("does not parse"), "{garbage}");
+    }
+
+    #[test]
+    fn prometheus_answers_give_a_rate_or_one_clear_reason() {
+        let vector = br#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{},"value":[1700000000.1,"6.5"]},{"metric":{"a":"b"},"value":[1700000000.1,"1"]}]}}"#;
+        assert_eq!(query_value(vector).expect("vector"), 7.5);
+        let scalar =
+            br#"{"status":"success","data":{"resultType":"scalar","result":[1700000000.1,"2"]}}"#;
+        assert_eq!(query_value(scalar).expect("scalar"), 2.0);
+        let empty = br#"{"status":"success","data":{"resultType":"vector","result":[]}}"#;
+        assert!(
+            query_value(empty)
+                .expect_err("empty")
+                .to_string()
+                .contains("no series")
+        );
+        let refused =
+            br#"{"status":"error","errorType":"bad_data","error":"parse error at char 4"}"#;
+        assert!(
+            query_value(refused)
+                .expect_err("refused")
+                .to_string()
+                .contains("parse error at char 4")
+        );
+        let nan = br#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{},"value":[1,"NaN"]}]}}"#;
+        assert!(query_value(nan).is_err());
+        assert!(query_value(b"<html>").is_err());
+    }
+}

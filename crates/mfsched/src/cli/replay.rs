@@ -1,0 +1,367 @@
+//! `mfsched replay`: a decision log read back, and, with `--policy`, every
+//! recorded tick decided again by other policies (counterfactual replay: offline
+//! A/B on what a deployment actually saw).
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use serde::Serialize;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use super::eval::parse_policy;
+use super::plugins::{PluginOpts, policy_params};
+use mfsched_core::domain::{JointConfig, Problem};
+use mfsched_core::fsutil::write_atomically;
+use mfsched_daemon::declog::{LogContents, RunRecord, TickRecord};
+use mfsched_plugin_host::registry::{resolve_policy, resolve_utility};
+use mfsched_plugin_host::{Decider, DecisionOutcome, Registry};
+
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// A decision log written by `mfsched run`.
+    log: PathBuf,
+    /// Totals per policy instead of one line per tick.
+    #[arg(long)]
+    summary: bool,
+    /// Decide every recorded tick again with this policy (`NAME[:k=v,…]`: an
+    /// embedded name, a NAME.wasm of --plugin-dir, or a .wasm path) on the
+    /// recorded state and running configuration; repeatable. Prints each
+    /// policy beside what ran.
+    #[arg(long = "policy", value_name = "SPEC")]
+    policies: Vec<String>,
+    /// With --policy: also write report.md and results.json here.
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+    /// With --policy: print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    opts: PluginOpts,
+}
+
+pub fn replay(args: ReplayArgs) -> Result<()> {
+    let contents = mfsched_daemon::declog::read(&args.log)?;
+    for skipped in &contents.skipped {
+        eprintln!("warning: {}: {skipped}", args.log.display());
+    }
+    if let Some(torn) = &contents.torn {
+        eprintln!(
+            "warning: {}: {torn}; the {} record(s) before it are intact",
+            args.log.display(),
+            contents.records.len()
+        );
+    }
+    if !args.policies.is_empty() {
+        return counterfactual(&args, &contents);
+    }
+    if args.summary {
+        print!("{}", mfsched_daemon::replay::summary(&contents));
+    } else {
+        print!("{}", mfsched_daemon::replay::lines(&contents));
+    }
+    Ok(())
+}
+
+/// One policy's totals over the replayed ticks.
+#[derive(Debug, Default, Serialize)]
+struct Totals {
+    label: String,
+    ticks: usize,
+    decided: usize,
+    failed: usize,
+    /// Mean predicted utility over the ticks with a finite one.
+    mean_utility: Option<f64>,
+    /// Ticks where a predicted throughput is under its model's floor.
+    floors_missed: usize,
+    /// Models whose configuration the decision changed, summed over the ticks.
+    reconfigurations: usize,
+    /// Ticks decided differently from what ran (none for what ran itself).
+    differ_from_ran: Option<usize>,
+    #[serde(skip)]
+    utility_sum: f64,
+    #[serde(skip)]
+    utility_n: usize,
+}
+
+impl Totals {
+    fn add(&mut self, utility: Option<f64>, floors_missed: bool, reconfigured: usize) {
+        self.ticks += 1;
+        if let Some(u) = utility.filter(|u| u.is_finite()) {
+            self.utility_sum += u;
+            self.utility_n += 1;
+        }
+        self.floors_missed += usize::from(floors_missed);
+        self.reconfigurations += reconfigured;
+        self.mean_utility = (self.utility_n > 0).then(|| self.utility_sum / self.utility_n as f64);
+    }
+}
+
+fn changed(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).filter(|(x, y)| x != y).count()
+}
+
+fn misses_a_floor(problem: &Problem, throughput: impl IntoIterator<Item = f64>) -> bool {
+    throughput
+        .into_iter()
+        .zip(&problem.sla_floors)
+        .any(|(t, &f)| f > 0.0 && t < f)
+}
+
+/// What every replayed tick ran and what each policy would have decided.
+#[derive(Debug, Serialize)]
+struct Results {
+    log: String,
+    scenario: String,
+    bundle_sha256: Option<String>,
+    field: String,
+    seed: u64,
+    ticks: usize,
+    skipped_without_previous: usize,
+    ran: Totals,
+    policies: Vec<Totals>,
+    /// Per tick: the recorded active decision and each policy's, in `policies` order.
+    decisions: Vec<TickDecisions>,
+}
+
+#[derive(Debug, Serialize)]
+struct TickDecisions {
+    tick: u64,
+    ran: Option<JointConfig>,
+    policies: Vec<Option<JointConfig>>,
+}
+
+fn run_of(contents: &LogContents, i: usize) -> Result<&RunRecord> {
+    contents.run_of(i).context(
+        "this log has no run record (it was written before decision log version 3): \
+         replay --policy needs the scenario, bundle and seed a version 3 log records",
+    )
+}
+
+fn counterfactual(args: &ReplayArgs, contents: &LogContents) -> Result<()> {
+    let ticks: Vec<(usize, &TickRecord)> = contents
+        .records
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.previous.is_some())
+        .collect();
+    let skipped = contents.records.len() - ticks.len();
+    let Some(&(first, _)) = ticks.first() else {
+        bail!(
+            "{}: no tick records the configuration it started from (logs before version 3 do not); nothing to replay",
+            args.log.display()
+        );
+    };
+    let run = run_of(contents, first)?;
+    // One problem for the whole replay: every tick must come from the same set-up.
+    for &(i, r) in &ticks {
+        let other = run_of(contents, i)?;
+        if other.scenario_toml != run.scenario_toml
+            || other.bundle_sha256 != run.bundle_sha256
+            || other.field != run.field
+            || other.seed != run.seed
+            || other.utility != run.utility
+        {
+            bail!(
+                "{}: tick {} was decided with another scenario, bundle, field, seed or utility than tick {}; replay one daemon set-up at a time",
+                args.log.display(),
+                r.tick,
+                contents.records[first].tick
+            );
+        }
+    }
+    let scenario = mfsched_core::scenario::from_toml(&run.scenario_toml)
+        .context("the scenario the log recorded")?;
+    let mut opts = args.opts.clone();
+    opts.field = run.field;
+    let served = opts.served(&scenario)?;
+    if served.bundle_sha256 != run.bundle_sha256 {
+        bail!(
+            "the log was decided with bundle {}, this replay would predict with {}: pass the bundle the daemon used with --models DIR",
+            run.bundle_sha256.as_deref().unwrap_or("(none)"),
+            served.bundle_sha256.as_deref().unwrap_or("(none)")
+        );
+    }
+    let engine = opts.engine()?;
+    let dir = opts.dir.as_deref();
+    let utility = resolve_utility(&engine, &run.utility, dir)?;
+    let registry = Registry::default();
+    let mut deciders = Vec::with_capacity(args.policies.len());
+    for spec in &args.policies {
+        let (name, mut params) = parse_policy(spec)?;
+        if params.iter().any(|(k, _)| k == "seed") {
+            bail!(
+                "policy '{spec}': seed is the recorded one ({}); do not set it",
+                run.seed
+            );
+        }
+        params.push(("seed".into(), run.seed.to_string()));
+        let policy = resolve_policy(&engine, &name, dir)?;
+        let params = policy_params(spec, &policy, params)?;
+        deciders.push((
+            spec.clone(),
+            Decider::new(
+                Arc::clone(&engine),
+                registry.policy_slot(Arc::clone(&policy)),
+                registry.utility_slot(Arc::clone(&utility)),
+                Arc::clone(&served.predictor),
+                params,
+            ),
+        ));
+    }
+    let mut problem = served.problem.clone();
+    let ran_label = format!("ran ({})", run.active);
+    let mut ran = Totals {
+        label: ran_label,
+        ..Totals::default()
+    };
+    let mut totals: Vec<Totals> = args
+        .policies
+        .iter()
+        .map(|p| Totals {
+            label: p.clone(),
+            differ_from_ran: Some(0),
+            ..Totals::default()
+        })
+        .collect();
+    let mut decisions = Vec::with_capacity(ticks.len());
+    for (n, &(_, r)) in ticks.iter().enumerate() {
+        let previous = r.previous.clone().unwrap_or_default();
+        if previous.len() != problem.models.len() {
+            bail!(
+                "tick {}: the recorded configuration has {} models, the scenario {}",
+                r.tick,
+                previous.len(),
+                problem.models.len()
+            );
+        }
+        problem.current.clone_from(&previous);
+        let ran_joint = r.active.outcome.as_ref().ok().map(|p| p.joint.clone());
+        match &r.active.outcome {
+            Ok(_) => ran.decided += 1,
+            Err(_) => ran.failed += 1,
+        }
+        let ran_throughput: Vec<f64> = r
+            .active
+            .outcome
+            .as_ref()
+            .ok()
+            .and_then(|p| p.predicted_throughput.clone())
+            .unwrap_or_default();
+        ran.add(
+            r.active
+                .outcome
+                .as_ref()
+                .ok()
+                .and_then(|p| p.predicted_utility),
+            misses_a_floor(&problem, ran_throughput),
+            r.changed_models.len(),
+        );
+        let mut mine = Vec::with_capacity(deciders.len());
+        for ((_, decider), t) in deciders.iter_mut().zip(&mut totals) {
+            let report = decider.decide(&problem, &r.state);
+            let accepted = matches!(report.outcome, DecisionOutcome::Accepted);
+            if accepted {
+                t.decided += 1;
+            } else {
+                t.failed += 1;
+            }
+            let joint = accepted.then(|| report.config.clone());
+            if joint != ran_joint {
+                *t.differ_from_ran.get_or_insert(0) += 1;
+            }
+            t.add(
+                report.utility.filter(|_| accepted),
+                accepted
+                    && misses_a_floor(&problem, report.predictions.iter().map(|&t| f64::from(t))),
+                changed(&report.config, &previous),
+            );
+            mine.push(joint);
+        }
+        decisions.push(TickDecisions {
+            tick: r.tick,
+            ran: ran_joint,
+            policies: mine,
+        });
+        if !args.json && (n + 1) % 100 == 0 {
+            eprintln!("replayed {} of {} ticks", n + 1, ticks.len());
+        }
+    }
+    let results = Results {
+        log: args.log.display().to_string(),
+        scenario: scenario.name.clone(),
+        bundle_sha256: run.bundle_sha256.clone(),
+        field: run.field.label().to_owned(),
+        seed: run.seed,
+        ticks: ticks.len(),
+        skipped_without_previous: skipped,
+        ran,
+        policies: totals,
+        decisions,
+    };
+    let report = markdown(&results, &served.name);
+    if let Some(dir) = &args.out {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        write_atomically(&dir.join("report.md"), report.as_bytes())?;
+        write_atomically(
+            &dir.join("results.json"),
+            &serde_json::to_vec_pretty(&results)?,
+        )?;
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&results)?);
+    } else {
+        print!("{report}");
+        if let Some(dir) = &args.out {
+            println!("\nreport.md and results.json written to {}", dir.display());
+        }
+    }
+    Ok(())
+}
+
+fn markdown(r: &Results, predictor: &str) -> String {
+    let mut out = String::new();
+    writeln!(out, "# Counterfactual replay of {}", r.log).ok();
+    writeln!(out).ok();
+    writeln!(
+        out,
+        "{} recorded ticks decided again on the recorded state and running configuration \
+         ({} skipped: no recorded configuration). Scenario {}, {predictor}, bundle {}, seed {}. \
+         Utilities are predicted, by the same surrogate for every row.",
+        r.ticks,
+        r.skipped_without_previous,
+        r.scenario,
+        r.bundle_sha256
+            .as_deref()
+            .map_or("(none)", |s| &s[..s.len().min(12)]),
+        r.seed
+    )
+    .ok();
+    writeln!(out).ok();
+    writeln!(
+        out,
+        "| policy | decided | failed | mean predicted utility | vs what ran | ticks under a floor | reconfigurations | ticks decided differently |"
+    )
+    .ok();
+    writeln!(out, "|---|---|---|---|---|---|---|---|").ok();
+    let base = r.ran.mean_utility;
+    for t in std::iter::once(&r.ran).chain(&r.policies) {
+        let delta = match (t.mean_utility, base, t.differ_from_ran) {
+            (Some(u), Some(b), Some(_)) => format!("{:+.4}", u - b),
+            _ => "—".to_owned(),
+        };
+        writeln!(
+            out,
+            "| {} | {} | {} | {} | {delta} | {} | {} | {} |",
+            t.label,
+            t.decided,
+            t.failed,
+            t.mean_utility.map_or("—".to_owned(), |u| format!("{u:.4}")),
+            t.floors_missed,
+            t.reconfigurations,
+            t.differ_from_ran.map_or("—".to_owned(), |d| d.to_string()),
+        )
+        .ok();
+    }
+    out
+}

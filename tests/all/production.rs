@@ -1,0 +1,421 @@
+//! The production chain end to end, with a real Prometheus server: `mfsched sim
+//! serve` (the simulator as model servers, vLLM's and Triton's metric names),
+//! Prometheus scraping them, and `mfsched run` reading its load through PromQL
+//! and actuating the servers through its webhooks. Then Prometheus is killed,
+//! and one server, while the daemon runs.
+//!
+//! Needs the `prometheus` binary (Debian's package; `.ci/run` installs it and
+//! sets `MFSCHED_REQUIRE_PROMETHEUS=1`, which turns a missing binary from a
+//! skip into a failure).
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::common;
+use mfsched_core::domain::WorkloadLevel;
+
+/// The simulated servers' trace step and the daemon's period.
+const TICK_MS: u64 = 500;
+/// step-up over 48 steps: low for 16 steps (8 s), high for 16, burst for 16.
+const TRACE_STEPS: u64 = 48;
+/// The PromQL rate window and Prometheus' scrape interval.
+const RATE_WINDOW_S: u64 = 3;
+const SCRAPE_S: u64 = 1;
+/// The documented lag of the load the daemon sees (docs/production.md): the
+/// rate window, one scrape interval, one poll and one tick, with room for a
+/// loaded machine's late scrapes. A tick's regime must lie between the lowest
+/// and the highest regime the servers ran in over this much time before it.
+const LAG_MS: u64 = (RATE_WINDOW_S + SCRAPE_S) * 1000 + 2 * TICK_MS + 4000;
+
+/// Kills the process when dropped (a failed assertion leaves nothing running).
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn prometheus_binary() -> Option<PathBuf> {
+    let found = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|p| p.join("prometheus"))
+            .find(|p| p.is_file())
+    });
+    if found.is_none() {
+        assert!(
+            std::env::var_os("MFSCHED_REQUIRE_PROMETHEUS").is_none(),
+            "MFSCHED_REQUIRE_PROMETHEUS is set but no prometheus binary is on PATH"
+        );
+        eprintln!("skipped: no prometheus binary on PATH (Debian's package `prometheus`)");
+    }
+    found
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Polls `check` every 100 ms until it gives a value; panics after `limit`
+/// with `what` and the last stderr of the processes involved.
+fn wait_for<T>(
+    limit: Duration,
+    what: &str,
+    logs: &[&Path],
+    mut check: impl FnMut() -> Option<T>,
+) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = check() {
+            return v;
+        }
+        if start.elapsed() > limit {
+            let tails: Vec<String> = logs
+                .iter()
+                .map(|p| {
+                    let text = std::fs::read_to_string(p).unwrap_or_default();
+                    let tail: Vec<&str> = text.lines().rev().take(15).collect();
+                    format!(
+                        "--- {}:\n{}",
+                        p.display(),
+                        tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                    )
+                })
+                .collect();
+            panic!("{what}: not within {limit:?}\n{}", tails.join("\n"));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// GET over plain HTTP, `None` if nothing answers.
+fn get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
+    common::try_http(addr, "GET", path, None, &[]).ok()
+}
+
+/// A counter or gauge's value on a `/metrics` page (the first sample of that line).
+fn metric(page: &str, line_start: &str) -> Option<f64> {
+    page.lines()
+        .find(|l| l.starts_with(line_start))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+fn spawn(args: &[&str], log: &Path) -> Running {
+    let err = std::fs::File::create(log).expect("a log file");
+    Running(
+        Command::new(env!("CARGO_BIN_EXE_mfsched"))
+            .args(args)
+            .env("MFSCHED_API_TOKEN", common::TOKEN)
+            .stdout(Stdio::null())
+            .stderr(err)
+            .spawn()
+            .expect("spawn mfsched"),
+    )
+}
+
+#[test]
+fn the_daemon_follows_the_load_prometheus_reports_and_survives_losing_it() {
+    let Some(prometheus) = prometheus_binary() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let (sim_log, prom_log, run_log) = (
+        d.join("sim.log"),
+        d.join("prometheus.log"),
+        d.join("run.log"),
+    );
+    let logs = [sim_log.as_path(), prom_log.as_path(), run_log.as_path()];
+
+    // 1. The simulated model servers, on free ports.
+    let ports_file = d.join("ports.json");
+    let _sim = spawn(
+        &[
+            "sim",
+            "serve",
+            "--scenario",
+            "paper-n2",
+            "--trace",
+            "step-up",
+            "--trace-ticks",
+            &TRACE_STEPS.to_string(),
+            "--tick-ms",
+            &TICK_MS.to_string(),
+            "--seed",
+            "5",
+            "--port-base",
+            "0",
+            "--ports-file",
+            ports_file.to_str().expect("utf-8"),
+        ],
+        &sim_log,
+    );
+    let servers: BTreeMap<String, SocketAddr> = wait_for(
+        Duration::from_secs(60),
+        "sim serve listening",
+        &logs,
+        || {
+            let text = std::fs::read_to_string(&ports_file).ok()?;
+            let ports: BTreeMap<String, String> = serde_json::from_str(&text).ok()?;
+            ports
+                .into_iter()
+                .map(|(m, a)| Some((m, a.parse().ok()?)))
+                .collect()
+        },
+    );
+    let problem = mfsched_core::scenario::load("paper-n2")
+        .expect("bundled")
+        .problem;
+    assert_eq!(servers.len(), problem.models.len());
+
+    // 2. A real Prometheus scraping them every second.
+    let prom_addr: SocketAddr = format!("127.0.0.1:{}", free_port())
+        .parse()
+        .expect("address");
+    let targets: Vec<String> = servers.values().map(|a| format!("'{a}'")).collect();
+    std::fs::write(
+        d.join("prometheus.yml"),
+        format!(
+            "global:\n  scrape_interval: {SCRAPE_S}s\n  evaluation_interval: {SCRAPE_S}s\n\
+             scrape_configs:\n  - job_name: sim\n    static_configs:\n      - targets: [{}]\n",
+            targets.join(", ")
+        ),
+    )
+    .expect("prometheus.yml");
+    let prom_err = std::fs::File::create(&prom_log).expect("log");
+    let mut prom = Running(
+        Command::new(&prometheus)
+            .arg(format!(
+                "--config.file={}",
+                d.join("prometheus.yml").display()
+            ))
+            .arg(format!("--storage.tsdb.path={}", d.join("tsdb").display()))
+            .arg(format!("--web.listen-address={prom_addr}"))
+            .stdout(Stdio::null())
+            .stderr(prom_err)
+            .spawn()
+            .expect("spawn prometheus"),
+    );
+    wait_for(Duration::from_secs(90), "Prometheus ready", &logs, || {
+        get(prom_addr, "/-/ready").filter(|(s, _)| *s == 200)
+    });
+
+    // 3. The daemon: load through PromQL, configurations to the servers.
+    let mut extra = format!(
+        "[workload]\nsource = \"prometheus\"\n\n[workload.prometheus]\nurl = \"http://{prom_addr}\"\n\
+         timeout_ms = 400\nstale_ms = 3000\nsafe_level = \"high\"\nrate_window = \"{RATE_WINDOW_S}s\"\n"
+    );
+    for m in &problem.models {
+        let preset = if m.kind == "llm" { "vllm" } else { "triton" };
+        extra.push_str(&format!(
+            "\n[workload.prometheus.models.{}]\npreset = \"{preset}\"\nreference_rate = 10.0\n",
+            m.name
+        ));
+    }
+    extra
+        .push_str("\n[actuator.webhook]\ntimeout_ms = 300\nretries = 0\n[actuator.webhook.urls]\n");
+    for (m, a) in &servers {
+        extra.push_str(&format!("{m} = \"http://{a}/config\"\n"));
+    }
+    let config = common::daemon_config(d, "paper-n2", TICK_MS, "active = \"exact\"", &extra);
+    let mut run = spawn(
+        &["run", "--config", config.to_str().expect("utf-8")],
+        &run_log,
+    );
+    let api: SocketAddr = wait_for(
+        Duration::from_secs(120),
+        "the daemon listening",
+        &logs,
+        || {
+            let text = std::fs::read_to_string(&run_log).ok()?;
+            let (_, rest) = text.split_once("listening on http://")?;
+            rest.split_whitespace().next()?.parse().ok()
+        },
+    );
+    let any_server = *servers.values().next().expect("a server");
+    let sim_state = |addr: SocketAddr| -> serde_json::Value {
+        let (status, body) = get(addr, "/sim/state").expect("the simulated server answers");
+        assert_eq!(status, 200, "{body}");
+        serde_json::from_str(&body).expect("JSON")
+    };
+
+    // Healthy: the whole trace (low, high, burst) plays once, from a cycle that
+    // starts at least one lag after the daemon listens (it starts at the safe
+    // level, before its first reading, and a loaded machine starts it late).
+    let listening = now_ms();
+    let state = sim_state(any_server);
+    let started = state["started_unix_ms"].as_u64().expect("started");
+    let trace: Vec<WorkloadLevel> =
+        mfsched_core::traces::generate("step-up", TRACE_STEPS as usize, 5)
+            .expect("trace")
+            .levels;
+    let checked_from = listening + LAG_MS;
+    let first_cycle = (checked_from - started)
+        .div_ceil(TICK_MS)
+        .div_ceil(TRACE_STEPS)
+        * TRACE_STEPS;
+    let last_step = first_cycle + TRACE_STEPS + LAG_MS.div_ceil(TICK_MS) + 1;
+    wait_for(
+        Duration::from_secs(300),
+        "a whole trace cycle played",
+        &logs,
+        || (sim_state(any_server)["tick"].as_u64()? > last_step).then_some(()),
+    );
+    let healthy_until = now_ms();
+
+    // Prometheus dies: readings fail, the last one stands in for stale_ms, then
+    // the safe level. (The daemon also started on the safe level, before its
+    // first reading: count from here.)
+    let metrics_page = || get(api, "/metrics").map(|(_, b)| b).unwrap_or_default();
+    let fallbacks = |page: &str, kind: &str| {
+        metric(
+            page,
+            &format!("mfsched_load_fallback_ticks_total{{kind=\"{kind}\"}}"),
+        )
+        .unwrap_or(0.0)
+    };
+    let before = metrics_page();
+    let (safe_before, held_before) = (fallbacks(&before, "safe"), fallbacks(&before, "held"));
+    let _ = prom.0.kill();
+    let _ = prom.0.wait();
+    wait_for(
+        Duration::from_secs(60),
+        "safe-level ticks after Prometheus died",
+        &logs,
+        || {
+            let page = metrics_page();
+            (fallbacks(&page, "safe") >= safe_before + 3.0
+                && fallbacks(&page, "held") >= held_before + 1.0)
+                .then_some(())
+        },
+    );
+    let page = metrics_page();
+    assert!(
+        metric(&page, "mfsched_load_read_failures_total{model=").is_some_and(|f| f > 0.0),
+        "{page}"
+    );
+    assert_eq!(
+        metric(&page, "mfsched_workload_level"),
+        Some(2.0),
+        "the safe level (high): {page}"
+    );
+
+    // One server dies too; the daemon keeps ticking.
+    let (victim, victim_addr) = servers
+        .iter()
+        .next()
+        .map(|(m, a)| (m.clone(), *a))
+        .expect("a server");
+    let (status, _) = common::http(victim_addr, "POST", "/sim/stop", None);
+    assert_eq!(status, 204);
+    let ticks_then = metric(&metrics_page(), "mfsched_ticks_total").expect("ticks");
+    wait_for(
+        Duration::from_secs(60),
+        "ticks after a server died",
+        &logs,
+        || (metric(&metrics_page(), "mfsched_ticks_total")? >= ticks_then + 4.0).then_some(()),
+    );
+
+    // Stop the daemon as an operator would.
+    let status = Command::new("kill")
+        .args(["-TERM", &run.0.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    let exit = run.0.wait().expect("the daemon exits");
+    let mut run_text = String::new();
+    std::fs::File::open(&run_log)
+        .and_then(|mut f| f.read_to_string(&mut run_text))
+        .expect("run log");
+    assert!(exit.success(), "the daemon ended badly: {run_text}");
+
+    let log = mfsched_daemon::declog::read(&d.join("decisions.log")).expect("the decision log");
+    let records = &log.records;
+    assert!(records.len() > 20, "{} ticks", records.len());
+    // Nothing invalid was ever applied.
+    for r in records {
+        problem
+            .check_feasible(&r.applied)
+            .unwrap_or_else(|e| panic!("tick {} applied {:?}: {e}", r.tick, r.applied));
+    }
+    // The regime followed the trace within the documented lag, from one lag
+    // after the daemon started until Prometheus died.
+    let trace_level = |unix_ms: u64| -> Option<usize> {
+        let step = unix_ms.checked_sub(started)? / TICK_MS;
+        Some(trace[(step % TRACE_STEPS) as usize].ordinal())
+    };
+    let mut checked = 0;
+    let mut seen = std::collections::BTreeSet::new();
+    for r in records.iter().filter(|r| r.unix_ms >= checked_from) {
+        if r.unix_ms + LAG_MS > healthy_until {
+            break;
+        }
+        let band: Vec<usize> = (r.unix_ms.saturating_sub(LAG_MS)..=r.unix_ms)
+            .step_by(100)
+            .filter_map(trace_level)
+            .collect();
+        let (lo, hi) = (
+            band.iter().min().copied().unwrap_or(0),
+            band.iter().max().copied().unwrap_or(3),
+        );
+        let level = r.state.workload.ordinal();
+        assert!(
+            (lo..=hi).contains(&level),
+            "tick {} decided for {} while the servers ran regimes {lo}..={hi} over the {LAG_MS} ms before",
+            r.tick,
+            r.state.workload
+        );
+        seen.insert(level);
+        checked += 1;
+    }
+    assert!(checked >= 10, "only {checked} healthy ticks checked");
+    eprintln!(
+        "{} ticks; {checked} checked against the trace, regimes seen {seen:?}",
+        records.len()
+    );
+    assert!(
+        seen.contains(&WorkloadLevel::Low.ordinal())
+            && seen.contains(&WorkloadLevel::Burst.ordinal()),
+        "the daemon saw the load rise from low to burst: {seen:?}"
+    );
+    // The servers run what was applied: every live server reports the last
+    // applied configuration, and no server refused a configuration.
+    let last = records.last().expect("records");
+    let state = sim_state(
+        servers
+            .iter()
+            .find(|(m, _)| **m != victim)
+            .map(|(_, a)| *a)
+            .expect("a live server"),
+    );
+    for (i, m) in problem.models.iter().enumerate() {
+        let s = &state["models"][i];
+        assert_eq!(s["name"], m.name.as_str());
+        assert_eq!(s["refused"], 0, "{s}");
+        if m.name != victim {
+            assert_eq!(
+                s["config"].as_u64(),
+                Some(u64::from(last.applied[i])),
+                "{} runs what was applied last",
+                m.name
+            );
+        }
+    }
+    let changes: usize = records.iter().map(|r| r.changed_models.len()).sum();
+    assert!(changes > 0, "the load changed and the decisions with it");
+}
