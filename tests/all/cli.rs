@@ -1252,6 +1252,13 @@ fn repro_quick_writes_both_tables_into_one_report() {
     ] {
         assert!(md.contains(needle), "{needle}: {md}");
     }
+    // The same report as one file: both charts inline, the tables rendered.
+    let html = std::fs::read_to_string(dir.path().join("repro.html")).expect("repro.html");
+    assert_eq!(html.matches("<svg").count(), 2, "{html}");
+    assert!(
+        html.contains("<table>") && !html.contains("<script"),
+        "{html}"
+    );
     for svg in ["table1/learning-curves.svg", "table2/latency.svg"] {
         let text = std::fs::read_to_string(dir.path().join(svg)).expect(svg);
         assert!(text.starts_with("<svg"), "{svg}");
@@ -1357,6 +1364,11 @@ fn ab_compares_the_observed_and_candidate_aware_fields_under_one_policy() {
     }
     let report = std::fs::read_to_string(dir.path().join("report.md")).expect("report.md");
     assert!(report.contains("real U change %"), "{report}");
+    let html = std::fs::read_to_string(dir.path().join("report.html")).expect("report.html");
+    assert!(
+        html.contains("real U change %") && html.contains("<svg") && !html.contains("<script"),
+        "{html}"
+    );
     assert!(stdout(&out).contains("**all**"), "{}", stdout(&out));
     // The same policy under the same field is refused.
     let same = mfsched(&["ab", "--a", "ga", "--b", "ga"]);

@@ -14,6 +14,7 @@
 pub mod analytic;
 pub mod bench;
 pub mod eval;
+pub mod html;
 pub mod profiling;
 pub mod published;
 pub mod sim;

@@ -287,7 +287,8 @@ impl Comparison {
         })
     }
 
-    /// Writes `report.md`, `results.json` and the plots into `dir`; returns the files.
+    /// Writes `report.md`, `results.json`, the plots and `report.html` (the
+    /// report with the plots inline, one file) into `dir`; returns the files.
     pub fn write(&self, dir: &Path, title: &str, command: &str) -> Result<Vec<PathBuf>> {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("cannot create the report directory {}", dir.display()))?;
@@ -298,10 +299,8 @@ impl Comparison {
             files.push(path);
             Ok(())
         };
-        put(
-            "report.md".into(),
-            self.markdown(title, command).into_bytes(),
-        )?;
+        let markdown = self.markdown(title, command);
+        put("report.md".into(), markdown.clone().into_bytes())?;
         put(
             "results.json".into(),
             serde_json::to_vec_pretty(&self.json(command)).context("serialising results")?,
@@ -313,6 +312,14 @@ impl Comparison {
             )?;
         }
         put("latency.svg".into(), self.latency_chart().into_bytes())?;
+        let charts: Vec<String> = self
+            .traces
+            .iter()
+            .map(|t| format!("utility-{t}.svg"))
+            .chain(std::iter::once("latency.svg".to_owned()))
+            .collect();
+        let html = crate::html::page(title, &markdown, dir, &charts)?;
+        put("report.html".into(), html.into_bytes())?;
         Ok(files)
     }
 }

@@ -263,7 +263,13 @@ fn write_report(
     });
     let mut text = serde_json::to_vec_pretty(&json)?;
     text.push(b'\n');
-    for (name, bytes) in [("repro.md", md.into_bytes()), ("results.json", text)] {
+    // The charts are written by now: the HTML page inlines them.
+    let html = mfsched_lab::html::page("Reproduction of the published tables", &md, dir, &[])?;
+    for (name, bytes) in [
+        ("repro.md", md.into_bytes()),
+        ("results.json", text),
+        ("repro.html", html.into_bytes()),
+    ] {
         let path = dir.join(name);
         write_atomically(&path, &bytes)?;
         files.push(path);
