@@ -522,3 +522,177 @@ fn realised_utilities(
         .expect("the closed loop");
     (daemon, Summary::of(&runs[0].ticks).mean_realised_utility)
 }
+
+/// Starts `sim serve` at a fixed level on free ports; returns it and its servers.
+fn sim_serve_at(dir: &Path, level: &str, log: &Path) -> (Running, BTreeMap<String, SocketAddr>) {
+    let ports_file = dir.join(format!("ports-{level}.json"));
+    // A file left by an earlier server of the same level names dead ports.
+    let _ = std::fs::remove_file(&ports_file);
+    let sim = spawn(
+        &[
+            "sim",
+            "serve",
+            "--scenario",
+            "paper-n2",
+            "--level",
+            level,
+            "--tick-ms",
+            "100",
+            "--seed",
+            "3",
+            "--port-base",
+            "0",
+            "--ports-file",
+            ports_file.to_str().expect("utf-8"),
+        ],
+        log,
+    );
+    let servers = wait_for(
+        Duration::from_secs(60),
+        "sim serve listening",
+        &[log],
+        || {
+            let text = std::fs::read_to_string(&ports_file).ok()?;
+            let ports: BTreeMap<String, String> = serde_json::from_str(&text).ok()?;
+            ports
+                .into_iter()
+                .map(|(m, a)| Some((m, a.parse().ok()?)))
+                .collect()
+        },
+    );
+    (sim, servers)
+}
+
+#[test]
+fn profile_live_measures_the_plan_through_the_actuators_and_resumes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let problem = mfsched_core::scenario::load("paper-n2")
+        .expect("bundled")
+        .problem;
+    let out = d.join("live.csv");
+    let profile = |config: &Path, level: &str, gpu: SocketAddr, extra: &[&str]| {
+        let mut args = vec![
+            "profile",
+            "--live",
+            "--config",
+            config.to_str().expect("utf-8"),
+            "--workload",
+            level,
+            "--samples",
+            "16",
+            "--seed",
+            "2",
+            "--settle-ms",
+            "300",
+            "--window-ms",
+            "1000",
+        ];
+        let gpu = format!("http://{gpu}/metrics");
+        args.extend(["--gpu-metrics", &gpu]);
+        args.extend(extra);
+        common::process::mfsched(&args)
+    };
+    let out_arg = ["--out", out.to_str().expect("utf-8")];
+    // (what sim serve holds, what the profile is told): the last run is told
+    // the wrong regime, into another file.
+    for (level, told) in [
+        ("medium", "medium"),
+        ("low", "low"),
+        ("medium", "medium"),
+        ("low", "high"),
+    ] {
+        let log = d.join(format!("sim-{level}.log"));
+        let (_sim, servers) = sim_serve_at(d, level, &log);
+        let mut extra =
+            "[workload]\nsource = \"prometheus\"\n\n[workload.prometheus]\ntimeout_ms = 400\n"
+                .to_owned();
+        for m in &problem.models {
+            let preset = if m.kind == "llm" { "vllm" } else { "triton" };
+            extra.push_str(&format!(
+                "\n[workload.prometheus.models.{}]\npreset = \"{preset}\"\nscrape = \"http://{}/metrics\"\nreference_rate = 10.0\n",
+                m.name, servers[&m.name]
+            ));
+        }
+        extra.push_str("\n[actuator.webhook]\ntimeout_ms = 300\n[actuator.webhook.urls]\n");
+        for (m, a) in &servers {
+            extra.push_str(&format!("{m} = \"http://{a}/config\"\n"));
+        }
+        let config = common::daemon_config(d, "paper-n2", 1000, "active = \"hold\"", &extra);
+        let gpu = *servers.values().next().expect("a server");
+        let wrong = d.join("told-wrong.csv");
+        let out_args: Vec<&str> = if level == told {
+            out_arg.to_vec()
+        } else {
+            vec!["--out", wrong.to_str().expect("utf-8")]
+        };
+        let rows_before =
+            mfsched_core::profile::read_csv(&out, &problem).map_or(0, |p| p.rows.len());
+        let dry = profile(
+            &config,
+            told,
+            gpu,
+            &[out_args.as_slice(), &["--dry-run"]].concat(),
+        );
+        assert!(dry.status.success(), "{}", common::process::stderr(&dry));
+        let o = profile(&config, told, gpu, &out_args);
+        let (stdout, stderr) = (common::process::stdout(&o), common::process::stderr(&o));
+        assert!(o.status.success(), "{stderr}");
+        // The stratified plan of 16 points holds 4 per regime; a rerun of a
+        // regime already in the file measures nothing.
+        let planned = if level == told && rows_before == 8 {
+            0
+        } else {
+            4
+        };
+        assert_eq!(
+            common::process::stdout(&dry).lines().count(),
+            planned,
+            "dry run of {told}: {}",
+            common::process::stderr(&dry)
+        );
+        assert!(
+            stdout.contains(&format!("measured {planned} rows at {told} load")),
+            "{told}: {stdout}"
+        );
+        if level != told {
+            // Told high while the servers see low load: every row is flagged.
+            assert!(
+                stdout.contains("4 row(s) saw a load outside"),
+                "{told}: {stdout}"
+            );
+        }
+    }
+    let check = common::process::mfsched(&[
+        "data",
+        "check",
+        out.to_str().expect("utf-8"),
+        "--scenario",
+        "paper-n2",
+    ]);
+    assert!(
+        check.status.success(),
+        "{}",
+        common::process::stderr(&check)
+    );
+    let measured = mfsched_core::profile::read_csv(&out, &problem).expect("the live profile");
+    assert_eq!(measured.rows.len(), 8);
+    let plan = mfsched_core::profile::SamplingPlan::Stratified { samples: 16 }
+        .points(&problem, 2)
+        .expect("plan");
+    for row in &measured.rows {
+        assert!(
+            plan.iter()
+                .any(|(j, w)| *j == row.joint && *w == row.workload),
+            "a row off the plan: {row:?}"
+        );
+        assert!(row.throughput.iter().all(|t| *t > 0.0), "{row:?}");
+        assert!(row.state.vram_used_mib > 0.0 && (0.0..=1.0).contains(&row.state.utilization));
+    }
+    let low = measured
+        .rows
+        .iter()
+        .filter(|r| r.workload == WorkloadLevel::Low)
+        .count();
+    assert_eq!(low, 4);
+}

@@ -300,6 +300,15 @@ impl LoadPreset {
             Self::Triton => ("nv_inference_request_success", "model"),
         }
     }
+
+    /// The counter of what the model produces, in its throughput unit
+    /// (generated tokens; inferences): what live profiling measures.
+    pub fn throughput_metric(self) -> &'static str {
+        match self {
+            Self::Vllm => "vllm:generation_tokens_total",
+            Self::Triton => "nv_inference_count",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -311,6 +320,10 @@ pub struct ModelLoadConfig {
     /// A request counter (a rate is taken between readings).
     #[serde(default)]
     pub metric: Option<String>,
+    /// The counter of what the model produces in its throughput unit, for
+    /// `profile --live` (default: the preset's).
+    #[serde(default)]
+    pub throughput_metric: Option<String>,
     /// The label whose value names the model on its server.
     #[serde(default)]
     pub label: Option<String>,

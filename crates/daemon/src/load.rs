@@ -32,7 +32,12 @@ use super::forecast::{ForecastKind, Forecaster};
 use super::metrics::Metrics;
 use mfsched_core::domain::{Problem, WorkloadLevel};
 
-type HttpClient = Client<HttpConnector, Empty<Bytes>>;
+/// The plain-HTTP client every reading goes through (no TLS stack).
+pub type HttpClient = Client<HttpConnector, Empty<Bytes>>;
+
+pub fn http_client() -> HttpClient {
+    Client::builder(TokioExecutor::new()).build_http()
+}
 
 /// The load a tick decides on.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -149,7 +154,7 @@ impl Source {
             } => {
                 let body = get(client, uri, timeout, max_bytes).await?;
                 let text = std::str::from_utf8(&body).context("the /metrics page is not UTF-8")?;
-                let value = counter_value(text, metric, label, name)?;
+                let value = sample_sum(text, metric, label, name)?;
                 let now = Instant::now();
                 let rate = match *last {
                     Some((v, at)) if value >= v => {
@@ -172,7 +177,7 @@ fn promql_string(s: &str) -> String {
 }
 
 /// One GET within `timeout`, the answer's body capped at `max_bytes`.
-async fn get(
+pub async fn get(
     client: &HttpClient,
     uri: &hyper::Uri,
     timeout: Duration,
@@ -246,9 +251,20 @@ fn query_value(body: &[u8]) -> Result<f64> {
     }
 }
 
-/// The sum of `metric`'s samples whose `label` is `name` on a `/metrics` page.
-fn counter_value(text: &str, metric: &str, label: &str, name: &str) -> Result<f64> {
-    let (_, families) = nom_openmetrics::parser::prometheus(text).map_err(|e| {
+/// The sum of `metric`'s samples whose `label` is `name` on a `/metrics` page
+/// (a counter, or a gauge such as a DCGM exporter's).
+pub fn sample_sum(text: &str, metric: &str, label: &str, name: &str) -> Result<f64> {
+    // The text format ignores comment lines other than HELP and TYPE; the
+    // parser refuses them, so they are dropped first.
+    let page: String = text
+        .lines()
+        .filter(|l| {
+            let l = l.trim_start();
+            !l.starts_with('#') || l.starts_with("# HELP ") || l.starts_with("# TYPE ")
+        })
+        .flat_map(|l| [l, "\n"])
+        .collect();
+    let (_, families) = nom_openmetrics::parser::prometheus(&page).map_err(|e| {
         anyhow::anyhow!(
             "the /metrics page does not parse: {}",
             first_line(&e.to_string())
@@ -300,7 +316,7 @@ impl LoadMonitor {
         problem: &Problem,
         metrics: Arc<Metrics>,
     ) -> Result<Self> {
-        let client: HttpClient = Client::builder(TokioExecutor::new()).build_http();
+        let client = http_client();
         let readings = Arc::new(Mutex::new(vec![Reading::default(); config.models.len()]));
         let poll = config.poll(period_ms);
         let timeout = Duration::from_millis(config.timeout_ms);
@@ -455,7 +471,8 @@ mod tests {
     #[test]
     fn counters_are_read_from_vllm_and_triton_pages() {
         // The shape real servers write: HELP/TYPE lines, `_created` samples, several models.
-        let vllm = "# HELP vllm:request_success_total Count of successfully processed requests.\n\
+        let vllm = "# vLLM 0.6, a comment the format ignores\n\
+# HELP vllm:request_success_total Count of successfully processed requests.\n\
 # TYPE vllm:request_success_total counter\n\
 vllm:request_success_total{finished_reason=\"stop\",model_name=\"llm\"} 10.0\n\
 vllm:request_success_total{finished_reason=\"length\",model_name=\"llm\"} 2.5\n\
@@ -463,22 +480,22 @@ vllm:request_success_total{finished_reason=\"stop\",model_name=\"other\"} 99.0\n
 # HELP vllm:request_success_created Count of successfully processed requests.\n\
 # TYPE vllm:request_success_created gauge\n\
 vllm:request_success_created{finished_reason=\"stop\",model_name=\"llm\"} 1.7e9\n";
-        let v = counter_value(vllm, "vllm:request_success_total", "model_name", "llm")
-            .expect("vllm page");
+        let v =
+            sample_sum(vllm, "vllm:request_success_total", "model_name", "llm").expect("vllm page");
         assert!((v - 12.5).abs() < 1e-12, "{v}");
         let triton = "# HELP nv_inference_request_success Number of successful inference requests, all batch sizes\n\
 # TYPE nv_inference_request_success counter\n\
 nv_inference_request_success{model=\"yolo\",version=\"1\"} 42\n";
         assert_eq!(
-            counter_value(triton, "nv_inference_request_success", "model", "yolo")
+            sample_sum(triton, "nv_inference_request_success", "model", "yolo")
                 .expect("triton page"),
             42.0
         );
-        let missing = counter_value(triton, "nv_inference_request_success", "model", "llm")
+        let missing = sample_sum(triton, "nv_inference_request_success", "model", "llm")
             .expect_err("another model");
         assert!(missing.to_string().contains("no sample"), "{missing}");
         let garbage =
-            counter_value("this is { not a page\n", "x", "model", "y").expect_err("not a page");
+            sample_sum("this is { not a page\n", "x", "model", "y").expect_err("not a page");
         assert!(garbage.to_string().contains("does not parse"), "{garbage}");
     }
 

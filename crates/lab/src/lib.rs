@@ -15,6 +15,7 @@ pub mod analytic;
 pub mod bench;
 pub mod eval;
 pub mod html;
+pub mod live_profiling;
 pub mod profiling;
 pub mod published;
 pub mod sim;

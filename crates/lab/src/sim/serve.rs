@@ -130,6 +130,8 @@ struct WorldView {
     tick: u64,
     level: WorkloadLevel,
     offered_load: f64,
+    vram_used_mib: f64,
+    utilization: f64,
     joint: Vec<u32>,
     models: Vec<ServerState>,
 }
@@ -143,6 +145,9 @@ struct World {
     tick: u64,
     level: WorkloadLevel,
     offered_load: f64,
+    /// The simulated card's state in the last tick.
+    vram_used_mib: f64,
+    utilization: f64,
     servers: Vec<ServerState>,
     stop: Vec<watch::Sender<bool>>,
 }
@@ -176,6 +181,8 @@ impl World {
                 .map_or(0, |d| d.as_millis() as u64),
             tick: 0,
             offered_load: 0.0,
+            vram_used_mib: 0.0,
+            utilization: 0.0,
             servers,
             stop,
         })
@@ -193,6 +200,8 @@ impl World {
         let m = self.sim.measure(&joint, level, 1);
         self.level = level;
         self.offered_load = m.offered_load;
+        self.vram_used_mib = m.state.vram_used_mib;
+        self.utilization = m.state.utilization;
         for (i, s) in self.servers.iter_mut().enumerate() {
             let rate = m.offered_load * self.options.reference_rates[i];
             s.throughput = m.throughput[i];
@@ -211,6 +220,8 @@ impl World {
             tick: self.tick,
             level: self.level,
             offered_load: self.offered_load,
+            vram_used_mib: self.vram_used_mib,
+            utilization: self.utilization,
             joint: self.joint(),
             models: self.servers.clone(),
         }
@@ -297,6 +308,29 @@ impl World {
             writeln!(out, "# HELP {metric} {help}").ok();
             writeln!(out, "# TYPE {metric} {kind}").ok();
             writeln!(out, "{metric}{{{label}=\"{name}\"{version}}} {value}").ok();
+        }
+        // The card itself, as NVIDIA's DCGM exporter names it (memory in MiB,
+        // utilisation in percent): every server of the one card shows it.
+        for (metric, help, value) in [
+            (
+                "DCGM_FI_DEV_FB_USED",
+                "Framebuffer memory used (in MiB).",
+                self.vram_used_mib,
+            ),
+            (
+                "DCGM_FI_DEV_GPU_UTIL",
+                "GPU utilization (in %).",
+                100.0 * self.utilization,
+            ),
+        ] {
+            writeln!(out, "# HELP {metric} {help}").ok();
+            writeln!(out, "# TYPE {metric} gauge").ok();
+            writeln!(
+                out,
+                "{metric}{{gpu=\"0\",modelName=\"{}\"}} {value}",
+                super::DEVICE_NAME
+            )
+            .ok();
         }
         writeln!(
             out,

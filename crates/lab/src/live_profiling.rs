@@ -1,0 +1,308 @@
+//! `mfsched profile --live`: profiling through the daemon's actuators and the
+//! servers' own metrics, on the card the models run on.
+//!
+//! The sampling plan is the offline one (same points for the same seed). The
+//! load regime is not the profiler's to set: a load generator holds it, so a
+//! run profiles the plan's points of one regime (`--workload`) and checks, from
+//! the servers' request counters, that the load it saw fell in that regime.
+//! Each point: its joint configuration sent through the actuators, `settle`
+//! for the servers to reconfigure and warm up, then a `window` over which each
+//! model's throughput counter is read at both ends (a direct scrape of its
+//! `/metrics`: a rate over an exact window, which a PromQL `rate()` window
+//! would blur) and the GPU state is read at its start, middle and end and
+//! averaged. The profile is rewritten atomically after every row, so an
+//! interrupted run loses at most the row in progress, and a rerun skips the
+//! points already in the file.
+
+use anyhow::{Context, Result, bail};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mfsched_core::domain::{GpuState, JointConfig, Problem, WorkloadLevel};
+use mfsched_core::profile::{self, Profile, ProfileRow, SamplingPlan};
+use mfsched_daemon::actuator::Actuators;
+use mfsched_daemon::config::{DaemonConfig, ModelLoadConfig};
+use mfsched_daemon::load::{HttpClient, get, http_client, level_of, sample_sum};
+use mfsched_daemon::metrics::Metrics;
+use mfsched_daemon::sampler::{self, Sampler};
+
+/// Largest `/metrics` page read.
+const MAX_PAGE_BYTES: usize = 4 << 20;
+
+/// Where the GPU state comes from.
+#[derive(Debug, Clone)]
+pub enum StateSource {
+    /// The config's sampler (NVML on a real card; the simulator; the footprint).
+    Sampler,
+    /// A DCGM exporter's `/metrics` (`DCGM_FI_DEV_FB_USED`, `DCGM_FI_DEV_GPU_UTIL`
+    /// for `sampler.device`); `sim serve`'s pages carry them too.
+    Dcgm(String),
+}
+
+#[derive(Debug, Clone)]
+pub struct LiveOptions {
+    pub config: DaemonConfig,
+    pub workload: WorkloadLevel,
+    /// Seeds the config's sampler (the simulator's noise).
+    pub seed: u64,
+    pub settle: Duration,
+    pub window: Duration,
+    pub state: StateSource,
+    pub out: PathBuf,
+}
+
+/// How one model's counters are read.
+#[derive(Debug, Clone)]
+struct ModelReader {
+    uri: hyper::Uri,
+    label: String,
+    name: String,
+    requests: String,
+    throughput: String,
+    reference_rate: f64,
+}
+
+impl ModelReader {
+    fn new(model: &str, m: &ModelLoadConfig) -> Result<Self> {
+        let at = format!("workload.prometheus.models.{model}");
+        let scrape = m.scrape.as_deref().with_context(|| {
+            format!("{at}: live profiling reads the server's /metrics directly: set scrape")
+        })?;
+        let (requests, label) = match m.preset {
+            Some(p) => {
+                let (metric, label) = p.metric_and_label();
+                (metric.to_owned(), label.to_owned())
+            }
+            None => (
+                m.metric.clone().unwrap_or_default(),
+                m.label.clone().unwrap_or_default(),
+            ),
+        };
+        let throughput = m
+            .throughput_metric
+            .clone()
+            .or_else(|| m.preset.map(|p| p.throughput_metric().to_owned()))
+            .with_context(|| format!("{at}: set throughput_metric (or a preset)"))?;
+        Ok(Self {
+            uri: scrape.parse().with_context(|| format!("{at}.scrape"))?,
+            label,
+            name: m.served_name.clone().unwrap_or_else(|| model.to_owned()),
+            requests,
+            throughput,
+            reference_rate: m.reference_rate,
+        })
+    }
+
+    /// (requests, throughput) counters now.
+    async fn counters(&self, client: &HttpClient, timeout: Duration) -> Result<(f64, f64)> {
+        let body = get(client, &self.uri, timeout, MAX_PAGE_BYTES).await?;
+        let text = std::str::from_utf8(&body).context("the /metrics page is not UTF-8")?;
+        Ok((
+            sample_sum(text, &self.requests, &self.label, &self.name)?,
+            sample_sum(text, &self.throughput, &self.label, &self.name)?,
+        ))
+    }
+}
+
+/// The plan's points of one regime not yet in `existing`, in plan order.
+pub fn remaining_points(
+    problem: &Problem,
+    plan: &SamplingPlan,
+    seed: u64,
+    workload: WorkloadLevel,
+    existing: Option<&Profile>,
+) -> Result<Vec<JointConfig>> {
+    let done = |joint: &JointConfig| {
+        existing.is_some_and(|p| {
+            p.rows
+                .iter()
+                .any(|r| r.workload == workload && &r.joint == joint)
+        })
+    };
+    Ok(plan
+        .points(problem, seed)?
+        .into_iter()
+        .filter(|(joint, w)| *w == workload && !done(joint))
+        .map(|(joint, _)| joint)
+        .collect())
+}
+
+/// What a run measured.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LiveSummary {
+    pub measured: usize,
+    pub rows_in_file: usize,
+    /// Rows whose observed load fell in another regime than `--workload`.
+    pub off_regime: usize,
+}
+
+/// Measures `points` (from [`remaining_points`]) and appends them to `existing`
+/// in `opts.out`. `on_row(done, total)` after each row. Runs inside tokio.
+pub async fn run(
+    opts: &LiveOptions,
+    problem: &Problem,
+    points: &[JointConfig],
+    existing: Option<Profile>,
+    mut on_row: impl FnMut(usize, usize),
+) -> Result<LiveSummary> {
+    let load = opts.config.workload.prometheus.as_ref().context(
+        "live profiling reads the servers' metrics: the config needs a [workload.prometheus] section",
+    )?;
+    let mut readers = Vec::with_capacity(problem.models.len());
+    for m in &problem.models {
+        let entry = load.models.get(&m.name).with_context(|| {
+            format!(
+                "workload.prometheus.models has no entry for model '{}'",
+                m.name
+            )
+        })?;
+        readers.push(ModelReader::new(&m.name, entry)?);
+    }
+    let thresholds = load.thresholds;
+    let timeout = Duration::from_millis(load.timeout_ms);
+    let client = http_client();
+    let metrics = Arc::new(Metrics::default());
+    let actuators = Actuators::new(&opts.config.actuator, problem, Arc::clone(&metrics))?;
+    let mut state = StateReader {
+        sampler: None,
+        dcgm: None,
+        client: client.clone(),
+        timeout,
+        device: opts.config.sampler.device.to_string(),
+    };
+    match &opts.state {
+        StateSource::Sampler => {
+            state.sampler = Some(
+                sampler::build(
+                    &opts.config.sampler,
+                    problem,
+                    opts.seed,
+                    Some(&crate::sim::sampler::simulated_gpu),
+                )?
+                .0,
+            )
+        }
+        StateSource::Dcgm(url) => state.dcgm = Some(url.parse().context("--gpu-metrics")?),
+    }
+    let mut profile = existing.unwrap_or_else(|| Profile {
+        scenario: opts.config.scenario.clone(),
+        models: problem.models.iter().map(|m| m.name.clone()).collect(),
+        rows: Vec::new(),
+        solo: Vec::new(),
+    });
+    let mut running: Option<JointConfig> = None;
+    let mut off_regime = 0;
+    for (k, joint) in points.iter().enumerate() {
+        let changed: Vec<usize> = match &running {
+            Some(r) => (0..joint.len()).filter(|&i| r[i] != joint[i]).collect(),
+            None => (0..joint.len()).collect(),
+        };
+        let failures_before = metrics.actuator_failures("webhook");
+        actuators.apply(problem, k as u64, joint, &changed);
+        running = Some(joint.clone());
+        tokio::time::sleep(opts.settle).await;
+        if metrics.actuator_failures("webhook") > failures_before {
+            bail!(
+                "point {}: a model server did not take configuration {joint:?} (webhook failed); the {} rows before it are in {}",
+                k + 1,
+                profile.rows.len(),
+                opts.out.display()
+            );
+        }
+        // The window: counters at both ends (its length is between the two
+        // readings), the state at start, middle and end.
+        let mut first = Vec::with_capacity(readers.len());
+        for r in &readers {
+            first.push(r.counters(&client, timeout).await?);
+        }
+        let start = Instant::now();
+        let mut states = vec![state.read(problem, joint, opts.workload).await?];
+        tokio::time::sleep(opts.window / 2).await;
+        states.push(state.read(problem, joint, opts.workload).await?);
+        let remaining = opts.window.saturating_sub(start.elapsed());
+        tokio::time::sleep(remaining).await;
+        let mut last = Vec::with_capacity(readers.len());
+        for r in &readers {
+            last.push(r.counters(&client, timeout).await?);
+        }
+        let seconds = start.elapsed().as_secs_f64();
+        if seconds <= 0.0 {
+            bail!("point {}: an empty measurement window", k + 1);
+        }
+        states.push(state.read(problem, joint, opts.workload).await?);
+        let mut throughput = Vec::with_capacity(readers.len());
+        let mut ratio = 0.0;
+        for ((r, a), b) in readers.iter().zip(&first).zip(&last) {
+            if b.0 < a.0 || b.1 < a.1 {
+                bail!(
+                    "point {}: a counter of {} went down during the window (the server restarted?)",
+                    k + 1,
+                    r.name
+                );
+            }
+            throughput.push((b.1 - a.1) / seconds);
+            ratio += (b.0 - a.0) / seconds / r.reference_rate;
+        }
+        ratio /= readers.len() as f64;
+        if level_of(ratio, &thresholds) != opts.workload {
+            off_regime += 1;
+        }
+        let n = states.len() as f64;
+        profile.rows.push(ProfileRow {
+            joint: joint.clone(),
+            workload: opts.workload,
+            state: GpuState {
+                workload: opts.workload,
+                vram_used_mib: states.iter().map(|s| s.0).sum::<f64>() / n,
+                utilization: states.iter().map(|s| s.1).sum::<f64>() / n,
+            },
+            throughput,
+        });
+        profile::write_csv(&profile, problem, &opts.out)?;
+        on_row(k + 1, points.len());
+    }
+    actuators.shutdown(Duration::from_secs(2)).await;
+    Ok(LiveSummary {
+        measured: points.len(),
+        rows_in_file: profile.rows.len(),
+        off_regime,
+    })
+}
+
+/// Reads the GPU state: from a DCGM exporter's page or the config's sampler.
+struct StateReader {
+    sampler: Option<Box<dyn Sampler>>,
+    dcgm: Option<hyper::Uri>,
+    client: HttpClient,
+    timeout: Duration,
+    /// The `gpu` label of the card (`sampler.device`).
+    device: String,
+}
+
+impl StateReader {
+    /// (VRAM used MiB, utilisation 0..1) now.
+    async fn read(
+        &mut self,
+        problem: &Problem,
+        joint: &[u32],
+        workload: WorkloadLevel,
+    ) -> Result<(f64, f64)> {
+        if let Some(uri) = &self.dcgm {
+            let body = get(&self.client, uri, self.timeout, MAX_PAGE_BYTES).await?;
+            let text = std::str::from_utf8(&body).context("the GPU metrics page is not UTF-8")?;
+            let vram = sample_sum(text, "DCGM_FI_DEV_FB_USED", "gpu", &self.device)?;
+            let util = sample_sum(text, "DCGM_FI_DEV_GPU_UTIL", "gpu", &self.device)? / 100.0;
+            return Ok((vram, util.clamp(0.0, 1.0)));
+        }
+        let sampler = self.sampler.as_mut().context("no GPU state source")?;
+        let s = sampler.sample(problem, joint, workload)?;
+        let footprint = problem.vram_mib(joint) as f64;
+        Ok((
+            s.vram_used_mib.unwrap_or(footprint),
+            s.utilization.context(
+                "the sampler gives no utilisation (footprint): profile with nvml, sim or --gpu-metrics",
+            )?,
+        ))
+    }
+}
