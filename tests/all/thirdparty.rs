@@ -435,3 +435,91 @@ fn plugins_wit_prints_and_writes_the_package() {
         stdout(&out)
     );
 }
+
+#[test]
+#[ignore = "needs Node.js and `npm ci` in examples/js-greedy, and compiles a 12 MB component; run by .ci/run"]
+fn the_javascript_policy_runs_under_the_host_and_is_validated() {
+    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let component = tmp.join("js-greedy.wasm");
+    let built = Command::new(workspace_root().join("examples/js-greedy/build.sh"))
+        .arg(&component)
+        .output()
+        .expect("the build script runs");
+    assert!(
+        built.status.success(),
+        "componentize-js build failed (npm ci in examples/js-greedy): {}{}",
+        stdout(&built),
+        stderr(&built)
+    );
+    // One compilation for every command: the later ones load from the cache.
+    let cache = tmp.join("js-cache");
+    let cache = path_str(&cache);
+    let out = mfsched(&[
+        "plugins",
+        "check",
+        path_str(&component),
+        "--cache-dir",
+        cache,
+    ]);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    assert!(
+        stdout(&out).contains("calls itself \"javascript greedy (componentize-js)\""),
+        "{}",
+        stdout(&out)
+    );
+
+    let out = mfsched(&[
+        "decide",
+        "--scenario",
+        "paper-n5",
+        "--policy",
+        path_str(&component),
+        "--json",
+        "--cache-dir",
+        cache,
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is JSON");
+    assert_eq!(v["accepted"], true, "{v}");
+    assert_eq!(v["feasible"], true, "{v}");
+    assert_eq!(v["floors_met"], true, "{v}");
+
+    // A bad parameter throws a TypeError, not a string: the example turns
+    // every exception into a refusal that keeps its message.
+    let out = mfsched(&[
+        "decide",
+        "--scenario",
+        "paper-n5",
+        "--policy",
+        path_str(&component),
+        "--param",
+        "rounds=many",
+        "--json",
+        "--cache-dir",
+        cache,
+    ]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is JSON");
+    assert_eq!(v["accepted"], false, "{v}");
+    let reason = v["reason"].as_str().expect("a reason");
+    assert!(
+        reason.contains("refused to decide: TypeError: parameter rounds=many"),
+        "{reason}"
+    );
+}
+
+/// A trap is reported with what the guest last printed to stderr: for a Rust
+/// policy, its panic message.
+#[test]
+fn a_trap_is_reported_with_the_guests_last_words() {
+    let out = mfsched(&["plugins", "check", path_str(&test_plugin("trap"))]);
+    assert!(!out.status.success());
+    let text = stdout(&out);
+    let errors: Vec<&str> = text.lines().filter(|l| l.starts_with("ERROR")).collect();
+    assert_eq!(errors.len(), 1, "{text}");
+    assert!(errors[0].contains("the policy trapped"), "{text}");
+    assert!(
+        errors[0].contains("its stderr ended with:")
+            && errors[0].contains("this test plugin traps on purpose"),
+        "{text}"
+    );
+}
