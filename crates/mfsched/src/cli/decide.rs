@@ -16,7 +16,7 @@ pub struct DecideArgs {
     /// A bundled scenario name or a path to a scenario .toml file.
     #[arg(long)]
     scenario: String,
-    /// The policy: an embedded name (ga, exhaustive, static-budget), a NAME.wasm of --plugin-dir, or a .wasm path.
+    /// The policy: an embedded name (ga, exhaustive, exact, static-budget), a NAME.wasm of --plugin-dir, or a .wasm path.
     #[arg(long)]
     policy: String,
     /// The utility component: a name or a .wasm path.
