@@ -48,7 +48,7 @@ pub use pipeline::{
 pub use registry::{
     Loaded, LoadedPolicy, LoadedUtility, Origin, ParamInfo, PluginInfo, Registry, Slot, World,
 };
-pub use reload::{HotReload, ReloadContext, ReloadEvent, ReloadOutcome};
+pub use reload::{HotReload, ReloadContext, ReloadCounts, ReloadEvent, ReloadOutcome};
 pub use validate::{Rejection, validate};
 
 /// Where the build put the deliberately hostile components of `tests/plugins`

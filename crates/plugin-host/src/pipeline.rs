@@ -88,9 +88,10 @@ pub trait PolicySource: Send + Sync {
         None
     }
 
-    /// How many times its policies were reloaded from disk (hot reload).
-    fn reloads(&self) -> u64 {
-        0
+    /// How many times its policies were reloaded from disk (hot reload), and
+    /// how many reloads were rejected.
+    fn reloads(&self) -> crate::reload::ReloadCounts {
+        crate::reload::ReloadCounts::default()
     }
 }
 
