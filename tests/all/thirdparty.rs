@@ -523,3 +523,60 @@ fn a_trap_is_reported_with_the_guests_last_words() {
         "{text}"
     );
 }
+
+/// A custom section (id 0): its name and bytes, sizes in unsigned LEB128.
+fn custom_section(name: &str, data: &[u8]) -> Vec<u8> {
+    fn leb128(mut n: usize, out: &mut Vec<u8>) {
+        loop {
+            let byte = (n & 0x7f) as u8;
+            n >>= 7;
+            if n == 0 {
+                out.push(byte);
+                return;
+            }
+            out.push(byte | 0x80);
+        }
+    }
+    let mut payload = Vec::new();
+    leb128(name.len(), &mut payload);
+    payload.extend_from_slice(name.as_bytes());
+    payload.extend_from_slice(data);
+    let mut section = vec![0];
+    leb128(payload.len(), &mut section);
+    section.extend(payload);
+    section
+}
+
+/// Beside its hash, `plugins list` shows the version and authors a
+/// component declares (the sections `wasm-tools metadata add` writes).
+#[test]
+fn plugins_list_shows_the_metadata_a_component_declares() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let mut bytes = std::fs::read(bundled_file("mfsched_plugin_exact")).expect("built");
+    bytes.extend(custom_section("version", b"1.2.3"));
+    bytes.extend(custom_section("authors", b"Ada Lovelace\n"));
+    std::fs::write(dir.path().join("tagged.wasm"), &bytes).expect("write");
+    let out = mfsched(&[
+        "plugins",
+        "list",
+        "--plugin-dir",
+        path_str(dir.path()),
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let tagged = rows
+        .as_array()
+        .expect("a list")
+        .iter()
+        .find(|r| r["name"] == "tagged")
+        .expect("the file is listed");
+    assert_eq!(tagged["metadata"]["version"], "1.2.3", "{tagged}");
+    assert_eq!(tagged["metadata"]["authors"], "Ada Lovelace", "{tagged}");
+    let out = mfsched(&["plugins", "list", "--plugin-dir", path_str(dir.path())]);
+    assert!(
+        stdout(&out).contains("1.2.3 by Ada Lovelace)"),
+        "{}",
+        stdout(&out)
+    );
+}

@@ -304,6 +304,7 @@ pub fn run(cmd: PluginsCommand) -> Result<()> {
                             "wit": format!("{}@{}", mfsched_plugin_host::bindings::PACKAGE, i.wit_version),
                             "title": i.title,
                             "sha256": i.sha256,
+                            "metadata": i.metadata,
                             "params": i.params,
                         }),
                         Err(e) => serde_json::json!({ "source": what, "error": format!("{e:#}") }),
@@ -334,7 +335,10 @@ pub fn run(cmd: PluginsCommand) -> Result<()> {
                             ),
                             origin,
                             i.short_hash(),
-                            i.title
+                            match i.metadata.describe() {
+                                m if m.is_empty() => i.title.clone(),
+                                m => format!("{} ({m})", i.title),
+                            }
                         );
                         if let mfsched_plugin_host::Origin::File(p) = &i.origin {
                             println!(
