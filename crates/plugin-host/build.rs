@@ -86,6 +86,11 @@ const TEST_PLUGINS: &[(&str, &str, &str)] = &[
         "mfsched-test-plugin-bad-terms",
         "mfsched_test_plugin_bad_terms",
     ),
+    (
+        "clock-reader",
+        "mfsched-test-plugin-clock-reader",
+        "mfsched_test_plugin_clock_reader",
+    ),
 ];
 
 const TARGET: &str = "wasm32-wasip2";
@@ -99,6 +104,8 @@ fn main() {
         .to_path_buf();
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("set by cargo"));
     for watched in [
+        "sdk",
+        "rng",
         "plugins",
         "tests/plugins",
         "tests/fixtures/wit-0.1.0",
@@ -109,6 +116,7 @@ fn main() {
         println!("cargo:rerun-if-changed={}", root.join(watched).display());
     }
 
+    encode_wit(&root.join("wit"), &out_dir);
     ensure_target();
 
     let target_dir = plugin_target_dir(&out_dir);
@@ -184,6 +192,18 @@ fn main() {
         "cargo:rustc-env=MFSCHED_TEST_PLUGINS={}",
         test_dir.display()
     );
+}
+
+/// Encodes the WIT package of `wit` as a component (a binary WIT package, what
+/// registry tools such as wkg consume) into `OUT_DIR`, for the host to embed.
+fn encode_wit(wit: &Path, out_dir: &Path) {
+    let mut resolve = wit_parser::Resolve::default();
+    let (package, _) = resolve
+        .push_dir(wit)
+        .unwrap_or_else(|e| fail(&format!("{}: {e:#}", wit.display())));
+    let encoded = wit_component::encode(&resolve, package)
+        .unwrap_or_else(|e| fail(&format!("cannot encode the WIT package: {e:#}")));
+    fs::write(out_dir.join("mfsched-scheduler.wasm"), encoded).expect("OUT_DIR is writable");
 }
 
 /// `<target>/wasm-plugins`, beside the host's own profile directories, so debug

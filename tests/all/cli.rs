@@ -1703,3 +1703,62 @@ fn a_scenario_with_kinds_and_knobs_of_its_own_is_shown_checked_trained_and_decid
         );
     }
 }
+
+/// Help names every embedded policy, and a binary user gets the documented
+/// config from the binary itself.
+#[test]
+fn help_names_every_embedded_policy_and_run_prints_its_config() {
+    let out = mfsched(&["decide", "--help"]);
+    let help = stdout(&out);
+    for name in mfsched_plugin_host::registry::embedded_names().filter(|n| *n != "utility") {
+        assert!(help.contains(name), "decide --help omits {name}: {help}");
+    }
+    let out = mfsched(&["run", "--print-config"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out), mfsched_daemon::config::EXAMPLE);
+    assert!(
+        !stdout(&mfsched(&["run", "--help"])).contains("examples/"),
+        "run --help points at a file a binary user does not have"
+    );
+    let out = mfsched(&["run"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("--config"), "{}", stderr(&out));
+}
+
+/// `ab` fails, with the reason, when a policy produced no valid decision on a
+/// whole trace (the report is still written).
+#[test]
+fn ab_fails_naming_the_reason_when_a_policy_fails_every_tick() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let trap = Path::new(mfsched_plugin_host::TEST_PLUGINS_DIR).join("trap.wasm");
+    let report = dir.path().join("ab");
+    let out = mfsched(&[
+        "ab",
+        "--a",
+        trap.to_str().expect("utf-8 path"),
+        "--b",
+        "exact",
+        "--problem",
+        "paper-n3",
+        "--scenarios",
+        "steady",
+        "--ticks",
+        "3",
+        "--out",
+        report.to_str().expect("utf-8 path"),
+    ]);
+    assert!(!out.status.success(), "{}", stdout(&out));
+    // Besides the policy's own output, logged tagged per tick: one error line.
+    let err = stderr(&out);
+    let errors: Vec<&str> = err.lines().filter(|l| l.starts_with("error:")).collect();
+    assert_eq!(errors.len(), 1, "{err}");
+    assert!(
+        errors[0].contains("failed every one of its 3 tick(s) on 'steady'"),
+        "{err}"
+    );
+    assert!(errors[0].contains("trapped"), "{err}");
+    assert!(
+        report.join("results.json").is_file(),
+        "the report is written"
+    );
+}

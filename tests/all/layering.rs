@@ -11,7 +11,7 @@ const PRODUCT: &[&str] = &[
     "mfsched-surrogate",
     "mfsched-plugin-host",
     "mfsched-daemon",
-    "mfsched-guest",
+    "mfsched-sdk",
     "mfsched-rng",
     "mfsched-nn",
 ];

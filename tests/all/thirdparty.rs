@@ -146,7 +146,7 @@ fn plugins_check_says_what_is_wrong_one_line_per_finding() {
 }
 
 #[test]
-fn plugins_new_writes_a_standalone_crate_with_the_wit() {
+fn plugins_new_writes_a_standalone_crate_on_the_sdk_of_the_hosts_wit() {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let crate_dir = dir.path().join("fast-greedy");
     let out = mfsched(&[
@@ -165,9 +165,21 @@ fn plugins_new_writes_a_standalone_crate_with_the_wit() {
     for file in ["Cargo.toml", "src/lib.rs", "README.md", ".gitignore"] {
         assert!(crate_dir.join(file).is_file(), "{file} missing");
     }
-    let wit = std::fs::read_to_string(crate_dir.join("wit/scheduler.wit")).expect("copied");
+    // The crate depends on this checkout's SDK, whose bindings come from the
+    // host's own WIT.
+    let sdk = std::fs::canonicalize(workspace_root().join("sdk")).expect("the SDK");
+    let manifest = std::fs::read_to_string(crate_dir.join("Cargo.toml")).expect("written");
+    assert!(
+        manifest.contains(&format!("mfsched-sdk = {{ path = \"{}\" }}", sdk.display())),
+        "{manifest}"
+    );
+    let wit = std::fs::read_to_string(sdk.join("wit/scheduler.wit")).expect("the SDK's WIT");
     let ours = std::fs::read_to_string(workspace_root().join("wit/scheduler.wit")).expect("exists");
-    assert_eq!(wit, ours, "the crate carries the host's WIT unchanged");
+    assert_eq!(wit, ours, "the SDK generates from the host's WIT");
+    assert!(
+        !crate_dir.join("wit").exists(),
+        "no copy of the WIT to drift"
+    );
 
     let out = mfsched(&["plugins", "new", "Fast Greedy"]);
     assert!(!out.status.success());
@@ -196,12 +208,12 @@ fn guest_cargo(dir: &Path, target_dir: &Path) -> Output {
 
 #[test]
 #[ignore = "builds the template crate with cargo (minutes on 2 cores); run by .ci/run"]
-fn a_policy_from_the_template_builds_passes_check_and_runs_in_ab_against_ga() {
+fn a_policy_from_the_template_builds_passes_check_and_test_and_runs_in_ab_against_ga() {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let crate_dir = dir.path().join("my-policy");
     let out = mfsched(&["plugins", "new", "my-policy", "--dir", path_str(&crate_dir)]);
     assert!(out.status.success(), "{}", stderr(&out));
-    // A target directory that outlives the test, so reruns reuse wit-bindgen.
+    // A target directory that outlives the test, so reruns reuse the SDK's build.
     let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("template-target");
     let built = guest_cargo(&crate_dir, &target);
     assert!(built.status.success(), "{}", stderr(&built));
@@ -210,6 +222,27 @@ fn a_policy_from_the_template_builds_passes_check_and_runs_in_ab_against_ga() {
     let out = mfsched(&["plugins", "check", path_str(&component)]);
     assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
     assert!(stdout(&out).contains("accepted (VRAM"), "{}", stdout(&out));
+
+    // On the states of a log the daemon wrote.
+    let config = crate::common::daemon_config(dir.path(), "paper-n3", 400, "active = \"ga\"", "");
+    let out = mfsched(&["run", "--config", path_str(&config), "--max-ticks", "3"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let log = dir.path().join("decisions.log");
+    let out = mfsched(&[
+        "plugins",
+        "test",
+        path_str(&component),
+        "--log",
+        path_str(&log),
+        "--scenario",
+        "paper-n3",
+    ]);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    assert!(
+        stdout(&out).contains("3 of 3 states deterministic"),
+        "{}",
+        stdout(&out)
+    );
 
     let report = dir.path().join("ab");
     let out = mfsched(&[
@@ -282,4 +315,268 @@ fn the_python_policy_runs_under_the_host_and_is_validated() {
     assert_eq!(v["accepted"], true, "{v}");
     assert_eq!(v["feasible"], true, "{v}");
     assert_eq!(v["floors_met"], true, "{v}");
+}
+
+/// The clock reader answers by the parity of the hour: every answer is valid
+/// and two runs a moment apart agree, so `plugins check` finds every decision
+/// it sees accepted; `plugins test` moves the policy's clocks between runs and
+/// must report it as not deterministic.
+#[test]
+fn plugins_test_catches_a_policy_that_reads_the_clock() {
+    let file = test_plugin("clock-reader");
+    let out = mfsched(&[
+        "plugins",
+        "check",
+        path_str(&file),
+        "--scenario",
+        "paper-n3",
+    ]);
+    assert!(stdout(&out).contains("accepted (VRAM"), "{}", stdout(&out));
+
+    let out = mfsched(&["plugins", "test", path_str(&file), "--scenario", "paper-n3"]);
+    assert!(!out.status.success(), "{}", stdout(&out));
+    let text = stdout(&out);
+    let errors: Vec<&str> = text.lines().filter(|l| l.starts_with("ERROR")).collect();
+    assert_eq!(errors.len(), 4, "one per workload level: {text}");
+    assert!(
+        errors.iter().all(|l| l.contains("not deterministic")),
+        "{text}"
+    );
+    assert!(
+        text.contains("4 state(s) × 5 runs: 20 of 20 decisions valid, 0 of 4 states deterministic"),
+        "{text}"
+    );
+    let err = stderr(&out);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("4 finding(s)"), "{err}");
+}
+
+/// A bounded daemon run writes a decision log; `plugins test` reads it back
+/// (the daemon's own reader) and passes a bundled policy on every recorded
+/// state. A log of another scenario and a bad fixture line are one clear line.
+#[test]
+fn plugins_test_passes_a_bundled_policy_on_a_log_written_by_run() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let config = crate::common::daemon_config(dir.path(), "paper-n3", 400, "active = \"ga\"", "");
+    let out = mfsched(&["run", "--config", path_str(&config), "--max-ticks", "3"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let log = dir.path().join("decisions.log");
+    let ga = bundled_file("mfsched_plugin_ga");
+    let out = mfsched(&[
+        "plugins",
+        "test",
+        path_str(&ga),
+        "--log",
+        path_str(&log),
+        "--scenario",
+        "paper-n3",
+        "--runs",
+        "6",
+    ]);
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}{}", stderr(&out));
+    for tick in 0..3 {
+        assert!(text.contains(&format!("\ntick {tick} ")), "{text}");
+    }
+    assert!(
+        text.contains("3 state(s) × 6 runs: 18 of 18 decisions valid, 3 of 3 states deterministic"),
+        "{text}"
+    );
+    assert!(!text.contains("ERROR"), "{text}");
+
+    let out = mfsched(&["plugins", "test", path_str(&ga), "--log", path_str(&log)]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("tick 0") && err.contains("scenario paper-n5"),
+        "{err}"
+    );
+
+    let states = dir.path().join("states.jsonl");
+    std::fs::write(
+        &states,
+        "{\"workload\":\"high\",\"vram_used_mib\":9000,\"utilization\":0.7}\n\n{\"workload\":\"huge\",\"vram_used_mib\":1,\"utilization\":0.5}\n",
+    )
+    .expect("write the states");
+    let out = mfsched(&["plugins", "test", "ga", "--states", path_str(&states)]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("states.jsonl:3"), "{err}");
+
+    let out = mfsched(&["plugins", "test", "ga", "--runs", "2"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("--runs"), "{}", stderr(&out));
+}
+
+/// `plugins wit` prints the package an author builds against; with --out it
+/// writes the text and the encoded package, which decodes to the same package.
+#[test]
+fn plugins_wit_prints_and_writes_the_package() {
+    let ours = std::fs::read_to_string(workspace_root().join("wit/scheduler.wit")).expect("exists");
+    let out = mfsched(&["plugins", "wit"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out), ours);
+
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let target = dir.path().join("wit");
+    let out = mfsched(&["plugins", "wit", "--out", path_str(&target)]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        std::fs::read_to_string(target.join("scheduler.wit")).expect("written"),
+        ours
+    );
+    let encoded = std::fs::read(target.join("mfsched-scheduler-0.2.0.wasm")).expect("written");
+    assert_eq!(encoded, mfsched_plugin_host::wit_package::ENCODED);
+    assert!(
+        stdout(&out).contains("mfsched-scheduler-0.2.0.wasm"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+#[ignore = "needs Node.js and `npm ci` in examples/js-greedy, and compiles a 12 MB component; run by .ci/run"]
+fn the_javascript_policy_runs_under_the_host_and_is_validated() {
+    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let component = tmp.join("js-greedy.wasm");
+    let built = Command::new(workspace_root().join("examples/js-greedy/build.sh"))
+        .arg(&component)
+        .output()
+        .expect("the build script runs");
+    assert!(
+        built.status.success(),
+        "componentize-js build failed (npm ci in examples/js-greedy): {}{}",
+        stdout(&built),
+        stderr(&built)
+    );
+    // One compilation for every command: the later ones load from the cache.
+    let cache = tmp.join("js-cache");
+    let cache = path_str(&cache);
+    let out = mfsched(&[
+        "plugins",
+        "check",
+        path_str(&component),
+        "--cache-dir",
+        cache,
+    ]);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    assert!(
+        stdout(&out).contains("calls itself \"javascript greedy (componentize-js)\""),
+        "{}",
+        stdout(&out)
+    );
+
+    let out = mfsched(&[
+        "decide",
+        "--scenario",
+        "paper-n5",
+        "--policy",
+        path_str(&component),
+        "--json",
+        "--cache-dir",
+        cache,
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is JSON");
+    assert_eq!(v["accepted"], true, "{v}");
+    assert_eq!(v["feasible"], true, "{v}");
+    assert_eq!(v["floors_met"], true, "{v}");
+
+    // A bad parameter throws a TypeError, not a string: the example turns
+    // every exception into a refusal that keeps its message.
+    let out = mfsched(&[
+        "decide",
+        "--scenario",
+        "paper-n5",
+        "--policy",
+        path_str(&component),
+        "--param",
+        "rounds=many",
+        "--json",
+        "--cache-dir",
+        cache,
+    ]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is JSON");
+    assert_eq!(v["accepted"], false, "{v}");
+    let reason = v["reason"].as_str().expect("a reason");
+    assert!(
+        reason.contains("refused to decide: TypeError: parameter rounds=many"),
+        "{reason}"
+    );
+}
+
+/// A trap is reported with what the guest last printed to stderr: for a Rust
+/// policy, its panic message.
+#[test]
+fn a_trap_is_reported_with_the_guests_last_words() {
+    let out = mfsched(&["plugins", "check", path_str(&test_plugin("trap"))]);
+    assert!(!out.status.success());
+    let text = stdout(&out);
+    let errors: Vec<&str> = text.lines().filter(|l| l.starts_with("ERROR")).collect();
+    assert_eq!(errors.len(), 1, "{text}");
+    assert!(errors[0].contains("the policy trapped"), "{text}");
+    assert!(
+        errors[0].contains("its stderr ended with:")
+            && errors[0].contains("this test plugin traps on purpose"),
+        "{text}"
+    );
+}
+
+/// A custom section (id 0): its name and bytes, sizes in unsigned LEB128.
+fn custom_section(name: &str, data: &[u8]) -> Vec<u8> {
+    fn leb128(mut n: usize, out: &mut Vec<u8>) {
+        loop {
+            let byte = (n & 0x7f) as u8;
+            n >>= 7;
+            if n == 0 {
+                out.push(byte);
+                return;
+            }
+            out.push(byte | 0x80);
+        }
+    }
+    let mut payload = Vec::new();
+    leb128(name.len(), &mut payload);
+    payload.extend_from_slice(name.as_bytes());
+    payload.extend_from_slice(data);
+    let mut section = vec![0];
+    leb128(payload.len(), &mut section);
+    section.extend(payload);
+    section
+}
+
+/// Beside its hash, `plugins list` shows the version and authors a
+/// component declares (the sections `wasm-tools metadata add` writes).
+#[test]
+fn plugins_list_shows_the_metadata_a_component_declares() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let mut bytes = std::fs::read(bundled_file("mfsched_plugin_exact")).expect("built");
+    bytes.extend(custom_section("version", b"1.2.3"));
+    bytes.extend(custom_section("authors", b"Ada Lovelace\n"));
+    std::fs::write(dir.path().join("tagged.wasm"), &bytes).expect("write");
+    let out = mfsched(&[
+        "plugins",
+        "list",
+        "--plugin-dir",
+        path_str(dir.path()),
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let tagged = rows
+        .as_array()
+        .expect("a list")
+        .iter()
+        .find(|r| r["name"] == "tagged")
+        .expect("the file is listed");
+    assert_eq!(tagged["metadata"]["version"], "1.2.3", "{tagged}");
+    assert_eq!(tagged["metadata"]["authors"], "Ada Lovelace", "{tagged}");
+    let out = mfsched(&["plugins", "list", "--plugin-dir", path_str(dir.path())]);
+    assert!(
+        stdout(&out).contains("1.2.3 by Ada Lovelace)"),
+        "{}",
+        stdout(&out)
+    );
 }

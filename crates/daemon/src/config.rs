@@ -1,7 +1,8 @@
 //! The daemon's configuration file (`mfsched run --config mfsched.toml`).
 //!
-//! Every key is documented in `examples/mfsched.toml`; unknown keys are rejected
-//! so that a typo never silently falls back to a default.
+//! Every key is documented in `examples/mfsched.toml` (embedded as
+//! [`EXAMPLE`]: `mfsched run --print-config` prints it); unknown keys are
+//! rejected so that a typo never silently falls back to a default.
 
 use anyhow::{Context, Result, bail};
 use serde::Deserialize;
@@ -11,6 +12,11 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::forecast::ForecastKind;
+
+/// The documented example configuration, every key with its default or an
+/// example value.
+pub const EXAMPLE: &str = include_str!("../../../examples/mfsched.toml");
+
 use mfsched_core::domain::WorkloadLevel;
 
 #[derive(Debug, Clone, Deserialize)]
@@ -690,8 +696,7 @@ mod tests {
 
     #[test]
     fn the_example_config_parses_with_documented_defaults() {
-        let c = DaemonConfig::parse(include_str!("../../../examples/mfsched.toml"))
-            .expect("the example is valid");
+        let c = DaemonConfig::parse(EXAMPLE).expect("the example is valid");
         assert_eq!(c.scenario, "paper-n2");
         assert_eq!(c.tick.period_ms, 1000);
         assert_eq!(c.sampler.kind, SamplerKind::Nvml);

@@ -7,6 +7,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use super::outcome::FailureKind;
+use mfsched_plugin_host::ReloadCounts;
 
 /// Upper bounds of the decision-latency histogram, seconds.
 const LATENCY_BUCKETS: [f64; 12] = [
@@ -217,7 +218,7 @@ impl Metrics {
     }
 
     /// The Prometheus text exposition. `reloads` comes from the decider.
-    pub fn render(&self, reloads: u64) -> String {
+    pub fn render(&self, reloads: ReloadCounts) -> String {
         let m = self.lock();
         let mut out = String::new();
         let section = |out: &mut String, name: &str, kind: &str, help: &str, body: Vec<String>| {
@@ -410,7 +411,17 @@ impl Metrics {
             "mfsched_plugin_reloads_total",
             "counter",
             "Policies reloaded from the plugin directory.",
-            vec![format!("mfsched_plugin_reloads_total {reloads}")],
+            vec![format!("mfsched_plugin_reloads_total {}", reloads.loaded)],
+        );
+        section(
+            &mut out,
+            "mfsched_plugin_reload_rejections_total",
+            "counter",
+            "Reloads from the plugin directory rejected (the running plugin kept).",
+            vec![format!(
+                "mfsched_plugin_reload_rejections_total {}",
+                reloads.rejected
+            )],
         );
         section(
             &mut out,
@@ -502,7 +513,10 @@ mod tests {
         m.tick(2);
         m.decided("ga", Role::Active, Duration::from_micros(700), Some(0.8));
         m.failed("we\"ird", FailureKind::Deadline, Duration::from_millis(6));
-        let text = m.render(3);
+        let text = m.render(ReloadCounts {
+            loaded: 3,
+            rejected: 2,
+        });
         assert!(text.contains("mfsched_ticks_total 2\n"), "{text}");
         assert!(text.contains("mfsched_missed_ticks_total 2\n"), "{text}");
         assert!(text.contains("mfsched_decisions_total{policy=\"ga\",role=\"active\"} 1"));
@@ -526,10 +540,11 @@ mod tests {
             Some(f64::NEG_INFINITY),
         );
         assert!(
-            m.render(0)
+            m.render(ReloadCounts::default())
                 .contains("mfsched_predicted_utility{policy=\"hold\"} -Inf")
         );
         assert!(text.contains("mfsched_plugin_reloads_total 3"));
+        assert!(text.contains("mfsched_plugin_reload_rejections_total 2"));
         // Every sample line belongs to a family announced by a TYPE line.
         for line in text.lines().filter(|l| !l.starts_with('#')) {
             let name = line.split(['{', ' ']).next().expect("name");

@@ -14,7 +14,7 @@ use mfsched_plugin_host::registry::{self, Loaded, Registry};
 use mfsched_plugin_host::reload::self_check;
 use mfsched_plugin_host::{
     Call, Checkpoint, CompileCache, HotReload, Pipeline, PluginEngine, PluginFailure, PluginLimits,
-    PolicySource, RawDecision, ReloadContext, ReloadEvent, setup,
+    PolicySource, RawDecision, ReloadContext, ReloadCounts, ReloadEvent, setup,
 };
 
 /// The memory a policy instance may grow to.
@@ -207,7 +207,9 @@ impl PolicySource for PluginPolicies {
         )
     }
 
-    fn reloads(&self) -> u64 {
-        self.reload.as_ref().map_or(0, HotReload::loaded)
+    fn reloads(&self) -> ReloadCounts {
+        self.reload
+            .as_ref()
+            .map_or_else(ReloadCounts::default, HotReload::counts)
     }
 }

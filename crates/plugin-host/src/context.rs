@@ -15,21 +15,63 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 use wasmtime::component::ResourceTable;
 use wasmtime::{ResourceLimiter, Store};
-use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use wasmtime_wasi::{
+    HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView,
+};
 
 /// A locked-down WASI context: no preopened directories, no environment, no
 /// arguments, no network, no stdin; the plugin's stdout and stderr go to the
 /// call's capture (capped, logged tagged by the caller), or nowhere when the host
-/// only asks a plugin to describe itself or a utility to score.
-fn locked_down_wasi(capture: Option<&OutputCapture>) -> WasiCtx {
+/// only asks a plugin to describe itself or a utility to score. Its clocks
+/// read `clock_shift` ahead of the host's (zero: the host's own clocks).
+fn locked_down_wasi(capture: Option<&OutputCapture>, clock_shift: Duration) -> WasiCtx {
     let capture = capture.cloned().unwrap_or_else(|| OutputCapture::new(0));
-    WasiCtxBuilder::new()
+    let mut builder = WasiCtxBuilder::new();
+    builder
         .stdout(capture.stdout)
         .stderr(capture.stderr)
         .allow_tcp(false)
         .allow_udp(false)
-        .allow_ip_name_lookup(false)
-        .build()
+        .allow_ip_name_lookup(false);
+    if !clock_shift.is_zero() {
+        builder
+            .wall_clock(ShiftedWallClock(clock_shift))
+            .monotonic_clock(ShiftedMonotonicClock(clock_shift));
+    }
+    builder.build()
+}
+
+/// The wall clock a guest sees when its clocks are shifted: the host's, ahead
+/// by a fixed duration (time still passes, so a guest waiting on it ends).
+struct ShiftedWallClock(Duration);
+
+impl HostWallClock for ShiftedWallClock {
+    fn resolution(&self) -> Duration {
+        Duration::from_nanos(1)
+    }
+
+    fn now(&self) -> Duration {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            + self.0
+    }
+}
+
+/// The monotonic clock a guest sees when its clocks are shifted: nanoseconds
+/// since the first shifted reading in this process, plus the shift.
+struct ShiftedMonotonicClock(Duration);
+
+impl HostMonotonicClock for ShiftedMonotonicClock {
+    fn resolution(&self) -> u64 {
+        1
+    }
+
+    fn now(&self) -> u64 {
+        static ORIGIN: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+        let since = ORIGIN.get_or_init(Instant::now).elapsed() + self.0;
+        u64::try_from(since.as_nanos()).unwrap_or(u64::MAX)
+    }
 }
 
 /// Caps each linear memory of an instance and remembers that the cap was hit,
@@ -120,6 +162,10 @@ pub struct CallInputs {
     /// Where `space.feasible` is answered from (shared by every call of a
     /// pipeline).
     pub feasible: Arc<FeasibleCache>,
+    /// How far ahead of the host's clocks the policy's WASI clocks read: zero
+    /// in production; `plugins test` varies it between runs so that a policy
+    /// whose answer depends on the time is caught.
+    pub clock_shift: Duration,
 }
 
 /// The memory-feasible set of the last problem shape a pipeline was asked
@@ -176,6 +222,7 @@ impl CallInputs {
             utility,
             engine,
             feasible,
+            clock_shift: Duration::ZERO,
         }
     }
 }
@@ -233,7 +280,7 @@ impl PolicyCtx {
         capture: &OutputCapture,
     ) -> Self {
         let mut ctx = Self::describing(&inputs.engine);
-        ctx.wasi = locked_down_wasi(Some(capture));
+        ctx.wasi = locked_down_wasi(Some(capture), inputs.clock_shift);
         ctx.call = Some(CallState {
             problem: Arc::clone(&inputs.problem),
             wit_problem: Arc::clone(&inputs.wit_problem),
@@ -249,7 +296,7 @@ impl PolicyCtx {
     /// For asking a plugin its name and parameters only.
     pub(super) fn describing(engine: &PluginEngine) -> Self {
         Self {
-            wasi: locked_down_wasi(None),
+            wasi: locked_down_wasi(None, Duration::ZERO),
             table: ResourceTable::new(),
             memory: MemoryCap::new(engine.limits().memory_bytes),
             call: None,
@@ -408,7 +455,7 @@ impl std::fmt::Debug for UtilityCtx {
 impl UtilityCtx {
     pub(super) fn new(engine: &PluginEngine) -> Self {
         Self {
-            wasi: locked_down_wasi(None),
+            wasi: locked_down_wasi(None, Duration::ZERO),
             table: ResourceTable::new(),
             memory: MemoryCap::new(engine.limits().memory_bytes),
         }

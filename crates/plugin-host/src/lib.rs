@@ -16,13 +16,17 @@
 //!   once, score once, keep the last valid decision), for every caller.
 //! - [`reload`]: hot reload of a plugin directory.
 //! - [`version`]: which WIT versions the host accepts.
+//! - [`wit_package`]: the WIT package, as text and encoded, for `plugins wit`.
 //! - [`check`]: `plugins check`, every finding about one component.
+//! - [`harness`]: `plugins test`, a policy against many states, several runs
+//!   each, the guest's clocks varied between runs.
 
 pub mod bindings;
 pub mod check;
 pub mod context;
 pub mod engine;
 pub mod failure;
+pub mod harness;
 pub mod output;
 pub mod pipeline;
 pub mod precheck;
@@ -32,6 +36,7 @@ pub mod setup;
 pub mod template;
 pub mod validate;
 pub mod version;
+pub mod wit_package;
 
 pub use context::{CallInputs, CallStats};
 pub use engine::{CompileCache, PluginEngine, PluginLimits};
@@ -43,7 +48,7 @@ pub use pipeline::{
 pub use registry::{
     Loaded, LoadedPolicy, LoadedUtility, Origin, ParamInfo, PluginInfo, Registry, Slot, World,
 };
-pub use reload::{HotReload, ReloadContext, ReloadEvent, ReloadOutcome};
+pub use reload::{HotReload, ReloadContext, ReloadCounts, ReloadEvent, ReloadOutcome};
 pub use validate::{Rejection, validate};
 
 /// Where the build put the deliberately hostile components of `tests/plugins`

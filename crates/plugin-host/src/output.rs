@@ -50,6 +50,27 @@ impl CappedPipe {
         std::mem::take(&mut self.lock().captured)
     }
 
+    /// What was written so far, left in the pipe, as one line: the non-empty
+    /// lines joined by " | ", of which the last `max` bytes or so are kept
+    /// (the end of a long trace says most).
+    pub fn tail(&self, max: usize) -> String {
+        let b = self.lock();
+        let text = String::from_utf8_lossy(&b.captured.bytes);
+        let joined = text
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .collect::<Vec<_>>()
+            .join(" | ");
+        match joined
+            .char_indices()
+            .map(|(i, _)| i)
+            .find(|&i| joined.len() - i <= max)
+        {
+            Some(0) | None => joined,
+            Some(at) => format!("…{}", &joined[at..]),
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Buffer> {
         // Only whole appends happen under the lock: a poisoned one is still sound.
         self.buffer.lock().unwrap_or_else(|e| e.into_inner())
@@ -248,6 +269,10 @@ mod tests {
         assert_eq!(captured.bytes, b"hellohel");
         assert_eq!(captured.dropped, 7);
         assert_eq!(pipe.take(), Captured::default(), "taking empties it");
+        pipe.write(Bytes::from_static(b"a\n\nb\n c\n\n"))
+            .expect("never fails");
+        assert_eq!(pipe.tail(100), "a | b |  c");
+        assert_eq!(pipe.tail(6), "…b |  c");
     }
 
     #[test]

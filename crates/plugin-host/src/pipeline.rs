@@ -88,9 +88,10 @@ pub trait PolicySource: Send + Sync {
         None
     }
 
-    /// How many times its policies were reloaded from disk (hot reload).
-    fn reloads(&self) -> u64 {
-        0
+    /// How many times its policies were reloaded from disk (hot reload), and
+    /// how many reloads were rejected.
+    fn reloads(&self) -> crate::reload::ReloadCounts {
+        crate::reload::ReloadCounts::default()
     }
 }
 
@@ -194,6 +195,30 @@ impl PolicySource for Registry {
             Some(slot) => run_component(&slot.load(), call),
             None => Builtin.propose(policy, call),
         }
+    }
+}
+
+/// Bytes of a trapped guest's stderr (its end) its trap is reported with.
+const TRAP_STDERR_BYTES: usize = 512;
+
+/// A trap says little by itself (`wasm trap: unreachable`); what the guest
+/// printed last usually says why: a Rust panic message, the end of a Python
+/// traceback, the error a JavaScript engine printed before it aborted. Other
+/// failures are reported as they are.
+fn with_stderr_tail(failure: PluginFailure, capture: &OutputCapture) -> PluginFailure {
+    match failure {
+        PluginFailure::Trap(why) => {
+            let tail = capture.stderr.tail(TRAP_STDERR_BYTES);
+            if tail.is_empty() {
+                PluginFailure::Trap(why)
+            } else {
+                PluginFailure::Trap(printable(
+                    &format!("{why}; its stderr ended with: {tail}"),
+                    MESSAGE_BYTES,
+                ))
+            }
+        }
+        other => other,
     }
 }
 
@@ -322,7 +347,7 @@ impl Pipeline {
                 (result, raw.candidates_evaluated, raw.stats)
             }
             Err(failure) => (
-                Err(DecisionFailure::Plugin(failure)),
+                Err(DecisionFailure::Plugin(with_stderr_tail(failure, &capture))),
                 0,
                 CallStats::default(),
             ),

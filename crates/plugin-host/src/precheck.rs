@@ -94,7 +94,8 @@ fn kind_of(t: &std::fs::FileType) -> &'static str {
 /// imports are WASI or `mfsched:scheduler` interfaces, it exports `decide`
 /// (policy) or `score` (utility), and its core modules hold at most
 /// [`MAX_FUNCTIONS`] functions.
-pub fn check_shape(bytes: &[u8]) -> Result<()> {
+pub fn check_shape(bytes: &[u8]) -> Result<ComponentMetadata> {
+    let mut metadata = ComponentMetadata::default();
     let mut depth = 0usize;
     let mut functions = 0u64;
     let mut exports = Vec::new();
@@ -143,6 +144,7 @@ pub fn check_shape(bytes: &[u8]) -> Result<()> {
                     exports.push(export.name.name.to_owned());
                 }
             }
+            Payload::CustomSection(reader) if depth == 0 => metadata.read(&reader),
             _ => {}
         }
     }
@@ -151,7 +153,56 @@ pub fn check_shape(bytes: &[u8]) -> Result<()> {
             "exports neither `decide` (policy world) nor `score` (utility world) of mfsched:scheduler"
         );
     }
-    Ok(())
+    Ok(metadata)
+}
+
+/// What a component says about itself in its own custom sections: the
+/// component-name section, and the `version` and `authors` sections
+/// `wasm-tools metadata add` writes. All optional; the component's identity
+/// stays its SHA-256. Printable and cut, like every plugin string.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ComponentMetadata {
+    pub name: Option<String>,
+    pub version: Option<String>,
+    pub authors: Option<String>,
+}
+
+/// The most of a metadata field kept.
+const METADATA_BYTES: usize = 200;
+
+impl ComponentMetadata {
+    fn read(&mut self, section: &wasmparser::CustomSectionReader<'_>) {
+        let text = |bytes: &[u8]| {
+            Some(crate::output::printable(
+                std::str::from_utf8(bytes).ok()?.trim(),
+                METADATA_BYTES,
+            ))
+            .filter(|t| !t.is_empty())
+        };
+        match section.name() {
+            "version" => self.version = text(section.data()),
+            "authors" => self.authors = text(section.data()),
+            _ => {
+                if let wasmparser::KnownCustom::ComponentName(names) = section.as_known() {
+                    for name in names.into_iter().flatten() {
+                        if let wasmparser::ComponentName::Component { name, .. } = name {
+                            self.name = text(name.as_bytes());
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// One phrase for people (`my-policy 1.2.0 by Ada`), empty when the
+    /// component says nothing.
+    pub fn describe(&self) -> String {
+        let mut words: Vec<String> = self.name.iter().chain(&self.version).cloned().collect();
+        if let Some(authors) = &self.authors {
+            words.push(format!("by {authors}"));
+        }
+        words.join(" ")
+    }
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@ use super::context::{PolicyCtx, UtilityCtx};
 use super::engine::{PluginEngine, arm_deadline};
 use super::failure::describe;
 use super::output::printable;
+use super::precheck::ComponentMetadata;
 use super::version::check_component_versions;
 use anyhow::{Context as _, Result, anyhow, bail};
 use std::collections::BTreeMap;
@@ -67,6 +68,8 @@ pub struct PluginInfo {
     pub params: Vec<ParamInfo>,
     /// SHA-256 of the component's bytes, hex: its identity, whatever its name.
     pub sha256: String,
+    /// Name, version and authors the component declares, if any.
+    pub metadata: ComponentMetadata,
 }
 
 impl PluginInfo {
@@ -160,7 +163,7 @@ pub fn load(engine: &PluginEngine, name: &str, origin: Origin, bytes: &[u8]) -> 
     } else {
         std::borrow::Cow::Borrowed(bytes)
     };
-    super::precheck::check_shape(&binary)?;
+    let metadata = super::precheck::check_shape(&binary)?;
     let component = Component::new(engine.engine(), &*binary)
         .map_err(|e| anyhow!("not a valid Wasm component: {}", describe(&e)))?;
     let ty = component.component_type();
@@ -198,6 +201,7 @@ pub fn load(engine: &PluginEngine, name: &str, origin: Origin, bytes: &[u8]) -> 
         .unwrap_or_else(|| "unknown".into());
     let mut info = PluginInfo {
         sha256: mfsched_core::digest::sha256_hex(bytes),
+        metadata,
         name: name.to_string(),
         origin,
         world,

@@ -79,6 +79,14 @@ impl std::fmt::Debug for ReloadContext {
 /// the counts and the log lines written when they happened.
 pub const HISTORY: usize = 64;
 
+/// Hot reloads so far: plugins swapped in or added, and attempts rejected
+/// (the running plugin kept).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReloadCounts {
+    pub loaded: u64,
+    pub rejected: u64,
+}
+
 /// Every reload attempt: the newest [`HISTORY`] events and running totals.
 #[derive(Debug, Default)]
 struct History {
@@ -172,14 +180,13 @@ impl HotReload {
         self.history().recent.iter().cloned().collect()
     }
 
-    /// Plugins swapped in or added since the watch started.
-    pub fn loaded(&self) -> u64 {
-        self.history().loaded
-    }
-
-    /// Reload attempts rejected since the watch started.
-    pub fn rejected(&self) -> u64 {
-        self.history().rejected
+    /// Reload attempts since the watch started, by outcome.
+    pub fn counts(&self) -> ReloadCounts {
+        let h = self.history();
+        ReloadCounts {
+            loaded: h.loaded,
+            rejected: h.rejected,
+        }
     }
 
     fn history(&self) -> std::sync::MutexGuard<'_, History> {

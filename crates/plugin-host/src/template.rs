@@ -1,14 +1,16 @@
 //! `mfsched plugins new`: a standalone Rust policy crate from the files of
-//! `templates/policy/` and the WIT package of `wit/`, both embedded in the
-//! binary so the command works wherever the binary is.
+//! `templates/policy/`, embedded in the binary so the command works wherever
+//! the binary is. The crate depends on the SDK (`sdk/`, `mfsched-sdk`), which
+//! carries the WIT bindings: the new crate copies no WIT and runs no
+//! wit-bindgen of its own.
 
 use crate::bindings::VERSION;
 use anyhow::{Context as _, Result, bail};
 use mfsched_core::fsutil::write_atomically;
 use std::path::{Path, PathBuf};
 
-/// (path in the new crate, template text). `{{name}}`, `{{artifact}}` and
-/// `{{wit_version}}` are filled in.
+/// (path in the new crate, template text). `{{name}}`, `{{artifact}}`,
+/// `{{wit_version}}` and `{{sdk}}` are filled in.
 const FILES: &[(&str, &str)] = &[
     (
         "Cargo.toml",
@@ -26,11 +28,51 @@ const FILES: &[(&str, &str)] = &[
         ".gitignore",
         include_str!("../../../templates/policy/gitignore"),
     ),
-    (
-        "wit/scheduler.wit",
-        include_str!("../../../wit/scheduler.wit"),
-    ),
 ];
+
+/// Where the new crate gets the SDK from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Sdk {
+    /// A checkout's `sdk/` directory.
+    Path(PathBuf),
+    /// The repository, by git.
+    Git(String),
+}
+
+impl Sdk {
+    /// The SDK of the checkout this binary was built from when it is still
+    /// there (an author working from a clone), else the repository by git.
+    pub fn default_source() -> Self {
+        let checkout = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../sdk");
+        match std::fs::canonicalize(&checkout) {
+            Ok(dir) if dir.join("Cargo.toml").is_file() => Sdk::Path(dir),
+            _ => Sdk::Git(env!("CARGO_PKG_REPOSITORY").to_owned()),
+        }
+    }
+
+    /// The dependency as an inline TOML table.
+    fn manifest_entry(&self) -> Result<String> {
+        let (key, value) = match self {
+            Sdk::Path(dir) => (
+                "path",
+                dir.to_str()
+                    .with_context(|| format!("the SDK path {} is not UTF-8", dir.display()))?,
+            ),
+            Sdk::Git(url) => ("git", url.as_str()),
+        };
+        let quoted = value.replace('\\', "\\\\").replace('"', "\\\"");
+        Ok(format!("{{ {key} = \"{quoted}\" }}"))
+    }
+}
+
+impl std::fmt::Display for Sdk {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Sdk::Path(dir) => write!(f, "{}", dir.display()),
+            Sdk::Git(url) => write!(f, "git {url}"),
+        }
+    }
+}
 
 /// Checks `name` is a usable crate name: a lowercase ASCII letter, then
 /// lowercase letters, digits, `-` or `_`, at most 64 characters.
@@ -58,10 +100,11 @@ pub fn component_path(name: &str) -> PathBuf {
     Path::new("target/wasm32-wasip2/release").join(format!("{}.wasm", artifact(name)))
 }
 
-/// Writes the policy crate `name` into `dir`, which must not exist or be
-/// empty. Returns the files written.
-pub fn write_policy(name: &str, dir: &Path) -> Result<Vec<PathBuf>> {
+/// Writes the policy crate `name`, depending on `sdk`, into `dir`, which must
+/// not exist or be empty. Returns the files written.
+pub fn write_policy(name: &str, dir: &Path, sdk: &Sdk) -> Result<Vec<PathBuf>> {
     check_name(name)?;
+    let sdk_entry = sdk.manifest_entry()?;
     if dir.exists() {
         let mut entries = std::fs::read_dir(dir)
             .with_context(|| format!("{} exists and is not a readable directory", dir.display()))?;
@@ -82,7 +125,8 @@ pub fn write_policy(name: &str, dir: &Path) -> Result<Vec<PathBuf>> {
         let filled = text
             .replace("{{name}}", name)
             .replace("{{artifact}}", &artifact(name))
-            .replace("{{wit_version}}", VERSION);
+            .replace("{{wit_version}}", VERSION)
+            .replace("{{sdk}}", &sdk_entry);
         write_atomically(&path, filled.as_bytes())?;
         written.push(path);
     }
@@ -105,19 +149,33 @@ mod tests {
     }
 
     #[test]
-    fn the_crate_is_filled_in_and_carries_the_hosts_wit() {
+    fn the_crate_is_filled_in_and_depends_on_the_sdk() {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let root = dir.path().join("my-policy");
-        let files = write_policy("my-policy", &root).expect("writes the crate");
+        let sdk = Sdk::Path(PathBuf::from("/src/mf \"sched\"/sdk"));
+        let files = write_policy("my-policy", &root, &sdk).expect("writes the crate");
         assert_eq!(files.len(), FILES.len());
         let manifest = std::fs::read_to_string(root.join("Cargo.toml")).expect("written");
         assert!(manifest.contains("name = \"my-policy\""), "{manifest}");
         assert!(manifest.contains("[workspace]"), "{manifest}");
+        assert!(
+            manifest.contains(r#"mfsched-sdk = { path = "/src/mf \"sched\"/sdk" }"#),
+            "{manifest}"
+        );
+        assert!(!manifest.contains("wit-bindgen ="), "{manifest}");
         let lib = std::fs::read_to_string(root.join("src/lib.rs")).expect("written");
         assert!(!lib.contains("{{"), "a placeholder was left: {lib}");
-        let wit = std::fs::read_to_string(root.join("wit/scheduler.wit")).expect("written");
-        assert!(wit.contains(&format!("package mfsched:scheduler@{VERSION};")));
-        let again = write_policy("my-policy", &root).expect_err("the directory is not empty");
+        assert!(lib.contains("mfsched_sdk::export_policy!"), "{lib}");
+        let again = write_policy("my-policy", &root, &sdk).expect_err("the directory is not empty");
         assert!(again.to_string().contains("not empty"), "{again}");
+    }
+
+    #[test]
+    fn the_default_sdk_is_this_checkouts() {
+        let Sdk::Path(dir) = Sdk::default_source() else {
+            panic!("the tests run in a checkout");
+        };
+        let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).expect("the SDK's manifest");
+        assert!(manifest.contains("name = \"mfsched-sdk\""), "{manifest}");
     }
 }

@@ -91,7 +91,7 @@ pub fn check_component_versions<'a>(
             return Err(format!(
                 "built against {PACKAGE}@{version}, which this host ({PACKAGE}@{host}) does not accept \
                  (it accepts {}; see docs/wit-versioning.md): rebuild the component against the WIT \
-                 of this mfsched (`mfsched plugins new` copies it)",
+                 of this mfsched (`mfsched plugins wit` writes it; Rust policies: the mfsched-sdk crate of this version)",
                 host.accepted_range()
             ));
         }

@@ -19,8 +19,8 @@
 //! A utility that is not additive has no terms: exact refuses, naming the
 //! policies that search it.
 
-use mfsched_guest::types::{Decision, GpuState, Param, ParamSpec, Problem};
-use mfsched_guest::{Params, Space, objective, surrogate};
+use mfsched_sdk::types::{Decision, GpuState, Param, ParamSpec, Problem};
+use mfsched_sdk::{Params, Space, objective, surrogate};
 
 /// Relative tolerance of the additivity check (f64 sums of a few terms).
 const ADDITIVITY_TOLERANCE: f64 = 1e-9;
@@ -38,7 +38,7 @@ struct Partial {
     config: u32,
 }
 
-impl mfsched_guest::Guest for Exact {
+impl mfsched_sdk::Guest for Exact {
     fn name() -> String {
         "exact (multiple-choice knapsack over the per-model table)".into()
     }
@@ -114,7 +114,7 @@ impl mfsched_guest::Guest for Exact {
         // The additivity check: the answer's own utility must be what the DP summed.
         let index = space.index(&config);
         let mut row = Vec::new();
-        mfsched_guest::gather(&space, &table, &[index], &mut row);
+        mfsched_sdk::gather(&space, &table, &[index], &mut row);
         let actual = objective::evaluate(&[index], &row)[0];
         if (actual - expected).abs() > ADDITIVITY_TOLERANCE * expected.abs().max(1.0) {
             return Err(format!(
@@ -145,5 +145,5 @@ fn pareto(mut stage: Vec<Partial>) -> Vec<Partial> {
 #[allow(unsafe_code)]
 mod exports {
     use super::Exact;
-    mfsched_guest::export_policy!(Exact);
+    mfsched_sdk::export_policy!(Exact);
 }

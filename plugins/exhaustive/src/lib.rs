@@ -11,12 +11,12 @@
 //! problem), scored by the utility from the table or, under a candidate-aware
 //! field, through the batched `predict` (N rows per candidate).
 
-use mfsched_guest::types::{Decision, GpuState, Param, ParamSpec, Problem};
-use mfsched_guest::{Landscape, Params, Space, argmax};
+use mfsched_sdk::types::{Decision, GpuState, Param, ParamSpec, Problem};
+use mfsched_sdk::{Landscape, Params, Space, argmax};
 
 struct Exhaustive;
 
-impl mfsched_guest::Guest for Exhaustive {
+impl mfsched_sdk::Guest for Exhaustive {
     fn name() -> String {
         "exhaustive search".into()
     }
@@ -36,7 +36,7 @@ impl mfsched_guest::Guest for Exhaustive {
                 (best.index, best.scored)
             }
             _ => {
-                let feasible = mfsched_guest::feasible(&space, u64::MAX);
+                let feasible = mfsched_sdk::feasible(&space, u64::MAX);
                 if feasible.is_empty() {
                     return Err(NOTHING_FITS.into());
                 }
@@ -58,5 +58,5 @@ impl mfsched_guest::Guest for Exhaustive {
 #[allow(unsafe_code)]
 mod exports {
     use super::Exhaustive;
-    mfsched_guest::export_policy!(Exhaustive);
+    mfsched_sdk::export_policy!(Exhaustive);
 }

@@ -18,9 +18,9 @@
 //! `predict` (the floor-meeting repair still reads the table: it is a
 //! heuristic, the utility has the last word). The seed comes from the host.
 
-use mfsched_guest::params::spec;
-use mfsched_guest::types::{Decision, Field, GpuState, Param, ParamSpec, Problem};
-use mfsched_guest::{Landscape, Params, Rng, Space, surrogate};
+use mfsched_sdk::params::spec;
+use mfsched_sdk::types::{Decision, Field, GpuState, Param, ParamSpec, Problem};
+use mfsched_sdk::{Landscape, Params, Rng, Space, surrogate};
 use std::collections::HashMap;
 
 struct Ga;
@@ -59,7 +59,7 @@ impl Settings {
     }
 }
 
-impl mfsched_guest::Guest for Ga {
+impl mfsched_sdk::Guest for Ga {
     fn name() -> String {
         "genetic algorithm".into()
     }
@@ -425,5 +425,5 @@ fn best_index(fitness: &[f64]) -> Option<usize> {
 #[allow(unsafe_code)]
 mod exports {
     use super::Ga;
-    mfsched_guest::export_policy!(Ga);
+    mfsched_sdk::export_policy!(Ga);
 }

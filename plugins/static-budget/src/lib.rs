@@ -10,13 +10,13 @@
 //! optimum is not in the set. The set is a pure function of the problem, K and
 //! the seed, so a stateless component rebuilds the same set every tick.
 
-use mfsched_guest::params::spec;
-use mfsched_guest::types::{Decision, GpuState, Param, ParamSpec, Problem};
-use mfsched_guest::{Landscape, Params, Rng, Space, argmax};
+use mfsched_sdk::params::spec;
+use mfsched_sdk::types::{Decision, GpuState, Param, ParamSpec, Problem};
+use mfsched_sdk::{Landscape, Params, Rng, Space, argmax};
 
 struct StaticBudget;
 
-impl mfsched_guest::Guest for StaticBudget {
+impl mfsched_sdk::Guest for StaticBudget {
     fn name() -> String {
         "static candidate set (StaticBudgetK / StaticFull)".into()
     }
@@ -32,7 +32,7 @@ impl mfsched_guest::Guest for StaticBudget {
     fn decide(problem: Problem, state: GpuState, params: Vec<Param>) -> Result<Decision, String> {
         let params = Params::parse(params, Self::parameters())?;
         let space = Space::new(&problem);
-        let mut feasible = mfsched_guest::feasible(&space, u64::MAX);
+        let mut feasible = mfsched_sdk::feasible(&space, u64::MAX);
         if feasible.is_empty() {
             return Err("no joint configuration fits in the card's VRAM".into());
         }
@@ -67,5 +67,5 @@ impl mfsched_guest::Guest for StaticBudget {
 #[allow(unsafe_code)]
 mod exports {
     use super::StaticBudget;
-    mfsched_guest::export_policy!(StaticBudget);
+    mfsched_sdk::export_policy!(StaticBudget);
 }

@@ -10,9 +10,13 @@ use mfsched_lab::sim::sampler::simulated_gpu;
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// The daemon config (every key is documented in examples/mfsched.toml).
-    #[arg(long)]
-    config: PathBuf,
+    /// The daemon config (`--print-config` prints one with every key documented).
+    #[arg(long, required_unless_present = "print_config")]
+    config: Option<PathBuf>,
+    /// Prints the documented example config (every key, its default or an
+    /// example value) and exits: a starting point for --config.
+    #[arg(long, conflicts_with_all = ["config", "sampler", "listen", "max_ticks"])]
+    print_config: bool,
     /// Overrides sampler.kind: nvml, sim or footprint.
     #[arg(long)]
     sampler: Option<String>,
@@ -25,7 +29,13 @@ pub struct RunArgs {
 }
 
 pub fn run(args: RunArgs) -> Result<()> {
-    let config = DaemonConfig::load(&args.config)?;
+    if args.print_config {
+        print!("{}", mfsched_daemon::config::EXAMPLE);
+        return Ok(());
+    }
+    // clap requires --config unless --print-config.
+    let path = args.config.context("--config is required")?;
+    let config = DaemonConfig::load(&path)?;
     let sampler =
         match args.sampler.as_deref() {
             None => None,

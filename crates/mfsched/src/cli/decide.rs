@@ -16,7 +16,7 @@ pub struct DecideArgs {
     /// A bundled scenario name or a path to a scenario .toml file.
     #[arg(long)]
     scenario: String,
-    /// The policy: an embedded name (ga, exhaustive, static-budget), a NAME.wasm of --plugin-dir, or a .wasm path.
+    /// The policy: an embedded name (ga, exhaustive, exact, static-budget), a NAME.wasm of --plugin-dir, or a .wasm path.
     #[arg(long)]
     policy: String,
     /// The utility component: a name or a .wasm path.
@@ -182,14 +182,17 @@ fn parse_state(json: &str) -> Result<GpuState> {
             "--state: {e}; expected e.g. {{\"workload\":\"high\",\"vram_used_mib\":12000,\"utilization\":0.7}}"
         )
     })?;
+    checked_state(state).context("--state")
+}
+
+/// `state` if its numbers are in range: utilisation in [0, 1], memory in use
+/// finite and non-negative.
+pub(super) fn checked_state(state: GpuState) -> Result<GpuState> {
     if !(0.0..=1.0).contains(&state.utilization) {
-        bail!(
-            "--state: utilization must be in [0, 1], got {}",
-            state.utilization
-        );
+        bail!("utilization must be in [0, 1], got {}", state.utilization);
     }
     if !(state.vram_used_mib.is_finite() && state.vram_used_mib >= 0.0) {
-        bail!("--state: vram_used_mib must be a non-negative number");
+        bail!("vram_used_mib must be a non-negative number");
     }
     Ok(state)
 }

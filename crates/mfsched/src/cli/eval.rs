@@ -78,11 +78,14 @@ pub struct DemoArgs {
     plugins: PluginOpts,
 }
 
-/// Parses `NAME[:k=v,k=v]` (a path may contain ':' only before a `.wasm`).
+/// Parses `NAME[:k=v,k=v]` or `FILE.wasm[:k=v,k=v]`: the parameters start at
+/// the first ':' after the `.wasm` of a path (which may itself hold ':'), or
+/// at the first ':' of a name.
 pub(super) fn parse_policy(spec: &str) -> Result<(String, Vec<(String, String)>)> {
-    let (name, params) = match spec.rsplit_once(':') {
-        Some((name, params)) if params.contains('=') => (name, params),
-        _ => (spec, ""),
+    let (name, params) = match spec.find(".wasm:") {
+        Some(at) => (&spec[..at + ".wasm".len()], &spec[at + ".wasm:".len()..]),
+        None if spec.ends_with(".wasm") => (spec, ""),
+        None => spec.split_once(':').unwrap_or((spec, "")),
     };
     if name.trim().is_empty() {
         bail!("policy '{spec}': the name is empty (use e.g. ga, exhaustive, static-budget:k=500)");
@@ -314,6 +317,35 @@ pub fn ab(args: AbArgs) -> Result<()> {
     }
     let files = cmp.write(&args.out, "A/B policy comparison", &command)?;
     print_written(&files, &args.out);
+    // A policy that produced no valid decision on a whole trace did not take
+    // part: say so, with its reason, and fail.
+    let dead: Vec<String> = cmp
+        .runs
+        .iter()
+        .filter(|r| !r.ticks.is_empty() && r.ticks.iter().all(|t| !t.accepted))
+        .map(|r| {
+            format!(
+                "{} failed every one of its {} tick(s) on '{}' ({})",
+                r.policy,
+                r.ticks.len(),
+                r.trace,
+                r.ticks
+                    .iter()
+                    .find_map(|t| t.failure.as_deref())
+                    .unwrap_or("no reason recorded")
+            )
+        })
+        .collect();
+    if let Some(first) = dead.first() {
+        bail!(
+            "{first}{}; the report is in {}",
+            match dead.len() {
+                1 => String::new(),
+                n => format!(" (and {} more run(s) like it)", n - 1),
+            },
+            args.out.display()
+        );
+    }
     Ok(())
 }
 
@@ -372,6 +404,23 @@ mod tests {
         );
         assert!(parse_policy(":k=1").is_err());
         assert!(parse_policy("ga:k=1,oops").is_err());
+        assert_eq!(
+            parse_policy("c:/p/my.wasm:chains=4").expect("a path with ':'"),
+            ("c:/p/my.wasm".into(), vec![("chains".into(), "4".into())])
+        );
+        assert_eq!(
+            parse_policy("c:/p/my.wasm").expect("a bare path").0,
+            "c:/p/my.wasm"
+        );
+        // A parameter without a value is named, not read as part of the file name.
+        for spec in ["my.wasm:chains", "ga:chains"] {
+            let err = parse_policy(spec).expect_err("no value");
+            assert!(
+                err.to_string()
+                    .contains("parameter 'chains' is not KEY=VALUE"),
+                "{err}"
+            );
+        }
     }
 
     #[test]

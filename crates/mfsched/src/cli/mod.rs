@@ -7,6 +7,7 @@ mod decide;
 mod eval;
 mod models;
 mod plugins;
+mod policytest;
 mod profile;
 mod replay;
 mod repro;

@@ -7,9 +7,11 @@ use mfsched_core::scenario;
 use mfsched_core::scenario::Scenario;
 use mfsched_lab::analytic::AnalyticPredictor;
 use mfsched_plugin_host::check::{CheckInputs, check_file};
+use mfsched_plugin_host::harness;
 use mfsched_plugin_host::registry;
 use mfsched_plugin_host::setup;
 use mfsched_plugin_host::template;
+use mfsched_plugin_host::wit_package;
 use mfsched_plugin_host::{CompileCache, LoadedPolicy, PluginEngine, PluginLimits};
 use mfsched_surrogate::backend::BackendChoice;
 use mfsched_surrogate::serve::{ServeOptions, Served, serve};
@@ -164,14 +166,71 @@ pub enum PluginsCommand {
         #[command(flatten)]
         opts: PluginOpts,
     },
-    /// Writes a new Rust policy crate (standalone, with the WIT files) that
-    /// builds to a component with `cargo build --target wasm32-wasip2 --release`.
+    /// Tests a policy against recorded or fixture states, several runs each:
+    /// every answer must pass the host's validation, every run of a state must
+    /// give the same answer although the clocks the policy sees change between
+    /// runs, and every decision must stay within the latency budget. A summary
+    /// table; fails on any finding. `plugins check` is the quick version.
+    Test {
+        /// The policy: a .wasm component, an embedded name, or a NAME.wasm of --plugin-dir.
+        policy: String,
+        /// A decision log written by `mfsched run`: its recorded states, each
+        /// with the configuration running then (pass the daemon's --scenario).
+        #[arg(long, value_name = "DECISIONS.log", conflicts_with = "states")]
+        log: Option<PathBuf>,
+        /// States as JSON lines, e.g. {"workload":"high","vram_used_mib":12000,"utilization":0.7},
+        /// optionally with "current": [..], the configuration running then.
+        /// Default (neither this nor --log): each workload level at the running
+        /// configuration's memory and utilisation 0.5.
+        #[arg(long, value_name = "FILE.jsonl")]
+        states: Option<PathBuf>,
+        /// A bundled scenario name or a scenario .toml file the states belong to.
+        #[arg(long, default_value = "paper-n5")]
+        scenario: String,
+        /// Runs per state (at least 5); the policy's clocks read further ahead in each.
+        #[arg(
+            long,
+            default_value_t = harness::MIN_RUNS as u64,
+            value_parser = clap::value_parser!(u64).range(harness::MIN_RUNS as u64..=1000)
+        )]
+        runs: u64,
+        /// The latency one decision must stay within, milliseconds (default: --deadline-ms).
+        #[arg(long, value_name = "MS")]
+        budget_ms: Option<u64>,
+        /// The utility component: a name or a .wasm path.
+        #[arg(long, default_value = "utility")]
+        utility: String,
+        /// A policy parameter (repeatable).
+        #[arg(long = "param", value_name = "KEY=VALUE")]
+        params: Vec<String>,
+        /// Seed passed to the policy.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        #[command(flatten)]
+        opts: PluginOpts,
+    },
+    /// Writes a new Rust policy crate (standalone, depending on the mfsched-sdk
+    /// crate, which carries the WIT bindings) that builds to a component with
+    /// `cargo build --target wasm32-wasip2 --release`.
     New {
         /// Crate name: lowercase letters, digits, '-' or '_'.
         name: String,
         /// Directory to create (default: ./NAME); it must not exist or be empty.
         #[arg(long, value_name = "PATH")]
         dir: Option<PathBuf>,
+        /// The SDK's directory (`sdk/` of an mfsched checkout). Default: the
+        /// checkout this binary was built from when it is still there, else
+        /// the repository by git.
+        #[arg(long, value_name = "DIR")]
+        sdk: Option<PathBuf>,
+    },
+    /// The WIT package policies and utilities are built against: printed, or
+    /// with --out written as files (the .wit text, and the package encoded as
+    /// a Wasm component, as registry tools such as wkg consume it).
+    Wit {
+        /// Directory to write into (created when missing).
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
     },
     /// Lists the embedded plugins and those of --plugin-dir, with world and WIT version.
     List {
@@ -192,7 +251,45 @@ pub fn run(cmd: PluginsCommand) -> Result<()> {
             seed,
             opts,
         } => check(&file, &scenario, &params, seed, &opts),
-        PluginsCommand::New { name, dir } => new_policy(&name, dir),
+        PluginsCommand::Test {
+            policy,
+            log,
+            states,
+            scenario,
+            runs,
+            budget_ms,
+            utility,
+            params,
+            seed,
+            opts,
+        } => super::policytest::run(&super::policytest::TestArgs {
+            policy: &policy,
+            source: match (log, states) {
+                (Some(log), _) => super::policytest::StateSource::Log(log),
+                (None, Some(states)) => super::policytest::StateSource::Jsonl(states),
+                (None, None) => super::policytest::StateSource::Levels,
+            },
+            scenario: &scenario,
+            runs: usize::try_from(runs).unwrap_or(usize::MAX),
+            budget_ms,
+            utility: &utility,
+            params: &params,
+            seed,
+            opts: &opts,
+        }),
+        PluginsCommand::New { name, dir, sdk } => new_policy(&name, dir, sdk),
+        PluginsCommand::Wit { out: None } => {
+            for (_, text) in wit_package::FILES {
+                print!("{text}");
+            }
+            Ok(())
+        }
+        PluginsCommand::Wit { out: Some(dir) } => {
+            for path in wit_package::write(&dir)? {
+                println!("wrote {}", path.display());
+            }
+            Ok(())
+        }
         PluginsCommand::List { opts, json } => {
             let engine = opts.engine()?;
             let listed = registry::list(&engine, opts.dir.as_deref())?;
@@ -207,6 +304,7 @@ pub fn run(cmd: PluginsCommand) -> Result<()> {
                             "wit": format!("{}@{}", mfsched_plugin_host::bindings::PACKAGE, i.wit_version),
                             "title": i.title,
                             "sha256": i.sha256,
+                            "metadata": i.metadata,
                             "params": i.params,
                         }),
                         Err(e) => serde_json::json!({ "source": what, "error": format!("{e:#}") }),
@@ -237,7 +335,10 @@ pub fn run(cmd: PluginsCommand) -> Result<()> {
                             ),
                             origin,
                             i.short_hash(),
-                            i.title
+                            match i.metadata.describe() {
+                                m if m.is_empty() => i.title.clone(),
+                                m => format!("{} ({m})", i.title),
+                            }
                         );
                         if let mfsched_plugin_host::Origin::File(p) = &i.origin {
                             println!(
@@ -310,18 +411,34 @@ fn check(
     Ok(())
 }
 
-fn new_policy(name: &str, dir: Option<PathBuf>) -> Result<()> {
+fn new_policy(name: &str, dir: Option<PathBuf>, sdk: Option<PathBuf>) -> Result<()> {
     let dir = dir.unwrap_or_else(|| PathBuf::from(name));
-    let written = template::write_policy(name, &dir)?;
+    let sdk = match sdk {
+        None => template::Sdk::default_source(),
+        Some(path) => {
+            let path = std::fs::canonicalize(&path)
+                .with_context(|| format!("--sdk {}", path.display()))?;
+            if !path.join("Cargo.toml").is_file() {
+                bail!(
+                    "--sdk {}: no Cargo.toml there (point it at the sdk/ directory of an mfsched checkout)",
+                    path.display()
+                );
+            }
+            template::Sdk::Path(path)
+        }
+    };
+    let written = template::write_policy(name, &dir, &sdk)?;
     for path in &written {
         println!("wrote {}", path.display());
     }
+    println!("the crate depends on the SDK at {sdk}");
     let component = template::component_path(name);
     println!();
     println!("next:");
     println!("  cd {}", dir.display());
     println!("  cargo build --target wasm32-wasip2 --release");
     println!("  mfsched plugins check {}", component.display());
+    println!("  mfsched plugins test {}", component.display());
     println!("  mfsched ab --a {} --b ga", component.display());
     Ok(())
 }

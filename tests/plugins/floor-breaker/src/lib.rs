@@ -2,12 +2,12 @@
 //! every grid, but puts model 0 on its slowest predicted configuration, under
 //! its SLA floor. Only the floor check of the host's validation can reject it.
 
-use mfsched_guest::Space;
-use mfsched_guest::types::{Decision, GpuState, Param, ParamSpec, Problem};
+use mfsched_sdk::Space;
+use mfsched_sdk::types::{Decision, GpuState, Param, ParamSpec, Problem};
 
 struct FloorBreaker;
 
-impl mfsched_guest::Guest for FloorBreaker {
+impl mfsched_sdk::Guest for FloorBreaker {
     fn name() -> String {
         "hostile: under the SLA floor".into()
     }
@@ -18,7 +18,7 @@ impl mfsched_guest::Guest for FloorBreaker {
 
     fn decide(problem: Problem, state: GpuState, _: Vec<Param>) -> Result<Decision, String> {
         let space = Space::new(&problem);
-        let table = mfsched_guest::surrogate::predict_table(state);
+        let table = mfsched_sdk::surrogate::predict_table(state);
         let floor = problem.sla_floors.first().copied().unwrap_or(0.0);
         let mut tuple = vec![0u32; space.models()];
         // Every feasible candidate whose model-0 prediction is under the floor,
@@ -45,5 +45,5 @@ impl mfsched_guest::Guest for FloorBreaker {
 #[allow(unsafe_code)]
 mod exports {
     use super::FloorBreaker;
-    mfsched_guest::export_policy!(FloorBreaker);
+    mfsched_sdk::export_policy!(FloorBreaker);
 }

@@ -11,8 +11,8 @@
 //! plugin that passes the start-up self-check (made at medium load) and turns
 //! hostile later, in a daemon that passes no parameters.
 
-use mfsched_guest::Space;
-use mfsched_guest::types::{Decision, GpuState, Param, ParamSpec, Problem, WorkloadLevel};
+use mfsched_sdk::Space;
+use mfsched_sdk::types::{Decision, GpuState, Param, ParamSpec, Problem, WorkloadLevel};
 
 struct HostileDecide;
 
@@ -23,7 +23,7 @@ fn mode(params: &[Param]) -> &str {
         .map_or("", |p| p.value.as_str())
 }
 
-impl mfsched_guest::Guest for HostileDecide {
+impl mfsched_sdk::Guest for HostileDecide {
     fn name() -> String {
         "hostile: attacks through decide".into()
     }
@@ -59,12 +59,12 @@ impl mfsched_guest::Guest for HostileDecide {
             "predict" => {
                 let all: Vec<u64> = (0..space.size().min(1 << 20)).collect();
                 loop {
-                    let _ = mfsched_guest::surrogate::predict(state, &all);
+                    let _ = mfsched_sdk::surrogate::predict(state, &all);
                 }
             }
             "flood" => {
                 let all: Vec<u64> = (0..(8u64 << 20)).map(|i| i % space.size()).collect();
-                let _ = mfsched_guest::surrogate::predict(state, &all);
+                let _ = mfsched_sdk::surrogate::predict(state, &all);
             }
             _ => {}
         }
@@ -79,5 +79,5 @@ impl mfsched_guest::Guest for HostileDecide {
 #[allow(unsafe_code)]
 mod exports {
     use super::HostileDecide;
-    mfsched_guest::export_policy!(HostileDecide);
+    mfsched_sdk::export_policy!(HostileDecide);
 }

@@ -1,11 +1,11 @@
 //! Hostile test policy: describes itself with a name of 1 MiB that forges a
 //! line, and a million parameters. The host must refuse it at load, in one line.
 
-use mfsched_guest::types::{Decision, GpuState, Param, ParamSpec, Problem};
+use mfsched_sdk::types::{Decision, GpuState, Param, ParamSpec, Problem};
 
 struct HostileDescribe;
 
-impl mfsched_guest::Guest for HostileDescribe {
+impl mfsched_sdk::Guest for HostileDescribe {
     fn name() -> String {
         let mut name = String::from("x\nok    passed  ready to ship\n");
         name.push_str(&"n".repeat(1 << 20));
@@ -34,5 +34,5 @@ impl mfsched_guest::Guest for HostileDescribe {
 #[allow(unsafe_code)]
 mod exports {
     use super::HostileDescribe;
-    mfsched_guest::export_policy!(HostileDescribe);
+    mfsched_sdk::export_policy!(HostileDescribe);
 }

@@ -1,11 +1,11 @@
 //! Hostile test policy: allocates (and touches) memory until something stops
 //! it. The host's memory limit must trap it.
 
-use mfsched_guest::types::{Decision, GpuState, Param, ParamSpec, Problem};
+use mfsched_sdk::types::{Decision, GpuState, Param, ParamSpec, Problem};
 
 struct MemoryBomb;
 
-impl mfsched_guest::Guest for MemoryBomb {
+impl mfsched_sdk::Guest for MemoryBomb {
     fn name() -> String {
         "hostile: memory hog".into()
     }
@@ -27,5 +27,5 @@ impl mfsched_guest::Guest for MemoryBomb {
 #[allow(unsafe_code)]
 mod exports {
     use super::MemoryBomb;
-    mfsched_guest::export_policy!(MemoryBomb);
+    mfsched_sdk::export_policy!(MemoryBomb);
 }

@@ -1,11 +1,11 @@
 //! Hostile test policy: answers a local configuration index one past the end
 //! of model 0's grid. The host's validation must reject it.
 
-use mfsched_guest::types::{Decision, GpuState, Param, ParamSpec, Problem};
+use mfsched_sdk::types::{Decision, GpuState, Param, ParamSpec, Problem};
 
 struct OutOfRange;
 
-impl mfsched_guest::Guest for OutOfRange {
+impl mfsched_sdk::Guest for OutOfRange {
     fn name() -> String {
         "hostile: out-of-range decision".into()
     }
@@ -30,5 +30,5 @@ impl mfsched_guest::Guest for OutOfRange {
 #[allow(unsafe_code)]
 mod exports {
     use super::OutOfRange;
-    mfsched_guest::export_policy!(OutOfRange);
+    mfsched_sdk::export_policy!(OutOfRange);
 }

@@ -1,11 +1,11 @@
 //! Hostile test policy: never returns (an infinite loop). The host's epoch
 //! deadline must interrupt it.
 
-use mfsched_guest::types::{Decision, GpuState, Param, ParamSpec, Problem};
+use mfsched_sdk::types::{Decision, GpuState, Param, ParamSpec, Problem};
 
 struct Spin;
 
-impl mfsched_guest::Guest for Spin {
+impl mfsched_sdk::Guest for Spin {
     fn name() -> String {
         "hostile: infinite loop".into()
     }
@@ -26,5 +26,5 @@ impl mfsched_guest::Guest for Spin {
 #[allow(unsafe_code)]
 mod exports {
     use super::Spin;
-    mfsched_guest::export_policy!(Spin);
+    mfsched_sdk::export_policy!(Spin);
 }

@@ -1,10 +1,10 @@
 //! Hostile test policy: traps (a Rust panic becomes a Wasm `unreachable`).
 
-use mfsched_guest::types::{Decision, GpuState, Param, ParamSpec, Problem};
+use mfsched_sdk::types::{Decision, GpuState, Param, ParamSpec, Problem};
 
 struct Trap;
 
-impl mfsched_guest::Guest for Trap {
+impl mfsched_sdk::Guest for Trap {
     fn name() -> String {
         "hostile: trap".into()
     }
@@ -22,5 +22,5 @@ impl mfsched_guest::Guest for Trap {
 #[allow(unsafe_code)]
 mod exports {
     use super::Trap;
-    mfsched_guest::export_policy!(Trap);
+    mfsched_sdk::export_policy!(Trap);
 }

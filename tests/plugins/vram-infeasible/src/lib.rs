@@ -2,11 +2,11 @@
 //! configuration, which overflows the card on any problem where not
 //! everything fits (e.g. paper-n5). The host's validation must reject it.
 
-use mfsched_guest::types::{Decision, GpuState, Param, ParamSpec, Problem};
+use mfsched_sdk::types::{Decision, GpuState, Param, ParamSpec, Problem};
 
 struct VramInfeasible;
 
-impl mfsched_guest::Guest for VramInfeasible {
+impl mfsched_sdk::Guest for VramInfeasible {
     fn name() -> String {
         "hostile: VRAM-infeasible decision".into()
     }
@@ -36,5 +36,5 @@ impl mfsched_guest::Guest for VramInfeasible {
 #[allow(unsafe_code)]
 mod exports {
     use super::VramInfeasible;
-    mfsched_guest::export_policy!(VramInfeasible);
+    mfsched_sdk::export_policy!(VramInfeasible);
 }

@@ -1,11 +1,63 @@
-//! Helpers shared by the bundled policy components: the `policy` world's
-//! bindings, a view of the joint space (mixed-radix indices, VRAM, feasible
-//! enumeration), parameter parsing, and [`Landscape`]: scoring candidates the
-//! cheapest way the host allows (summed utility terms, a prediction table, or
-//! joint predictions under a candidate-aware field).
+//! The mfsched policy SDK: what a scheduling policy written in Rust needs,
+//! with the WIT bindings of `mfsched:scheduler` already generated, so a policy
+//! crate neither copies the WIT nor runs wit-bindgen itself.
+//!
+//! A policy is a `cdylib` built for `wasm32-wasip2`:
+//!
+//! ```ignore
+//! use mfsched_sdk::types::{Decision, GpuState, Param, ParamSpec, Problem};
+//! use mfsched_sdk::{Landscape, Params, Space, argmax};
+//!
+//! struct Best;
+//!
+//! impl mfsched_sdk::Guest for Best {
+//!     fn name() -> String {
+//!         "best feasible".into()
+//!     }
+//!
+//!     fn parameters() -> Vec<ParamSpec> {
+//!         Vec::new()
+//!     }
+//!
+//!     fn decide(problem: Problem, state: GpuState, params: Vec<Param>) -> Result<Decision, String> {
+//!         Params::parse(params, Self::parameters())?;
+//!         let space = Space::new(&problem);
+//!         let feasible = mfsched_sdk::feasible(&space, u64::MAX);
+//!         let scores = Landscape::new(state).score(&space, &feasible);
+//!         let best = argmax(&scores).ok_or("nothing fits in the card's memory")?;
+//!         let mut config = vec![0; space.models()];
+//!         space.decode(feasible[best], &mut config);
+//!         Ok(Decision { config, candidates_evaluated: feasible.len() as u64 })
+//!     }
+//! }
+//!
+//! mfsched_sdk::export_policy!(Best);
+//! ```
+//!
+//! What is here:
+//!
+//! - [`bindings`]: the generated `policy` world: the [`Guest`] trait to
+//!   implement, the record types ([`types`]), the host's interfaces
+//!   ([`surrogate`], [`host_space`], [`objective`]) and [`export_policy!`].
+//! - [`Space`]: the joint space of a problem (mixed-radix joint indices with
+//!   the last model fastest, memory per configuration, feasible enumeration,
+//!   an exact search over additive terms), and [`Odometer`] to walk ascending
+//!   indices cheaply.
+//! - [`Landscape`]: scoring candidates the cheapest way the host allows
+//!   (summed utility terms, a prediction table, or joint predictions under a
+//!   candidate-aware field), with [`gather`], [`evaluate_from_table`] and
+//!   [`evaluate_joint`] batching the host calls.
+//! - [`Params`]: the parameters the host passes, checked against the schema
+//!   and read as typed values ([`params::ParamError`]).
+//! - [`Rng`]: the seeded PRNG the bundled policies use (same seed, same
+//!   numbers, on any host): draw every random number from the `seed` parameter.
+//!
+//! The host's contract (deadline, memory cap, validation, determinism) is in
+//! `docs/writing-a-policy.md`; `mfsched plugins test` checks a policy against
+//! it on recorded states.
 //!
 //! Only the `policy` world is generated here: a crate linking these bindings
-//! carries the world's type section, so the utility component generates its
+//! carries the world's type section, so a utility component generates its
 //! own (it would otherwise be asked to export `decide`).
 
 pub mod params;
@@ -15,15 +67,18 @@ pub use mfsched_rng::Rng;
 pub use params::Params;
 pub use space::{Best, Odometer, Space};
 
-/// The generated `policy` world. wit-bindgen's glue is FFI, hence unsafe.
+/// The generated `policy` world of the WIT package in `wit/` (the host's own:
+/// a link to the repository's `wit/`). `export_policy!(T)` exports `T`'s
+/// [`Guest`] implementation from the author's crate, which therefore needs no
+/// wit-bindgen of its own. wit-bindgen's glue is FFI, hence unsafe.
 #[allow(unsafe_code)]
 pub mod bindings {
     wit_bindgen::generate!({
         world: "policy",
-        path: "../../wit",
+        path: "wit",
         pub_export_macro: true,
         export_macro_name: "export_policy",
-        default_bindings_module: "mfsched_guest::bindings",
+        default_bindings_module: "mfsched_sdk::bindings",
     });
 }
 
