@@ -353,7 +353,8 @@ fn plugins_test_catches_a_policy_that_reads_the_clock() {
 
 /// A bounded daemon run writes a decision log; `plugins test` reads it back
 /// (the daemon's own reader) and passes a bundled policy on every recorded
-/// state. A log of another scenario and a bad fixture line are one clear line.
+/// state, on the scenario the log records. A log of another scenario and a bad
+/// fixture line are one clear line.
 #[test]
 fn plugins_test_passes_a_bundled_policy_on_a_log_written_by_run() {
     let dir = tempfile::tempdir().expect("a temporary directory");
@@ -384,7 +385,23 @@ fn plugins_test_passes_a_bundled_policy_on_a_log_written_by_run() {
     );
     assert!(!text.contains("ERROR"), "{text}");
 
+    // Without --scenario, the scenario the log records; another one is refused.
     let out = mfsched(&["plugins", "test", path_str(&ga), "--log", path_str(&log)]);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    assert!(
+        stdout(&out).contains("scenario paper-n3"),
+        "{}",
+        stdout(&out)
+    );
+    let out = mfsched(&[
+        "plugins",
+        "test",
+        path_str(&ga),
+        "--log",
+        path_str(&log),
+        "--scenario",
+        "paper-n5",
+    ]);
     assert!(!out.status.success());
     let err = stderr(&out);
     assert_eq!(err.trim().lines().count(), 1, "{err}");

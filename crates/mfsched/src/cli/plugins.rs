@@ -175,7 +175,7 @@ pub enum PluginsCommand {
         /// The policy: a .wasm component, an embedded name, or a NAME.wasm of --plugin-dir.
         policy: String,
         /// A decision log written by `mfsched run`: its recorded states, each
-        /// with the configuration running then (pass the daemon's --scenario).
+        /// with the configuration running then.
         #[arg(long, value_name = "DECISIONS.log", conflicts_with = "states")]
         log: Option<PathBuf>,
         /// States as JSON lines, e.g. {"workload":"high","vram_used_mib":12000,"utilization":0.7},
@@ -185,8 +185,9 @@ pub enum PluginsCommand {
         #[arg(long, value_name = "FILE.jsonl")]
         states: Option<PathBuf>,
         /// A bundled scenario name or a scenario .toml file the states belong to.
-        #[arg(long, default_value = "paper-n5")]
-        scenario: String,
+        /// Default: the scenario a --log records (decision log version 3), else paper-n5.
+        #[arg(long)]
+        scenario: Option<String>,
         /// Runs per state (at least 5); the policy's clocks read further ahead in each.
         #[arg(
             long,
@@ -269,7 +270,7 @@ pub fn run(cmd: PluginsCommand) -> Result<()> {
                 (None, Some(states)) => super::policytest::StateSource::Jsonl(states),
                 (None, None) => super::policytest::StateSource::Levels,
             },
-            scenario: &scenario,
+            scenario: scenario.as_deref(),
             runs: usize::try_from(runs).unwrap_or(usize::MAX),
             budget_ms,
             utility: &utility,

@@ -7,6 +7,7 @@ use super::plugins::{PluginOpts, policy_params};
 use anyhow::{Context as _, Result, bail};
 use mfsched_core::domain::{GpuState, JointConfig, Problem, WorkloadLevel};
 use mfsched_core::scenario;
+use mfsched_daemon::declog::LogContents;
 use mfsched_plugin_host::harness::{self, CLOCK_STEP, Case, HarnessInputs};
 use mfsched_plugin_host::registry::{resolve_policy, resolve_utility};
 use mfsched_plugin_host::setup;
@@ -29,7 +30,8 @@ pub enum StateSource {
 pub struct TestArgs<'a> {
     pub policy: &'a str,
     pub source: StateSource,
-    pub scenario: &'a str,
+    /// `None`: the scenario a version 3 log records, else paper-n5.
+    pub scenario: Option<&'a str>,
     pub runs: usize,
     pub budget_ms: Option<u64>,
     pub utility: &'a str,
@@ -38,8 +40,26 @@ pub struct TestArgs<'a> {
     pub opts: &'a PluginOpts,
 }
 
+/// The scenario the states belong to: the one asked for, else the one the log
+/// recorded, else paper-n5.
+fn scenario_of(args: &TestArgs<'_>, log: Option<&LogContents>) -> Result<scenario::Scenario> {
+    if let Some(name) = args.scenario {
+        return scenario::load(name);
+    }
+    match log.and_then(|l| l.runs.first()) {
+        Some((_, run)) => {
+            scenario::from_toml(&run.scenario_toml).context("the scenario the decision log records")
+        }
+        None => scenario::load("paper-n5"),
+    }
+}
+
 pub fn run(args: &TestArgs<'_>) -> Result<()> {
-    let scenario = scenario::load(args.scenario)?;
+    let log = match &args.source {
+        StateSource::Log(path) => Some(read_log(path)?),
+        _ => None,
+    };
+    let scenario = scenario_of(args, log.as_ref())?;
     let Served {
         predictor,
         name: predictor_name,
@@ -48,7 +68,12 @@ pub fn run(args: &TestArgs<'_>) -> Result<()> {
     } = args.opts.served(&scenario)?;
     let (cases, origin) = match &args.source {
         StateSource::Log(path) => (
-            cases_from_log(path, &problem, &scenario.name)?,
+            cases_from_log(
+                path,
+                log.as_ref().context("read above")?,
+                &problem,
+                &scenario.name,
+            )?,
             path.display().to_string(),
         ),
         StateSource::Jsonl(path) => (
@@ -148,10 +173,7 @@ pub fn run(args: &TestArgs<'_>) -> Result<()> {
     Ok(())
 }
 
-/// The states of a decision log, each with the configuration running when it
-/// was recorded: the previous record's applied one (the scenario's own before
-/// the first record).
-fn cases_from_log(path: &Path, problem: &Problem, scenario: &str) -> Result<Vec<Case>> {
+fn read_log(path: &Path) -> Result<LogContents> {
     let contents = mfsched_daemon::declog::read(path)?;
     for skipped in &contents.skipped {
         eprintln!("warning: {}: {skipped}", path.display());
@@ -159,6 +181,18 @@ fn cases_from_log(path: &Path, problem: &Problem, scenario: &str) -> Result<Vec<
     if let Some(torn) = &contents.torn {
         eprintln!("warning: {}: {torn}", path.display());
     }
+    Ok(contents)
+}
+
+/// The states of a decision log, each with the configuration running when it
+/// was recorded: the one the record holds (version 3), else the previous
+/// record's applied one (the scenario's own before the first record).
+fn cases_from_log(
+    path: &Path,
+    contents: &LogContents,
+    problem: &Problem,
+    scenario: &str,
+) -> Result<Vec<Case>> {
     if contents.records.is_empty() {
         bail!("{}: the log holds no record", path.display());
     }
@@ -172,6 +206,16 @@ fn cases_from_log(path: &Path, problem: &Problem, scenario: &str) -> Result<Vec<
                 r.tick
             )
         })?;
+        if let Some(previous) = &r.previous {
+            check_config(problem, previous).with_context(|| {
+                format!(
+                    "{}: tick {}: the configuration it started from does not belong to scenario {scenario}",
+                    path.display(),
+                    r.tick
+                )
+            })?;
+            current.clone_from(previous);
+        }
         cases.push(case(format!("tick {}", r.tick), problem, &current, r.state));
         current.clone_from(&r.applied);
     }
