@@ -597,3 +597,66 @@ fn plugins_list_shows_the_metadata_a_component_declares() {
         stdout(&out)
     );
 }
+
+/// The daemon's `/v1/policies` names each component by its hash and, where it
+/// declares any, by its name, version and authors.
+#[test]
+fn the_daemon_api_shows_the_metadata_a_component_declares() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir(&plugins).expect("mkdir");
+    let mut bytes = std::fs::read(bundled_file("mfsched_plugin_exact")).expect("built");
+    bytes.extend(custom_section("version", b"1.2.3"));
+    bytes.extend(custom_section("authors", b"Ada Lovelace\n"));
+    std::fs::write(plugins.join("tagged.wasm"), &bytes).expect("write");
+    let config = crate::common::daemon_config(
+        dir.path(),
+        "paper-n2",
+        200,
+        "active = \"tagged\"\nplugin_dir = \"plugins\"",
+        "",
+    );
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mfsched"))
+        .args(["run", "--config", path_str(&config)])
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn mfsched run");
+    let mut err = std::io::BufReader::new(child.stderr.take().expect("piped"));
+    let mut line = String::new();
+    let addr: std::net::SocketAddr = loop {
+        line.clear();
+        assert!(
+            err.read_line(&mut line).expect("stderr") > 0,
+            "run exited before listening"
+        );
+        if let Some((_, a)) = line.trim().split_once("listening on http://") {
+            break a
+                .split_whitespace()
+                .next()
+                .unwrap_or("")
+                .parse()
+                .expect("an address");
+        }
+    };
+    let (status, body) = crate::common::http(addr, "GET", "/v1/policies", None);
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(status, 200, "{body}");
+    let json: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!(json["active"], "tagged", "{json}");
+    assert_eq!(json["metadata"]["tagged"]["version"], "1.2.3", "{json}");
+    assert_eq!(
+        json["metadata"]["tagged"]["authors"], "Ada Lovelace",
+        "{json}"
+    );
+    assert!(
+        json["components"]["tagged"]
+            .as_str()
+            .is_some_and(|h| h.len() == 64),
+        "{json}"
+    );
+    // The embedded components declare nothing: no entry, not an empty one.
+    assert!(json["metadata"].get("ga").is_none(), "{json}");
+}

@@ -1,7 +1,8 @@
 //! The HTTP control API (axum routes on the daemon's own accept loop). Bound to
 //! 127.0.0.1 unless configured otherwise.
 //!
-//! `GET /healthz`, `GET /v1/state`, `GET /v1/decision`, `GET /v1/policies`,
+//! `GET /healthz`, `GET /v1/state`, `GET /v1/decision`, `GET /v1/policies`
+//! (each policy's component hash and declared metadata),
 //! `POST /v1/policies/active` (`{"policy": "name"}`), `GET /metrics`.
 //!
 //! Every request passes the [`Guard`]: its `Host` must be a loopback name, the
@@ -312,6 +313,9 @@ struct Policies<'a> {
     available: Vec<String>,
     /// SHA-256 of the component behind each available policy (not `hold`).
     components: BTreeMap<String, String>,
+    /// What each component declares about itself (name, version, authors),
+    /// where it declares anything.
+    metadata: BTreeMap<String, mfsched_plugin_host::precheck::ComponentMetadata>,
 }
 
 async fn policies(State(shared): State<Arc<Shared>>) -> Response {
@@ -322,6 +326,11 @@ async fn policies(State(shared): State<Arc<Shared>>) -> Response {
         components: available
             .iter()
             .filter_map(|p| Some((p.clone(), shared.deciding.policies.component(p)?)))
+            .collect(),
+        metadata: available
+            .iter()
+            .filter_map(|p| Some((p.clone(), shared.deciding.policies.metadata(p)?)))
+            .filter(|(_, m)| *m != Default::default())
             .collect(),
         available,
     })

@@ -176,6 +176,10 @@ impl PolicySource for PluginPolicies {
         self.registry.component(policy)
     }
 
+    fn metadata(&self, policy: &str) -> Option<mfsched_plugin_host::precheck::ComponentMetadata> {
+        self.registry.metadata(policy)
+    }
+
     fn propose(&self, policy: &str, call: &Call<'_>) -> Result<RawDecision, PluginFailure> {
         // A reload's self-check runs another policy: only the common parameters.
         *self.checkpoint.lock().unwrap_or_else(|p| p.into_inner()) = Some(Checkpoint {

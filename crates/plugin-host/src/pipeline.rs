@@ -88,6 +88,12 @@ pub trait PolicySource: Send + Sync {
         None
     }
 
+    /// What the component behind `policy` declares about itself (name,
+    /// version, authors); `None` for a native one.
+    fn metadata(&self, _policy: &str) -> Option<crate::precheck::ComponentMetadata> {
+        None
+    }
+
     /// How many times its policies were reloaded from disk (hot reload), and
     /// how many reloads were rejected.
     fn reloads(&self) -> crate::reload::ReloadCounts {
@@ -163,6 +169,10 @@ impl PolicySource for Slot<LoadedPolicy> {
         Some(self.load().info.sha256.clone())
     }
 
+    fn metadata(&self, _policy: &str) -> Option<crate::precheck::ComponentMetadata> {
+        Some(self.load().info.metadata.clone())
+    }
+
     fn propose(&self, _policy: &str, call: &Call<'_>) -> Result<RawDecision, PluginFailure> {
         run_component(&self.load(), call)
     }
@@ -188,6 +198,11 @@ impl PolicySource for Registry {
     fn component(&self, policy: &str) -> Option<String> {
         self.find_policy(policy)
             .map(|slot| slot.load().info.sha256.clone())
+    }
+
+    fn metadata(&self, policy: &str) -> Option<crate::precheck::ComponentMetadata> {
+        self.find_policy(policy)
+            .map(|slot| slot.load().info.metadata.clone())
     }
 
     fn propose(&self, policy: &str, call: &Call<'_>) -> Result<RawDecision, PluginFailure> {
