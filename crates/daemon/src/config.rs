@@ -347,6 +347,28 @@ pub struct ModelLoadConfig {
     pub reference_rate: f64,
 }
 
+impl ModelLoadConfig {
+    /// The request counter and the label naming the model: the preset's, or
+    /// `metric` + `label` (the config check requires one of the two).
+    pub fn request_metric_and_label(&self) -> (String, String) {
+        match self.preset {
+            Some(preset) => {
+                let (metric, label) = preset.metric_and_label();
+                (metric.to_owned(), label.to_owned())
+            }
+            None => (
+                self.metric.clone().unwrap_or_default(),
+                self.label.clone().unwrap_or_default(),
+            ),
+        }
+    }
+
+    /// The label value that names scenario model `model` on its server.
+    pub fn name_on_server(&self, model: &str) -> String {
+        self.served_name.clone().unwrap_or_else(|| model.to_owned())
+    }
+}
+
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ActuatorConfig {

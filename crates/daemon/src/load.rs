@@ -29,7 +29,7 @@ use tokio::task::JoinHandle;
 
 use super::config::{ModelLoadConfig, PrometheusConfig};
 use super::forecast::{ForecastKind, Forecaster};
-use super::metrics::Metrics;
+use super::metrics::{Metrics, escape_label_value};
 use mfsched_core::domain::{Problem, WorkloadLevel};
 
 /// The plain-HTTP client every reading goes through (no TLS stack).
@@ -84,17 +84,8 @@ enum Source {
 
 impl Source {
     fn new(model: &str, m: &ModelLoadConfig, p: &PrometheusConfig) -> Result<Self> {
-        let name = m.served_name.clone().unwrap_or_else(|| model.to_owned());
-        let (metric, label) = match m.preset {
-            Some(preset) => {
-                let (metric, label) = preset.metric_and_label();
-                (metric.to_owned(), label.to_owned())
-            }
-            None => (
-                m.metric.clone().unwrap_or_default(),
-                m.label.clone().unwrap_or_default(),
-            ),
-        };
+        let name = m.name_on_server(model);
+        let (metric, label) = m.request_metric_and_label();
         if let Some(url) = &m.scrape {
             return Ok(Self::Scrape {
                 uri: url
@@ -110,7 +101,7 @@ impl Source {
             Some(q) => q.clone(),
             None => format!(
                 "sum(rate({metric}{{{label}=\"{}\"}}[{}]))",
-                promql_string(&name),
+                escape_label_value(&name),
                 p.rate_window
             ),
         };
@@ -169,11 +160,6 @@ impl Source {
             }
         }
     }
-}
-
-/// A PromQL string literal's content: backslash and double quote escaped.
-fn promql_string(s: &str) -> String {
-    s.replace('\\', "\\\\").replace('"', "\\\"")
 }
 
 /// One GET within `timeout`, the answer's body capped at `max_bytes`.

@@ -251,7 +251,7 @@ impl Metrics {
                 .map(|((p, r), c)| {
                     format!(
                         "mfsched_decisions_total{{policy=\"{}\",role=\"{}\"}} {c}",
-                        escape(p),
+                        escape_label_value(p),
                         r.as_str()
                     )
                 })
@@ -267,7 +267,7 @@ impl Metrics {
                 .map(|((p, k), c)| {
                     format!(
                         "mfsched_decision_failures_total{{policy=\"{}\",reason=\"{}\"}} {c}",
-                        escape(p),
+                        escape_label_value(p),
                         k.as_str()
                     )
                 })
@@ -275,7 +275,7 @@ impl Metrics {
         );
         let mut hist = Vec::new();
         for (p, h) in &m.latency {
-            let p = escape(p);
+            let p = escape_label_value(p);
             for (bound, c) in LATENCY_BUCKETS.iter().zip(&h.counts) {
                 hist.push(format!(
                     "mfsched_decision_latency_seconds_bucket{{policy=\"{p}\",le=\"{bound}\"}} {c}"
@@ -311,7 +311,7 @@ impl Metrics {
                 .map(|(p, u)| {
                     format!(
                         "mfsched_predicted_utility{{policy=\"{}\"}} {}",
-                        escape(p),
+                        escape_label_value(p),
                         number(*u)
                     )
                 })
@@ -357,7 +357,7 @@ impl Metrics {
                 .map(|(model, c)| {
                     format!(
                         "mfsched_sla_violations_total{{model=\"{}\"}} {c}",
-                        escape(model)
+                        escape_label_value(model)
                     )
                 })
                 .collect(),
@@ -379,7 +379,7 @@ impl Metrics {
                 .map(|(a, c)| {
                     format!(
                         "mfsched_actuator_sent_total{{actuator=\"{}\"}} {c}",
-                        escape(a)
+                        escape_label_value(a)
                     )
                 })
                 .collect(),
@@ -394,7 +394,7 @@ impl Metrics {
                 .map(|(a, c)| {
                     format!(
                         "mfsched_actuator_failures_total{{actuator=\"{}\"}} {c}",
-                        escape(a)
+                        escape_label_value(a)
                     )
                 })
                 .collect(),
@@ -463,7 +463,7 @@ impl Metrics {
                 .map(|(model, c)| {
                     format!(
                         "mfsched_load_read_failures_total{{model=\"{}\"}} {c}",
-                        escape(model)
+                        escape_label_value(model)
                     )
                 })
                 .collect(),
@@ -495,8 +495,9 @@ fn number(v: f64) -> String {
     }
 }
 
-/// Label values escape backslash, double quote and newline.
-fn escape(s: &str) -> String {
+/// A label value as the exposition format writes it: backslash, double quote
+/// and newline escaped. A double-quoted PromQL string takes the same escapes.
+pub fn escape_label_value(s: &str) -> String {
     s.replace('\\', "\\\\")
         .replace('"', "\\\"")
         .replace('\n', "\\n")

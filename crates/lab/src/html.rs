@@ -57,13 +57,14 @@ pub fn page(title: &str, markdown: &str, dir: &Path, charts: &[String]) -> Resul
             "<figure>{svg}<figcaption>{name}</figcaption></figure>\n"
         ));
     }
-    let title = pulldown_cmark_escape_text(title);
+    let title = escape_html_text(title);
     Ok(format!(
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>{title}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n{body}</body>\n</html>\n"
     ))
 }
 
-fn pulldown_cmark_escape_text(s: &str) -> String {
+/// Text in HTML: `&`, `<` and `>` escaped (the title; pulldown-cmark escapes the body).
+fn escape_html_text(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")

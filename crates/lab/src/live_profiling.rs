@@ -69,16 +69,7 @@ impl ModelReader {
         let scrape = m.scrape.as_deref().with_context(|| {
             format!("{at}: live profiling reads the server's /metrics directly: set scrape")
         })?;
-        let (requests, label) = match m.preset {
-            Some(p) => {
-                let (metric, label) = p.metric_and_label();
-                (metric.to_owned(), label.to_owned())
-            }
-            None => (
-                m.metric.clone().unwrap_or_default(),
-                m.label.clone().unwrap_or_default(),
-            ),
-        };
+        let (requests, label) = m.request_metric_and_label();
         let throughput = m
             .throughput_metric
             .clone()
@@ -87,7 +78,7 @@ impl ModelReader {
         Ok(Self {
             uri: scrape.parse().with_context(|| format!("{at}.scrape"))?,
             label,
-            name: m.served_name.clone().unwrap_or_else(|| model.to_owned()),
+            name: m.name_on_server(model),
             requests,
             throughput,
             reference_rate: m.reference_rate,

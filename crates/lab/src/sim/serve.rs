@@ -49,6 +49,7 @@ use tokio::sync::watch;
 use super::Simulator;
 use mfsched_core::domain::{KnobSetting, Problem, WorkloadLevel};
 use mfsched_daemon::actuator::ModelUpdate;
+use mfsched_daemon::metrics::escape_label_value;
 
 /// Largest request body a simulated server reads (a configuration is a few hundred bytes).
 const MAX_BODY_BYTES: usize = 16 << 10;
@@ -239,7 +240,7 @@ impl World {
             super::DEVICE_NAME
         )
         .ok();
-        let name = escape_label(&s.name);
+        let name = escape_label_value(&s.name);
         let (label, metrics): (&str, [(&str, &str, &str, f64); 4]) = match self.options.formats[i] {
             MetricsFormat::Vllm => (
                 "model_name",
@@ -341,7 +342,7 @@ impl World {
         writeln!(
             out,
             "mfsched_sim_info{{model=\"{name}\",family=\"{}\",config=\"{}\"}} 1",
-            escape_label(&model.family),
+            escape_label_value(&model.family),
             s.config
         )
         .ok();
@@ -368,13 +369,6 @@ impl World {
         s.updates += 1;
         Ok(index)
     }
-}
-
-/// Label values escape backslash, quote and newline (the exposition format's rule).
-fn escape_label(s: &str) -> String {
-    s.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
 }
 
 #[derive(Clone)]
