@@ -34,8 +34,6 @@ fn unknown_scenario_is_one_clear_line_and_a_failure() {
 
 use crate::common;
 
-use std::io::{BufRead, BufReader};
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
@@ -53,27 +51,7 @@ fn daemon_config(dir: &Path, fixture: &str) -> PathBuf {
 fn run_serves_the_api_and_stops_cleanly_on_sigterm_with_a_replayable_log() {
     let dir = tempfile::tempdir().expect("tempdir");
     let config = daemon_config(dir.path(), "fast-footprint.toml");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_mfsched"))
-        .args(["run", "--config"])
-        .arg(&config)
-        .env("MFSCHED_API_TOKEN", common::TOKEN)
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("spawn mfsched run");
-    let mut daemon_err = BufReader::new(child.stderr.take().expect("piped"));
-    let mut line = String::new();
-    let addr: SocketAddr = loop {
-        line.clear();
-        assert!(
-            daemon_err.read_line(&mut line).expect("stderr") > 0,
-            "run exited before listening"
-        );
-        if let Some((_, a)) = line.trim().split_once("listening on http://") {
-            let a = a.split_whitespace().next().unwrap_or("");
-            break a.parse().expect("an address");
-        }
-    };
+    let (mut child, mut daemon_err, addr) = common::process::start_daemon(&config);
     // Let a few ticks run.
     std::thread::sleep(std::time::Duration::from_millis(400));
     let (status, body) = common::http(addr, "GET", "/healthz", None);

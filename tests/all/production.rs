@@ -143,40 +143,21 @@ fn the_daemon_follows_the_load_prometheus_reports_and_survives_losing_it() {
     let logs = [sim_log.as_path(), prom_log.as_path(), run_log.as_path()];
 
     // 1. The simulated model servers, on free ports.
-    let ports_file = d.join("ports.json");
-    let _sim = spawn(
+    let (trace_steps, tick_ms) = (TRACE_STEPS.to_string(), TICK_MS.to_string());
+    let (_sim, servers) = sim_serve(
+        d,
+        "trace",
         &[
-            "sim",
-            "serve",
-            "--scenario",
-            "paper-n2",
             "--trace",
             "step-up",
             "--trace-ticks",
-            &TRACE_STEPS.to_string(),
+            &trace_steps,
             "--tick-ms",
-            &TICK_MS.to_string(),
+            &tick_ms,
             "--seed",
             "5",
-            "--port-base",
-            "0",
-            "--ports-file",
-            ports_file.to_str().expect("utf-8"),
         ],
         &sim_log,
-    );
-    let servers: BTreeMap<String, SocketAddr> = wait_for(
-        Duration::from_secs(60),
-        "sim serve listening",
-        &logs,
-        || {
-            let text = std::fs::read_to_string(&ports_file).ok()?;
-            let ports: BTreeMap<String, String> = serde_json::from_str(&text).ok()?;
-            ports
-                .into_iter()
-                .map(|(m, a)| Some((m, a.parse().ok()?)))
-                .collect()
-        },
     );
     let problem = mfsched_core::scenario::load("paper-n2")
         .expect("bundled")
@@ -221,17 +202,15 @@ fn the_daemon_follows_the_load_prometheus_reports_and_survives_losing_it() {
          timeout_ms = 400\nstale_ms = 3000\nsafe_level = \"high\"\nrate_window = \"{RATE_WINDOW_S}s\"\n"
     );
     for m in &problem.models {
-        let preset = if m.kind == "llm" { "vllm" } else { "triton" };
         extra.push_str(&format!(
-            "\n[workload.prometheus.models.{}]\npreset = \"{preset}\"\nreference_rate = 10.0\n",
-            m.name
+            "\n[workload.prometheus.models.{}]\npreset = \"{}\"\nreference_rate = 10.0\n",
+            m.name,
+            preset(m)
         ));
     }
     extra
         .push_str("\n[actuator.webhook]\ntimeout_ms = 300\nretries = 0\n[actuator.webhook.urls]\n");
-    for (m, a) in &servers {
-        extra.push_str(&format!("{m} = \"http://{a}/config\"\n"));
-    }
+    extra.push_str(&webhook_urls(&servers));
     let config = common::daemon_config(d, "paper-n2", TICK_MS, "active = \"exact\"", &extra);
     let mut run = spawn(
         &["run", "--config", config.to_str().expect("utf-8")],
@@ -523,30 +502,27 @@ fn realised_utilities(
     (daemon, Summary::of(&runs[0].ticks).mean_realised_utility)
 }
 
-/// Starts `sim serve` at a fixed level on free ports; returns it and its servers.
-fn sim_serve_at(dir: &Path, level: &str, log: &Path) -> (Running, BTreeMap<String, SocketAddr>) {
-    let ports_file = dir.join(format!("ports-{level}.json"));
-    // A file left by an earlier server of the same level names dead ports.
+/// Starts `sim serve` on paper-n2 with `args` (its workload, tick and seed)
+/// on free ports; returns it and its servers' addresses by model. `name`
+/// names its ports file.
+fn sim_serve(
+    dir: &Path,
+    name: &str,
+    args: &[&str],
+    log: &Path,
+) -> (Running, BTreeMap<String, SocketAddr>) {
+    let ports_file = dir.join(format!("ports-{name}.json"));
+    // A file left by an earlier server of the same name names dead ports.
     let _ = std::fs::remove_file(&ports_file);
-    let sim = spawn(
-        &[
-            "sim",
-            "serve",
-            "--scenario",
-            "paper-n2",
-            "--level",
-            level,
-            "--tick-ms",
-            "100",
-            "--seed",
-            "3",
-            "--port-base",
-            "0",
-            "--ports-file",
-            ports_file.to_str().expect("utf-8"),
-        ],
-        log,
-    );
+    let mut all = vec!["sim", "serve", "--scenario", "paper-n2"];
+    all.extend(args);
+    all.extend([
+        "--port-base",
+        "0",
+        "--ports-file",
+        ports_file.to_str().expect("utf-8"),
+    ]);
+    let sim = spawn(&all, log);
     let servers = wait_for(
         Duration::from_secs(60),
         "sim serve listening",
@@ -561,6 +537,19 @@ fn sim_serve_at(dir: &Path, level: &str, log: &Path) -> (Running, BTreeMap<Strin
         },
     );
     (sim, servers)
+}
+
+/// The preset that reads what `sim serve` serves for `model`.
+fn preset(model: &mfsched_core::domain::Model) -> &'static str {
+    mfsched_lab::sim::serve::MetricsFormat::for_kind(&model.kind).as_str()
+}
+
+/// `[actuator.webhook.urls]` pointing every model at its simulated server.
+fn webhook_urls(servers: &BTreeMap<String, SocketAddr>) -> String {
+    servers
+        .iter()
+        .map(|(m, a)| format!("{m} = \"http://{a}/config\"\n"))
+        .collect()
 }
 
 #[test]
@@ -603,21 +592,25 @@ fn profile_live_measures_the_plan_through_the_actuators_and_resumes() {
         ("low", "high"),
     ] {
         let log = d.join(format!("sim-{level}.log"));
-        let (_sim, servers) = sim_serve_at(d, level, &log);
+        let (_sim, servers) = sim_serve(
+            d,
+            level,
+            &["--level", level, "--tick-ms", "100", "--seed", "3"],
+            &log,
+        );
         let mut extra =
             "[workload]\nsource = \"prometheus\"\n\n[workload.prometheus]\ntimeout_ms = 400\n"
                 .to_owned();
         for m in &problem.models {
-            let preset = if m.kind == "llm" { "vllm" } else { "triton" };
             extra.push_str(&format!(
-                "\n[workload.prometheus.models.{}]\npreset = \"{preset}\"\nscrape = \"http://{}/metrics\"\nreference_rate = 10.0\n",
-                m.name, servers[&m.name]
+                "\n[workload.prometheus.models.{}]\npreset = \"{}\"\nscrape = \"http://{}/metrics\"\nreference_rate = 10.0\n",
+                m.name,
+                preset(m),
+                servers[&m.name]
             ));
         }
         extra.push_str("\n[actuator.webhook]\ntimeout_ms = 300\n[actuator.webhook.urls]\n");
-        for (m, a) in &servers {
-            extra.push_str(&format!("{m} = \"http://{a}/config\"\n"));
-        }
+        extra.push_str(&webhook_urls(&servers));
         let config = common::daemon_config(d, "paper-n2", 1000, "active = \"hold\"", &extra);
         let gpu = *servers.values().next().expect("a server");
         let wrong = d.join("told-wrong.csv");

@@ -602,7 +602,6 @@ fn plugins_list_shows_the_metadata_a_component_declares() {
 /// declares any, by its name, version and authors.
 #[test]
 fn the_daemon_api_shows_the_metadata_a_component_declares() {
-    use std::io::BufRead;
     let dir = tempfile::tempdir().expect("a temporary directory");
     let plugins = dir.path().join("plugins");
     std::fs::create_dir(&plugins).expect("mkdir");
@@ -617,29 +616,7 @@ fn the_daemon_api_shows_the_metadata_a_component_declares() {
         "active = \"tagged\"\nplugin_dir = \"plugins\"",
         "",
     );
-    let mut child = Command::new(env!("CARGO_BIN_EXE_mfsched"))
-        .args(["run", "--config", path_str(&config)])
-        .stderr(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .expect("spawn mfsched run");
-    let mut err = std::io::BufReader::new(child.stderr.take().expect("piped"));
-    let mut line = String::new();
-    let addr: std::net::SocketAddr = loop {
-        line.clear();
-        assert!(
-            err.read_line(&mut line).expect("stderr") > 0,
-            "run exited before listening"
-        );
-        if let Some((_, a)) = line.trim().split_once("listening on http://") {
-            break a
-                .split_whitespace()
-                .next()
-                .unwrap_or("")
-                .parse()
-                .expect("an address");
-        }
-    };
+    let (mut child, _, addr) = crate::common::process::start_daemon(&config);
     let (status, body) = crate::common::http(addr, "GET", "/v1/policies", None);
     let _ = child.kill();
     let _ = child.wait();

@@ -1,6 +1,9 @@
 //! Running the `mfsched` binary as a user would.
 
-use std::process::{Command, Output};
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, ChildStderr, Command, Output, Stdio};
 
 pub fn mfsched(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_mfsched"))
@@ -15,4 +18,37 @@ pub fn stdout(o: &Output) -> String {
 
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// `mfsched run --config CONFIG` with the test API token, its stderr piped:
+/// the child, its stderr read up to the line saying where the API listens
+/// (the rest stays readable), and that address.
+pub fn start_daemon(config: &Path) -> (Child, BufReader<ChildStderr>, SocketAddr) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mfsched"))
+        .args(["run", "--config"])
+        .arg(config)
+        .env("MFSCHED_API_TOKEN", super::TOKEN)
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn mfsched run");
+    let mut err = BufReader::new(child.stderr.take().expect("piped"));
+    let mut line = String::new();
+    let addr = loop {
+        line.clear();
+        if !matches!(err.read_line(&mut line), Ok(n) if n > 0) {
+            let _ = child.kill();
+            let status = child.wait();
+            panic!("run exited before listening: {status:?}");
+        }
+        if let Some((_, a)) = line.trim().split_once("listening on http://") {
+            break a
+                .split_whitespace()
+                .next()
+                .unwrap_or("")
+                .parse()
+                .expect("an address");
+        }
+    };
+    (child, err, addr)
 }
