@@ -268,38 +268,38 @@ fn a_policy_from_the_template_builds_passes_check_and_test_and_runs_in_ab_agains
     assert!(text.contains("\"ga\""), "{text}");
 }
 
-#[test]
-#[ignore = "needs componentize-py on PATH and compiles an 18 MB component; run by .ci/run"]
-fn the_python_policy_runs_under_the_host_and_is_validated() {
+/// Builds `examples/EXAMPLE` with its `build.sh` (`hint`: what it needs),
+/// checks the component (it must call itself `title`) and decides with it on
+/// paper-n5: accepted, feasible, floors met. Returns the component and the
+/// compile cache both commands shared, for more.
+fn build_check_and_decide(example: &str, title: &str, hint: &str) -> (PathBuf, PathBuf) {
     let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
-    let component = tmp.join("python-greedy.wasm");
-    let built = Command::new(workspace_root().join("examples/python-greedy/build.sh"))
+    let component = tmp.join(format!("{example}.wasm"));
+    let built = Command::new(workspace_root().join(format!("examples/{example}/build.sh")))
         .arg(&component)
         .output()
         .expect("the build script runs");
     assert!(
         built.status.success(),
-        "componentize-py build failed (pip install componentize-py==0.25.1): {}{}",
+        "{example} did not build ({hint}): {}{}",
         stdout(&built),
         stderr(&built)
     );
-    // One compilation for both commands: the second loads from the cache.
-    let cache = tmp.join("python-cache");
-    let cache = path_str(&cache);
+    // One compilation for every command: the later ones load from the cache.
+    let cache = tmp.join(format!("{example}-cache"));
     let out = mfsched(&[
         "plugins",
         "check",
         path_str(&component),
         "--cache-dir",
-        cache,
+        path_str(&cache),
     ]);
     assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
     assert!(
-        stdout(&out).contains("calls itself \"python greedy (componentize-py)\""),
+        stdout(&out).contains(&format!("calls itself \"{title}\"")),
         "{}",
         stdout(&out)
     );
-
     let out = mfsched(&[
         "decide",
         "--scenario",
@@ -308,13 +308,24 @@ fn the_python_policy_runs_under_the_host_and_is_validated() {
         path_str(&component),
         "--json",
         "--cache-dir",
-        cache,
+        path_str(&cache),
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is JSON");
     assert_eq!(v["accepted"], true, "{v}");
     assert_eq!(v["feasible"], true, "{v}");
     assert_eq!(v["floors_met"], true, "{v}");
+    (component, cache)
+}
+
+#[test]
+#[ignore = "needs componentize-py on PATH and compiles an 18 MB component; run by .ci/run"]
+fn the_python_policy_runs_under_the_host_and_is_validated() {
+    build_check_and_decide(
+        "python-greedy",
+        "python greedy (componentize-py)",
+        "pip install componentize-py==0.25.1",
+    );
 }
 
 /// The clock reader answers by the parity of the hour: every answer is valid
@@ -456,50 +467,12 @@ fn plugins_wit_prints_and_writes_the_package() {
 #[test]
 #[ignore = "needs Node.js and `npm ci` in examples/js-greedy, and compiles a 12 MB component; run by .ci/run"]
 fn the_javascript_policy_runs_under_the_host_and_is_validated() {
-    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
-    let component = tmp.join("js-greedy.wasm");
-    let built = Command::new(workspace_root().join("examples/js-greedy/build.sh"))
-        .arg(&component)
-        .output()
-        .expect("the build script runs");
-    assert!(
-        built.status.success(),
-        "componentize-js build failed (npm ci in examples/js-greedy): {}{}",
-        stdout(&built),
-        stderr(&built)
+    let (component, cache) = build_check_and_decide(
+        "js-greedy",
+        "javascript greedy (componentize-js)",
+        "npm ci in examples/js-greedy",
     );
-    // One compilation for every command: the later ones load from the cache.
-    let cache = tmp.join("js-cache");
     let cache = path_str(&cache);
-    let out = mfsched(&[
-        "plugins",
-        "check",
-        path_str(&component),
-        "--cache-dir",
-        cache,
-    ]);
-    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
-    assert!(
-        stdout(&out).contains("calls itself \"javascript greedy (componentize-js)\""),
-        "{}",
-        stdout(&out)
-    );
-
-    let out = mfsched(&[
-        "decide",
-        "--scenario",
-        "paper-n5",
-        "--policy",
-        path_str(&component),
-        "--json",
-        "--cache-dir",
-        cache,
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is JSON");
-    assert_eq!(v["accepted"], true, "{v}");
-    assert_eq!(v["feasible"], true, "{v}");
-    assert_eq!(v["floors_met"], true, "{v}");
 
     // A bad parameter throws a TypeError, not a string: the example turns
     // every exception into a refusal that keeps its message.
