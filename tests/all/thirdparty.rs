@@ -572,9 +572,10 @@ fn plugins_list_shows_the_metadata_a_component_declares() {
 }
 
 /// The daemon's `/v1/policies` names each component by its hash and, where it
-/// declares any, by its name, version and authors.
+/// declares any, by its name, version and authors; so do the decision log and
+/// `replay`, for the component that answered.
 #[test]
-fn the_daemon_api_shows_the_metadata_a_component_declares() {
+fn the_daemon_api_and_log_show_the_metadata_a_component_declares() {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let plugins = dir.path().join("plugins");
     std::fs::create_dir(&plugins).expect("mkdir");
@@ -609,4 +610,30 @@ fn the_daemon_api_shows_the_metadata_a_component_declares() {
     );
     // The embedded components declare nothing: no entry, not an empty one.
     assert!(json["metadata"].get("ga").is_none(), "{json}");
+
+    let config = config.to_str().expect("utf-8 path");
+    let out = mfsched(&["run", "--config", config, "--max-ticks", "3"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let log = dir.path().join("decisions.log");
+    let log = log.to_str().expect("utf-8 path");
+    let out = mfsched(&["replay", log, "--summary"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let sha = json["components"]["tagged"].as_str().expect("hash");
+    let described = format!("{sha}  tagged  1.2.3 by Ada Lovelace");
+    assert!(
+        stdout(&out).lines().any(|l| l == described),
+        "{}",
+        stdout(&out)
+    );
+    let out = mfsched(&["replay", log, "--policy", "exact", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let replayed: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("JSON");
+    let recorded = &replayed["recorded_components"];
+    assert_eq!(recorded.as_array().map(Vec::len), Some(1), "{replayed}");
+    assert_eq!(recorded[0]["identity"]["sha256"], sha, "{replayed}");
+    assert_eq!(
+        recorded[0]["identity"]["metadata"]["version"], "1.2.3",
+        "{replayed}"
+    );
+    assert_eq!(replayed["replayed_components"][0]["policy"], "exact");
 }

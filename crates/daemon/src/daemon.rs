@@ -16,6 +16,7 @@ use super::outcome::{DecideOutcome, Failure, FailureKind, from_verdict};
 use super::sampler::{Sample, Sampler};
 use mfsched_core::domain::{GpuState, Problem, WorkloadLevel};
 use mfsched_plugin_host::bindings::wit;
+use mfsched_plugin_host::precheck::ComponentIdentity;
 use mfsched_plugin_host::{CallInputs, LastValid, Pipeline, PolicySource};
 
 /// Where each tick's workload level comes from.
@@ -290,7 +291,7 @@ impl Daemon {
         // The problem is prepared once for every policy of the tick; each
         // answer is validated and scored by the one pipeline.
         let inputs = Arc::new(self.shared.deciding.pipeline.prepare(&self.problem));
-        let records = decide_all(
+        let (records, components) = decide_all(
             &self.shared.deciding,
             tick,
             inputs,
@@ -364,7 +365,11 @@ impl Daemon {
         };
         // Nothing a tick records may end the daemon: a failed write is counted
         // and logged (once per run of failures), and the loop goes on.
-        match self.log.append(&record) {
+        let written = components
+            .iter()
+            .try_for_each(|(policy, identity)| self.log.describe(policy, identity))
+            .and_then(|()| self.log.append(&record));
+        match written {
             Ok(()) => self.log_failing = false,
             Err(e) => {
                 self.shared.metrics.log_write_failed();
@@ -400,7 +405,8 @@ impl Daemon {
 }
 
 /// Asks every policy at once on blocking threads, through the pipeline, and
-/// waits for each until the deadline. A policy that overruns is recorded as a
+/// waits for each until the deadline; returns each policy's record and the
+/// components that answered. A policy that overruns is recorded as a
 /// `Deadline` failure; its thread is left to finish on its own (the plugin host
 /// interrupts guests and bounds host calls, so only a misbehaving native
 /// policy can hold one for long).
@@ -412,7 +418,7 @@ async fn decide_all(
     state: GpuState,
     budget: Duration,
     deadline: tokio::time::Instant,
-) -> Vec<PolicyRecord> {
+) -> (Vec<PolicyRecord>, Vec<(String, ComponentIdentity)>) {
     let handles: Vec<_> = policies
         .iter()
         .map(|policy| {
@@ -434,8 +440,9 @@ async fn decide_all(
         })
         .collect();
     let mut records = Vec::with_capacity(policies.len());
+    let mut components = Vec::new();
     for (policy, handle) in policies.iter().zip(handles) {
-        let (outcome, latency, component): (DecideOutcome, Duration, Option<String>) =
+        let (outcome, latency, component): (DecideOutcome, Duration, Option<ComponentIdentity>) =
             match tokio::time::timeout_at(deadline, handle).await {
                 Ok(Ok(done)) => done,
                 Ok(Err(join)) => (
@@ -459,8 +466,9 @@ async fn decide_all(
             policy: policy.clone(),
             outcome,
             latency_us: latency.as_micros() as u64,
-            component,
+            component: component.as_ref().map(|c| c.sha256.clone()),
         });
+        components.extend(component.map(|c| (policy.clone(), c)));
     }
-    records
+    (records, components)
 }

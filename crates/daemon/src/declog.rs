@@ -7,7 +7,10 @@
 //! daemon starts appending (what it decided with: the scenario's text, the
 //! bundle's hash, the field, the seed), then one [`TickRecord`] per tick, which
 //! holds the configuration running before the tick, so any tick can be decided
-//! again by another policy (`mfsched replay --policy`). Each frame is written
+//! again by another policy (`mfsched replay --policy`), and a [`ComponentRecord`]
+//! before the first tick a component answers in (at start and after each hot
+//! reload): its SHA-256, by which tick records name it, and what it declares
+//! about itself (name, version, authors). Each frame is written
 //! with a single `write_all` right after its tick, so a crash loses at most the
 //! record being written; a reader reports such a torn tail and keeps every
 //! record before it. A corrupt frame in the middle (a flipped byte) is skipped:
@@ -25,6 +28,7 @@
 
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
+use std::collections::HashSet;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -32,6 +36,7 @@ use std::path::{Path, PathBuf};
 use super::outcome::DecideOutcome;
 use super::sampler::Sample;
 use mfsched_core::domain::{GpuState, JointConfig};
+use mfsched_plugin_host::precheck::ComponentIdentity;
 
 const MAGIC: &[u8; 8] = b"MFSDLOG3";
 const MAGIC_V2: &[u8; 8] = b"MFSDLOG2";
@@ -49,6 +54,7 @@ const MAX_RECORD_BYTES: u32 = 16 << 20;
 pub enum Entry {
     Run(RunRecord),
     Tick(Box<TickRecord>),
+    Component(ComponentRecord),
 }
 
 /// [`Entry`] as it is written, borrowed: the same variants in the same order,
@@ -57,6 +63,15 @@ pub enum Entry {
 enum EntryRef<'a> {
     Run(&'a RunRecord),
     Tick(&'a TickRecord),
+    Component(&'a ComponentRecord),
+}
+
+/// A policy component the ticks after it name by SHA-256.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ComponentRecord {
+    /// The registry name it answered under when first recorded.
+    pub policy: String,
+    pub identity: ComponentIdentity,
 }
 
 /// What a daemon decided with, written when it starts appending.
@@ -207,6 +222,8 @@ pub struct LogContents {
     pub records: Vec<TickRecord>,
     /// Each daemon start: the index in `records` of its first tick, and what it decided with.
     pub runs: Vec<(usize, RunRecord)>,
+    /// Every component the ticks name, in the order first recorded.
+    pub components: Vec<ComponentRecord>,
     /// Corrupt stretches between intact records.
     pub skipped: Vec<Skipped>,
     pub torn: Option<TornTail>,
@@ -225,6 +242,11 @@ impl LogContents {
             .rev()
             .find(|(first, _)| *first <= i)
             .map(|(_, run)| run)
+    }
+
+    /// The record of the component with SHA-256 `sha256`, if the log has one.
+    pub fn component(&self, sha256: &str) -> Option<&ComponentRecord> {
+        self.components.iter().find(|c| c.identity.sha256 == sha256)
     }
 }
 
@@ -296,6 +318,7 @@ pub fn parse(bytes: &[u8]) -> Result<LogContents> {
     };
     let mut records = Vec::new();
     let mut runs = Vec::new();
+    let mut components = Vec::new();
     let mut skipped = Vec::new();
     let mut at = MAGIC.len();
     let torn = loop {
@@ -308,6 +331,7 @@ pub fn parse(bytes: &[u8]) -> Result<LogContents> {
                 match entry {
                     Entry::Tick(record) => records.push(*record),
                     Entry::Run(run) => runs.push((records.len(), run)),
+                    Entry::Component(c) => components.push(c),
                 }
                 at += len;
             }
@@ -339,6 +363,7 @@ pub fn parse(bytes: &[u8]) -> Result<LogContents> {
     Ok(LogContents {
         records,
         runs,
+        components,
         skipped,
         torn,
     })
@@ -383,6 +408,7 @@ fn parse_v1(bytes: &[u8]) -> LogContents {
     LogContents {
         records,
         runs: Vec::new(),
+        components: Vec::new(),
         skipped: Vec::new(),
         torn,
     }
@@ -429,6 +455,8 @@ pub struct DecisionLog {
     path: PathBuf,
     records: u64,
     last_tick: Option<u64>,
+    /// SHA-256 of every component the file already describes.
+    described: HashSet<String>,
 }
 
 impl DecisionLog {
@@ -457,6 +485,7 @@ impl DecisionLog {
             file = Self::open_file(path)?;
             bytes.clear();
         }
+        let mut described = HashSet::new();
         let (last_tick, records) = if bytes.is_empty() {
             file.write_all(MAGIC)
                 .with_context(|| format!("cannot write log {}", path.display()))?;
@@ -469,6 +498,7 @@ impl DecisionLog {
             }
             recovery.torn = contents.torn;
             recovery.skipped = contents.skipped;
+            described.extend(contents.components.into_iter().map(|c| c.identity.sha256));
             let last = contents.records.last().map(|r| r.tick);
             (last, contents.records.len() as u64)
         };
@@ -480,6 +510,7 @@ impl DecisionLog {
                 path: path.to_owned(),
                 records,
                 last_tick,
+                described,
             },
             recovery,
         ))
@@ -506,6 +537,20 @@ impl DecisionLog {
     /// Records what the ticks that follow are decided with (once per daemon start).
     pub fn append_run(&mut self, run: &RunRecord) -> Result<()> {
         self.write(&EntryRef::Run(run))
+    }
+
+    /// Describes the component `policy` answered with, unless the log already
+    /// does: once per component per file, before the first tick naming it.
+    pub fn describe(&mut self, policy: &str, identity: &ComponentIdentity) -> Result<()> {
+        if self.described.contains(&identity.sha256) {
+            return Ok(());
+        }
+        self.write(&EntryRef::Component(&ComponentRecord {
+            policy: policy.to_owned(),
+            identity: identity.clone(),
+        }))?;
+        self.described.insert(identity.sha256.clone());
+        Ok(())
     }
 
     fn write(&mut self, entry: &EntryRef<'_>) -> Result<()> {
@@ -601,6 +646,49 @@ mod tests {
         let contents = read(&path).expect("read");
         assert_eq!(contents.torn, None);
         assert_eq!(contents.records, vec![record(0), record(1), record(2)]);
+    }
+
+    /// Each component is described once per file, before the first tick
+    /// that names it, also across reopening.
+    #[test]
+    fn a_component_is_described_once_per_log() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("d.log");
+        let identity = ComponentIdentity {
+            sha256: "ab".repeat(32),
+            metadata: mfsched_plugin_host::precheck::ComponentMetadata {
+                name: Some("annealer".into()),
+                version: Some("0.3.1".into()),
+                authors: None,
+            },
+        };
+        let (mut log, _) = DecisionLog::open(&path).expect("open");
+        log.describe("hold", &identity).expect("describe");
+        log.append(&record(0)).expect("append");
+        log.describe("hold", &identity).expect("already described");
+        log.append(&record(1)).expect("append");
+        drop(log);
+        let (mut log, _) = DecisionLog::open(&path).expect("reopen");
+        log.describe("renamed", &identity)
+            .expect("described before reopening");
+        let reloaded = ComponentIdentity {
+            sha256: "cd".repeat(32),
+            ..identity.clone()
+        };
+        log.describe("hold", &reloaded).expect("describe");
+        log.append(&record(2)).expect("append");
+        let contents = read(&path).expect("read");
+        assert_eq!(contents.records.len(), 3);
+        let described: Vec<(&str, &ComponentIdentity)> = contents
+            .components
+            .iter()
+            .map(|c| (c.policy.as_str(), &c.identity))
+            .collect();
+        assert_eq!(described, vec![("hold", &identity), ("hold", &reloaded)]);
+        assert_eq!(
+            contents.component(&"cd".repeat(32)).map(|c| &c.identity),
+            Some(&reloaded)
+        );
     }
 
     #[test]

@@ -10,6 +10,7 @@ use std::time::Duration;
 use mfsched_core::domain::Problem;
 use mfsched_core::predict::Predictor;
 use mfsched_plugin_host::bindings::wit;
+use mfsched_plugin_host::precheck::ComponentIdentity;
 use mfsched_plugin_host::registry::{self, Loaded, Registry};
 use mfsched_plugin_host::reload::self_check;
 use mfsched_plugin_host::{
@@ -172,12 +173,8 @@ impl PolicySource for PluginPolicies {
         self.registry.title(policy)
     }
 
-    fn component(&self, policy: &str) -> Option<String> {
-        self.registry.component(policy)
-    }
-
-    fn metadata(&self, policy: &str) -> Option<mfsched_plugin_host::precheck::ComponentMetadata> {
-        self.registry.metadata(policy)
+    fn identity(&self, policy: &str) -> Option<ComponentIdentity> {
+        self.registry.identity(policy)
     }
 
     fn propose(&self, policy: &str, call: &Call<'_>) -> Result<RawDecision, PluginFailure> {

@@ -171,5 +171,23 @@ pub fn summary(contents: &LogContents) -> String {
         )
         .ok();
     }
+    if !contents.components.is_empty() {
+        writeln!(out, "\ncomponents (identity, answered as, declares)").ok();
+        for c in &contents.components {
+            let declares = c.identity.metadata.describe();
+            writeln!(
+                out,
+                "{}  {}  {}",
+                c.identity.sha256,
+                printable(&c.policy, NAME_BYTES),
+                if declares.is_empty() {
+                    "(nothing)".to_owned()
+                } else {
+                    declares
+                }
+            )
+            .ok();
+        }
+    }
     out
 }

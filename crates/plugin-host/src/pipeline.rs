@@ -23,6 +23,7 @@ use crate::context::{CallInputs, CallStats, FeasibleCache, PolicyCtx, Scorer};
 use crate::engine::{PluginEngine, arm_deadline};
 use crate::failure::{PluginFailure, classify, describe};
 use crate::output::{MESSAGE_BYTES, OutputCapture, PluginOutput, printable};
+use crate::precheck::{ComponentIdentity, ComponentMetadata};
 
 /// Bytes of stdout, and as many of stderr, a policy may print in one call; the
 /// rest is counted and dropped.
@@ -83,15 +84,20 @@ pub trait PolicySource: Send + Sync {
     /// (the plugin host interrupts guests and bounds host calls).
     fn propose(&self, policy: &str, call: &Call<'_>) -> Result<RawDecision, PluginFailure>;
 
-    /// SHA-256 of the component behind `policy` now (`None` for a native one).
-    fn component(&self, _policy: &str) -> Option<String> {
+    /// The component behind `policy` now (`None` for a native one).
+    fn identity(&self, _policy: &str) -> Option<ComponentIdentity> {
         None
+    }
+
+    /// SHA-256 of the component behind `policy` now (`None` for a native one).
+    fn component(&self, policy: &str) -> Option<String> {
+        self.identity(policy).map(|c| c.sha256)
     }
 
     /// What the component behind `policy` declares about itself (name,
     /// version, authors); `None` for a native one.
-    fn metadata(&self, _policy: &str) -> Option<crate::precheck::ComponentMetadata> {
-        None
+    fn metadata(&self, policy: &str) -> Option<ComponentMetadata> {
+        self.identity(policy).map(|c| c.metadata)
     }
 
     /// How many times its policies were reloaded from disk (hot reload), and
@@ -165,12 +171,8 @@ impl PolicySource for Slot<LoadedPolicy> {
         Some(self.load().info.title.clone())
     }
 
-    fn component(&self, _policy: &str) -> Option<String> {
-        Some(self.load().info.sha256.clone())
-    }
-
-    fn metadata(&self, _policy: &str) -> Option<crate::precheck::ComponentMetadata> {
-        Some(self.load().info.metadata.clone())
+    fn identity(&self, _policy: &str) -> Option<ComponentIdentity> {
+        Some(self.load().info.identity())
     }
 
     fn propose(&self, _policy: &str, call: &Call<'_>) -> Result<RawDecision, PluginFailure> {
@@ -195,14 +197,9 @@ impl PolicySource for Registry {
         }
     }
 
-    fn component(&self, policy: &str) -> Option<String> {
+    fn identity(&self, policy: &str) -> Option<ComponentIdentity> {
         self.find_policy(policy)
-            .map(|slot| slot.load().info.sha256.clone())
-    }
-
-    fn metadata(&self, policy: &str) -> Option<crate::precheck::ComponentMetadata> {
-        self.find_policy(policy)
-            .map(|slot| slot.load().info.metadata.clone())
+            .map(|slot| slot.load().info.identity())
     }
 
     fn propose(&self, policy: &str, call: &Call<'_>) -> Result<RawDecision, PluginFailure> {
@@ -267,8 +264,8 @@ pub struct Verdict {
     pub latency: Duration,
     /// What the policy printed (capped), for the caller to log with the tick.
     pub output: PluginOutput,
-    /// SHA-256 of the component asked (`None` for a native policy).
-    pub component: Option<String>,
+    /// The component asked (`None` for a native policy).
+    pub component: Option<ComponentIdentity>,
 }
 
 /// The predictor and utility every policy is served, and the engine they run on.
@@ -344,7 +341,7 @@ impl Pipeline {
             deadline_at: started + deadline,
             output: &capture,
         };
-        let component = source.component(policy);
+        let component = source.identity(policy);
         let (result, candidates_evaluated, stats) = match source.propose(policy, &call) {
             // An answer after the deadline failed it, whatever it says: a guest
             // is interrupted there, but a native policy can only be timed, and

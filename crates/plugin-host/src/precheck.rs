@@ -160,11 +160,19 @@ pub fn check_shape(bytes: &[u8]) -> Result<ComponentMetadata> {
 /// component-name section, and the `version` and `authors` sections
 /// `wasm-tools metadata add` writes. All optional; the component's identity
 /// stays its SHA-256. Printable and cut, like every plugin string.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ComponentMetadata {
     pub name: Option<String>,
     pub version: Option<String>,
     pub authors: Option<String>,
+}
+
+/// Which component: its SHA-256 (the identity) and what it declares about
+/// itself, read together so the two always describe the same build.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ComponentIdentity {
+    pub sha256: String,
+    pub metadata: ComponentMetadata,
 }
 
 /// The most of a metadata field kept.

@@ -8,7 +8,7 @@ use super::context::{PolicyCtx, UtilityCtx};
 use super::engine::{PluginEngine, arm_deadline};
 use super::failure::describe;
 use super::output::printable;
-use super::precheck::ComponentMetadata;
+use super::precheck::{ComponentIdentity, ComponentMetadata};
 use super::version::check_component_versions;
 use anyhow::{Context as _, Result, anyhow, bail};
 use std::collections::BTreeMap;
@@ -76,6 +76,13 @@ impl PluginInfo {
     /// The first 12 hex digits of [`PluginInfo::sha256`], for people.
     pub fn short_hash(&self) -> &str {
         &self.sha256[..self.sha256.len().min(12)]
+    }
+
+    pub fn identity(&self) -> ComponentIdentity {
+        ComponentIdentity {
+            sha256: self.sha256.clone(),
+            metadata: self.metadata.clone(),
+        }
     }
 }
 

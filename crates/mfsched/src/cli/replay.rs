@@ -13,7 +13,8 @@ use super::eval::parse_policy;
 use super::plugins::{PluginOpts, policy_params};
 use mfsched_core::domain::{JointConfig, Problem};
 use mfsched_core::fsutil::write_atomically;
-use mfsched_daemon::declog::{LogContents, RunRecord, TickRecord};
+use mfsched_daemon::declog::{ComponentRecord, LogContents, RunRecord, TickRecord};
+use mfsched_plugin_host::output::{NAME_BYTES, printable};
 use mfsched_plugin_host::registry::{resolve_policy, resolve_utility};
 use mfsched_plugin_host::{Decider, DecisionOutcome, Registry};
 
@@ -120,6 +121,9 @@ struct Results {
     skipped_without_previous: usize,
     ran: Totals,
     policies: Vec<Totals>,
+    /// The components that answered in the log, and those replayed.
+    recorded_components: Vec<ComponentRecord>,
+    replayed_components: Vec<ComponentRecord>,
     /// Per tick: the recorded active decision and each policy's, in `policies` order.
     decisions: Vec<TickDecisions>,
 }
@@ -187,6 +191,7 @@ fn counterfactual(args: &ReplayArgs, contents: &LogContents) -> Result<()> {
     let utility = resolve_utility(&engine, &run.utility, dir)?;
     let registry = Registry::default();
     let mut deciders = Vec::with_capacity(args.policies.len());
+    let mut replayed_components = Vec::with_capacity(args.policies.len());
     for spec in &args.policies {
         let (name, mut params) = parse_policy(spec)?;
         if params.iter().any(|(k, _)| k == "seed") {
@@ -208,6 +213,10 @@ fn counterfactual(args: &ReplayArgs, contents: &LogContents) -> Result<()> {
                 params,
             ),
         ));
+        replayed_components.push(ComponentRecord {
+            policy: spec.clone(),
+            identity: policy.info.identity(),
+        });
     }
     let mut problem = served.problem.clone();
     let ran_label = format!("ran ({})", run.active);
@@ -297,6 +306,8 @@ fn counterfactual(args: &ReplayArgs, contents: &LogContents) -> Result<()> {
         skipped_without_previous: skipped,
         ran,
         policies: totals,
+        recorded_components: contents.components.clone(),
+        replayed_components,
         decisions,
     };
     let report = markdown(&results, &served.name);
@@ -338,6 +349,37 @@ fn markdown(r: &Results, predictor: &str) -> String {
     )
     .ok();
     writeln!(out).ok();
+    for (what, components) in [
+        (
+            "Components that answered in the log",
+            &r.recorded_components,
+        ),
+        ("Components replayed", &r.replayed_components),
+    ] {
+        if components.is_empty() {
+            continue;
+        }
+        let named: Vec<String> = components
+            .iter()
+            .map(|c| {
+                let declares = c.identity.metadata.describe();
+                let sha = &c.identity.sha256;
+                format!(
+                    "`{}@{}`{}",
+                    printable(&c.policy, NAME_BYTES),
+                    &sha[..sha.len().min(12)],
+                    if declares.is_empty() {
+                        String::new()
+                    } else {
+                        // Printable and cut when it was read from the component.
+                        format!(" ({declares})")
+                    }
+                )
+            })
+            .collect();
+        writeln!(out, "{what}: {}.", named.join(", ")).ok();
+        writeln!(out).ok();
+    }
     writeln!(
         out,
         "| policy | decided | failed | mean predicted utility | vs what ran | ticks under a floor | reconfigurations | ticks decided differently |"
