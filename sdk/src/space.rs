@@ -140,20 +140,28 @@ impl Space {
     /// score and how many feasible candidates were summed; the first in index
     /// order on ties; `None` when nothing fits.
     ///
-    /// Every feasible candidate is scored, in the walk of
+    /// Every feasible candidate is covered, in the walk of
     /// [`Space::feasible_indices`] with the partial sums carried down the
-    /// tree: no index is materialised or decoded, so this costs about one
-    /// addition per candidate (receiving the host's feasible list alone costs
-    /// more). The additions are those of summing each candidate afresh, in
-    /// model order, so the scores are the same bits.
+    /// tree: no index is materialised or decoded (receiving the host's
+    /// feasible list alone would cost more than the walk). At the last model
+    /// the walk does not add its configurations one by one: they are sorted by
+    /// VRAM once, each with the best term among it and every cheaper one
+    /// (the lowest configuration index on ties), so the best completion of a
+    /// prefix is one search by the VRAM left. The winner's score is the same
+    /// addition, in model order, as summing it afresh, so the same bits. Ties
+    /// go to the first candidate in index order, as a sum of every candidate
+    /// would give them, except where two of the last model's terms differ by
+    /// less than the rounding of a prefix's sum: the higher term is taken
+    /// (the scores are equal).
     pub fn best_by_terms(&self, terms: &[f64]) -> Option<Best> {
         let n = self.models();
         if n == 0 || terms.len() < self.offsets[n] {
             return None;
         }
+        let last = n - 1;
         let mut walk = TermsWalk {
             space: self,
-            levels: (0..n)
+            levels: (0..last)
                 .map(|i| {
                     self.vram[i]
                         .iter()
@@ -162,6 +170,10 @@ impl Space {
                         .collect()
                 })
                 .collect(),
+            completions: Completions::new(
+                &self.vram[last],
+                &terms[self.offsets[last]..self.offsets[last + 1]],
+            ),
             suffix_min: self.suffix_min(),
             best_index: NONE_YET,
             best_score: f64::NEG_INFINITY,
@@ -213,11 +225,62 @@ pub struct Best {
 /// No candidate seen yet (no joint index is this large: the space's size is).
 const NONE_YET: u64 = u64::MAX;
 
+/// The last model's configurations by VRAM, each with the best term among it
+/// and every cheaper one: the best completion of any prefix.
+struct Completions {
+    /// Ascending.
+    vram: Vec<u64>,
+    /// `best[k]`: among the `k + 1` cheapest, the highest term and its
+    /// configuration (the lowest index on ties).
+    best: Vec<(f64, u32)>,
+    /// `first[k]`: the lowest index among the `k + 1` cheapest (what wins
+    /// when the prefix's sum is −∞ and so every completion ties).
+    first: Vec<u32>,
+}
+
+impl Completions {
+    fn new(vram: &[u32], terms: &[f64]) -> Self {
+        let mut order: Vec<u32> = (0..vram.len() as u32).collect();
+        order.sort_by_key(|&c| (vram[c as usize], c));
+        let mut best: Vec<(f64, u32)> = Vec::with_capacity(order.len());
+        let mut first: Vec<u32> = Vec::with_capacity(order.len());
+        for &c in &order {
+            first.push(first.last().map_or(c, |&f| f.min(c)));
+            let t = terms[c as usize];
+            let keep = best
+                .last()
+                .filter(|&&(b, bc)| b > t || (b == t && bc < c))
+                .copied();
+            best.push(keep.unwrap_or((t, c)));
+        }
+        Self {
+            vram: order.iter().map(|&c| u64::from(vram[c as usize])).collect(),
+            best,
+            first,
+        }
+    }
+
+    /// How many configurations fit in `room` MiB, and the best completion of
+    /// a prefix summing to `sum` among them: its term and configuration.
+    fn within(&self, room: u64, sum: f64) -> (usize, Option<(f64, u32)>) {
+        let fit = self.vram.partition_point(|&v| v <= room);
+        let best = fit.checked_sub(1).map(|k| {
+            if sum == f64::NEG_INFINITY {
+                (f64::NEG_INFINITY, self.first[k])
+            } else {
+                self.best[k]
+            }
+        });
+        (fit, best)
+    }
+}
+
 /// The state of one [`Space::best_by_terms`] walk.
 struct TermsWalk<'a> {
     space: &'a Space,
-    /// Per model, per configuration: (VRAM, term), side by side for the leaves.
+    /// Per model but the last, per configuration: (VRAM, term).
     levels: Vec<Vec<(u64, f64)>>,
+    completions: Completions,
     suffix_min: Vec<u64>,
     best_index: u64,
     best_score: f64,
@@ -228,17 +291,15 @@ impl TermsWalk<'_> {
     fn visit(&mut self, depth: usize, used: u64, index: u64, sum: f64) {
         let stride = self.space.strides[depth];
         let cap = self.space.cap;
-        if depth + 1 == self.levels.len() {
-            // The leaves: most of the work, kept to a compare, an add and a max.
-            for (c, &(v, t)) in self.levels[depth].iter().enumerate() {
-                if used + v > cap {
-                    continue;
-                }
+        if depth == self.levels.len() {
+            // The last model: its best configuration in the room left.
+            let (fit, best) = self.completions.within(cap.saturating_sub(used), sum);
+            self.scored += fit as u64;
+            if let Some((t, c)) = best {
                 let score = sum + t;
-                self.scored += 1;
                 if score > self.best_score || self.best_index == NONE_YET {
                     self.best_score = score;
-                    self.best_index = index + c as u64 * stride;
+                    self.best_index = index + u64::from(c) * stride;
                 }
             }
             return;
@@ -375,6 +436,50 @@ mod tests {
                 .best_by_terms(&[1.0])
                 .is_none()
         );
+    }
+
+    /// Against summing every feasible candidate, on many caps, with tied and
+    /// −∞ terms (exact in binary, so rounding decides no tie).
+    #[test]
+    fn the_best_by_terms_matches_a_brute_force_sum_with_ties() {
+        let vram = vec![
+            vec![5, 9, 2, 2],
+            vec![1, 1, 4],
+            vec![7, 3, 4, 6, 3],
+            vec![2, 8, 1, 1],
+        ];
+        let tied: Vec<f64> = (0..16)
+            .map(|k| match k % 5 {
+                0 => f64::NEG_INFINITY,
+                r => f64::from(r / 2) * 0.5,
+            })
+            .collect();
+        // The first model under its floor everywhere: every candidate is −∞.
+        let mut hopeless = tied.clone();
+        hopeless[..4].fill(f64::NEG_INFINITY);
+        for (terms, cap) in [4, 9, 12, 15, 20, 28]
+            .into_iter()
+            .flat_map(|cap| [(&tied, cap), (&hopeless, cap)])
+        {
+            let space = Space::from_vram(vram.clone(), cap);
+            let mut tuple = vec![0u32; space.models()];
+            let mut expected: Option<(u64, f64)> = None;
+            let feasible = space.feasible_indices();
+            for &i in &feasible {
+                space.decode(i, &mut tuple);
+                let s = space.sum_terms(&terms, &tuple);
+                if expected.is_none_or(|(_, b)| s > b) {
+                    expected = Some((i, s));
+                }
+            }
+            let best = space.best_by_terms(&terms);
+            assert_eq!(best.map(|b| (b.index, b.score)), expected, "cap {cap}");
+            assert_eq!(
+                best.map_or(0, |b| b.scored),
+                feasible.len() as u64,
+                "cap {cap}"
+            );
+        }
     }
 
     #[test]

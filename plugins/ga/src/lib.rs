@@ -188,6 +188,17 @@ impl Search<'_> {
             self.repair(&mut g, rng);
             population.push(g);
         }
+        if let Landscape::Terms { terms } = self.landscape {
+            for mut g in self.priced_genomes(terms) {
+                if population.len() >= s.population / 2 {
+                    break;
+                }
+                self.repair(&mut g, rng);
+                if !population.contains(&g) {
+                    population.push(g);
+                }
+            }
+        }
         while population.len() < s.population {
             let mut g: Vec<u32> = (0..n).map(|i| self.random_gene(i, rng)).collect();
             self.repair(&mut g, rng);
@@ -297,6 +308,77 @@ impl Search<'_> {
         }
     }
 
+    /// Seeds from the Lagrangian relaxation of an additive landscape: at a
+    /// price `λ` per MiB every model independently takes its floor-meeting
+    /// gene with the highest `term − λ·VRAM` (the cheaper one on ties), so the
+    /// VRAM the genome needs falls as the price rises. The cheapest price at
+    /// which it fits (found by bisection) and prices around it give genomes on
+    /// the trade-off frontier: the trades a tight card needs (one model gives
+    /// up memory that two others use better), which random mutation and the
+    /// polish's two-gene changes rarely make. Distinct genomes, best price
+    /// first; those over the cap are left to `repair`.
+    fn priced_genomes(&self, terms: &[f64]) -> Vec<Vec<u32>> {
+        let space = self.space;
+        let at_price = |price: f64| -> Vec<u32> {
+            (0..space.models())
+                .map(|i| {
+                    let value = |c: u32| {
+                        terms[space.table_offset(i) + c as usize]
+                            - price * f64::from(space.vram_of(i, c))
+                    };
+                    let genes = &self.allowed_genes[i];
+                    genes
+                        .iter()
+                        .copied()
+                        .filter(|&c| terms[space.table_offset(i) + c as usize].is_finite())
+                        .reduce(|best, c| {
+                            let (v, b) = (value(c), value(best));
+                            let cheaper = space.vram_of(i, c) < space.vram_of(i, best);
+                            if v > b || (v == b && cheaper) {
+                                c
+                            } else {
+                                best
+                            }
+                        })
+                        .unwrap_or(genes[0])
+                })
+                .collect()
+        };
+        // At this price no MiB is worth any term difference: every model
+        // takes its cheapest floor-meeting gene.
+        let finite = terms.iter().copied().filter(|t| t.is_finite());
+        let spread =
+            finite.clone().fold(f64::NEG_INFINITY, f64::max) - finite.fold(f64::INFINITY, f64::min);
+        if !spread.is_finite() {
+            return Vec::new();
+        }
+        let (mut low, mut high) = (0.0, spread.max(0.0) + 1.0);
+        if space.fits(&at_price(low)) {
+            high = low;
+        }
+        for _ in 0..PRICE_BISECTIONS {
+            if high - low <= high * 1e-9 {
+                break;
+            }
+            let mid = 0.5 * (low + high);
+            if space.fits(&at_price(mid)) {
+                high = mid;
+            } else {
+                low = mid;
+            }
+        }
+        let mut genomes: Vec<Vec<u32>> = Vec::new();
+        for factor in PRICE_FACTORS {
+            let g = at_price(high * factor);
+            if !genomes.contains(&g) {
+                genomes.push(g);
+            }
+        }
+        genomes.push(at_price(low));
+        genomes.dedup();
+        genomes
+    }
+
     /// A uniformly random floor-meeting gene of model `i`.
     fn random_gene(&self, i: usize, rng: &mut Rng) -> u32 {
         let ok = &self.allowed_genes[i];
@@ -304,15 +386,17 @@ impl Search<'_> {
     }
 
     /// Local search from the best genome, at most `rounds` improvements: each
-    /// round scores every single-gene change that fits in memory (one batch)
-    /// and, when none improves, every two-gene change (one model gives up
-    /// memory another takes: the trade a tight card needs and random
-    /// mutation rarely makes), and takes the best while it improves.
+    /// round scores every single-gene change that fits in memory (one batch);
+    /// when none improves, every two-gene change (one model gives up memory
+    /// another takes: the trade a tight card needs and random mutation rarely
+    /// makes); when none of those does, every refill (one model gives up
+    /// memory that several others take), and takes the best while it improves.
     fn polish(&mut self, mut genome: Vec<u32>, mut fit: f64, rounds: usize) -> (Vec<u32>, f64) {
         for _ in 0..rounds {
             let improved = self
                 .best_neighbour(&genome, 1, fit)
-                .or_else(|| self.best_neighbour(&genome, 2, fit));
+                .or_else(|| self.best_neighbour(&genome, 2, fit))
+                .or_else(|| self.best_refill(&genome, fit));
             match improved {
                 Some((better, better_fit)) => {
                     genome = better;
@@ -335,6 +419,70 @@ impl Search<'_> {
         let fitness = self.score(&neighbours);
         let k = best_index(&fitness).filter(|&k| fitness[k] > fit)?;
         Some((neighbours[k].clone(), fitness[k]))
+    }
+
+    /// The best refill of `genome`, if it beats `fit`: one model moves to a
+    /// cheaper configuration and the memory it frees goes, greedily, to the
+    /// others (round by round each takes the best single-gene upgrade that
+    /// fits and improves, of any model but the one that gave memory up). Every
+    /// model and every cheaper configuration of it is one chain; the chains
+    /// advance in lockstep, one batch per round. This makes the trades where
+    /// two or more models must grow for one to shrink, which no one- or
+    /// two-gene change makes (the greedy knapsack's blind spot: the item with
+    /// the best ratio is too big).
+    fn best_refill(&mut self, genome: &[u32], fit: f64) -> Option<(Vec<u32>, f64)> {
+        let space = self.space;
+        let mut chains: Vec<(usize, Vec<u32>)> = Vec::new();
+        for (i, &gene) in genome.iter().enumerate() {
+            let now = space.vram_of(i, gene);
+            for c in (0..space.radix(i)).filter(|&c| space.vram_of(i, c) < now) {
+                let mut g = genome.to_vec();
+                g[i] = c;
+                chains.push((i, g));
+            }
+        }
+        let starts: Vec<Vec<u32>> = chains.iter().map(|(_, g)| g.clone()).collect();
+        let mut scores = self.score(&starts);
+        let mut active: Vec<usize> = (0..chains.len()).collect();
+        for _ in 0..genome.len() {
+            let mut batch: Vec<Vec<u32>> = Vec::new();
+            let mut owner: Vec<usize> = Vec::new();
+            for &k in &active {
+                let (gave, g) = &chains[k];
+                let mut next = g.clone();
+                for j in (0..next.len()).filter(|j| j != gave) {
+                    let now = space.vram_of(j, g[j]);
+                    for c in (0..space.radix(j)).filter(|&c| space.vram_of(j, c) > now) {
+                        next[j] = c;
+                        if space.fits(&next) {
+                            batch.push(next.clone());
+                            owner.push(k);
+                        }
+                    }
+                    next[j] = g[j];
+                }
+            }
+            if batch.is_empty() {
+                break;
+            }
+            let batch_scores = self.score(&batch);
+            let mut best: Vec<Option<usize>> = vec![None; chains.len()];
+            for (b, &k) in owner.iter().enumerate() {
+                let beats = best[k].map_or(scores[k], |o| batch_scores[o]);
+                if batch_scores[b] > beats {
+                    best[k] = Some(b);
+                }
+            }
+            let moves: Vec<(usize, usize)> =
+                active.iter().filter_map(|&k| Some((k, best[k]?))).collect();
+            active = moves.iter().map(|&(k, _)| k).collect();
+            for (k, b) in moves {
+                chains[k].1.clone_from(&batch[b]);
+                scores[k] = batch_scores[b];
+            }
+        }
+        let k = best_index(&scores).filter(|&k| scores[k] > fit)?;
+        Some((chains[k].1.clone(), scores[k]))
     }
 
     /// The genomes that differ from `genome` in exactly `genes` (1 or 2)
@@ -403,6 +551,11 @@ impl Search<'_> {
         }
     }
 }
+
+/// Bisection steps for the price at which the priced genome fits.
+const PRICE_BISECTIONS: usize = 48;
+/// Prices around the fitting one that seed the population, as factors of it.
+const PRICE_FACTORS: [f64; 6] = [1.0, 1.1, 1.25, 1.5, 2.0, 3.0];
 
 /// Population indices, best first (stable on ties).
 fn ranking(fitness: &[f64]) -> Vec<usize> {

@@ -259,7 +259,7 @@ fn policies_on(args: &PoliciesArgs, name: &str) -> Result<(ScenarioBench, serde_
     let reference_utilities = results[0].utilities.clone();
     let rows: Vec<serde_json::Value> = results
         .iter()
-        .map(|r| summary(r, &reference_utilities))
+        .map(|r| summary(r, &reference_utilities, &ticks))
         .collect();
     let median_of = |label: &str| {
         results
@@ -424,8 +424,27 @@ fn write_scaling_svg(path: &std::path::Path, benches: &[ScenarioBench]) -> Resul
     write_atomically(path, chart.render().as_bytes())
 }
 
-fn summary(r: &ContenderResult, reference: &[f64]) -> serde_json::Value {
+/// Ticks listed with their state and seed in the JSON, worst gap first.
+const WORST_TICKS: usize = 5;
+
+fn summary(r: &ContenderResult, reference: &[f64], ticks: &[(GpuState, u64)]) -> serde_json::Value {
     let mut gaps = bench::gaps(reference, &r.utilities);
+    // The ticks it fell short on, with what `mfsched decide --state … --seed …`
+    // needs to decide them again.
+    let mut short: Vec<usize> = (0..gaps.len()).filter(|&t| gaps[t] > 0.0).collect();
+    short.sort_by(|&a, &b| gaps[b].total_cmp(&gaps[a]));
+    let worst_ticks: Vec<serde_json::Value> = short
+        .iter()
+        .take(WORST_TICKS)
+        .map(|&t| {
+            serde_json::json!({
+                "tick": t,
+                "gap_pct": 100.0 * gaps[t],
+                "state": ticks[t].0,
+                "seed": ticks[t].1,
+            })
+        })
+        .collect();
     let gap_max = gaps.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     let mut gaps_for_mean = gaps.clone();
     gaps_for_mean.retain(|g| g.is_finite());
@@ -441,6 +460,7 @@ fn summary(r: &ContenderResult, reference: &[f64]) -> serde_json::Value {
         "gap_p50_pct": 100.0 * stats::nearest_rank(&mut gaps, 0.5),
         "gap_mean_pct": 100.0 * gap_mean,
         "gap_max_pct": 100.0 * gap_max,
+        "worst_ticks": worst_ticks,
         "failed": r.failures,
     })
 }
