@@ -10,7 +10,7 @@
 //! everything they read still passes the token check.
 
 use axum::Router;
-use axum::http::header;
+use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 
@@ -19,8 +19,9 @@ const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'; st
      img-src 'self'; connect-src 'self'; object-src 'none'; base-uri 'none'; \
      form-action 'none'; frame-ancestors 'none'";
 
-/// The paths the dashboard's files are served at.
-pub const PATHS: [&str; 3] = ["/", "/dashboard.js", "/dashboard.css"];
+/// The paths the dashboard's files are served at; the last one answers a
+/// browser's own request for an icon, with nothing.
+pub const PATHS: [&str; 4] = ["/", "/dashboard.js", "/dashboard.css", "/favicon.ico"];
 
 const INDEX_HTML: &str = include_str!("dashboard/index.html");
 const SCRIPT: &str = include_str!("dashboard/dashboard.js");
@@ -38,6 +39,7 @@ pub fn routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
             get(|| file("text/javascript; charset=utf-8", SCRIPT)),
         )
         .route(PATHS[2], get(|| file("text/css; charset=utf-8", STYLE)))
+        .route(PATHS[3], get(|| async { StatusCode::NO_CONTENT }))
 }
 
 async fn file(content_type: &'static str, body: &'static str) -> impl IntoResponse {
