@@ -137,7 +137,9 @@ impl Shared {
             policy.to_owned(),
         );
         self.metrics.policy_swapped();
-        self.history.switched(unix_ms_now(), &from, policy);
+        if from != policy {
+            self.history.switched(unix_ms_now(), &from, policy);
+        }
         Ok(())
     }
 }
