@@ -77,53 +77,72 @@
     view.events = [];
   }
 
+  // One poll; answers how long to wait before the next. Only the fetches are
+  // caught: a fault in the page itself reaches the console.
   async function poll() {
-    let delay;
+    let answer;
+    let policies = view.policies;
     try {
       const query = new URLSearchParams();
       if (view.since !== null) query.set("since", String(view.since));
       query.set("events_since", String(view.eventsSince));
-      const answer = await getJson("/v1/history?" + query);
-      if (answer.run_started_ms !== view.run) {
-        // Another daemon (restarted): its tick numbers may start over.
-        const had = view.run !== null;
-        forgetRun(answer.run_started_ms);
-        if (had) return schedule(0);
+      answer = await getJson("/v1/history?" + query);
+      if (policies === null || view.polls % POLICIES_EVERY === 0) {
+        policies = await getJson("/v1/policies");
       }
-      if (answer.dropped_ticks) view.ticks = []; // a gap: start the charts over
-      const keep = Math.min(MAX_TICKS, answer.ticks_kept || MAX_TICKS);
-      view.ticks = view.ticks.concat(answer.ticks).slice(-keep);
-      if (view.ticks.length) view.since = view.ticks[view.ticks.length - 1].tick;
-      view.events = view.events.concat(answer.events).slice(-MAX_EVENTS);
-      if (view.events.length) view.eventsSince = view.events[view.events.length - 1].seq;
-      delete answer.ticks;
-      delete answer.events;
-      view.meta = answer;
-      if (view.policies === null || view.polls % POLICIES_EVERY === 0) {
-        view.policies = await getJson("/v1/policies");
-      }
-      view.polls += 1;
-      view.backoffMs = 0;
-      setStatus("live", true);
-      render();
-      delay = Math.min(MAX_POLL_MS, Math.max(MIN_POLL_MS, answer.period_ms || 0));
     } catch (error) {
       if (error instanceof HttpError && error.status === 401) {
         setStatus("this daemon needs the API token to be read", false);
-        delay = MAX_POLL_MS;
-      } else {
-        view.backoffMs = Math.min(MAX_BACKOFF_MS, view.backoffMs ? view.backoffMs * 2 : 500);
-        setStatus(`disconnected (${error.message}); retrying in ${(view.backoffMs / 1000).toFixed(1)} s`, false);
-        delay = view.backoffMs;
+        return MAX_POLL_MS;
       }
+      view.backoffMs = Math.min(MAX_BACKOFF_MS, view.backoffMs ? view.backoffMs * 2 : 500);
+      setStatus(`disconnected (${error.message}); retrying in ${(view.backoffMs / 1000).toFixed(1)} s`, false);
+      return view.backoffMs;
     }
-    schedule(delay);
+    view.policies = policies;
+    view.polls += 1;
+    view.backoffMs = 0;
+    if (answer.run_started_ms !== view.run) {
+      // Another daemon (restarted): its tick numbers may start over.
+      const had = view.run !== null;
+      forgetRun(answer.run_started_ms);
+      if (had) return 0;
+    }
+    if (answer.dropped_ticks) view.ticks = []; // a gap: start the charts over
+    const keep = Math.min(MAX_TICKS, answer.ticks_kept || MAX_TICKS);
+    const fresh = answer.ticks.filter((t) => view.since === null || t.tick > view.since);
+    view.ticks = view.ticks.concat(fresh).slice(-keep);
+    if (view.ticks.length) view.since = view.ticks[view.ticks.length - 1].tick;
+    const news = answer.events.filter((e) => e.seq > view.eventsSince);
+    view.events = view.events.concat(news).slice(-MAX_EVENTS);
+    if (view.events.length) view.eventsSince = view.events[view.events.length - 1].seq;
+    delete answer.ticks;
+    delete answer.events;
+    view.meta = answer;
+    setStatus("live", true);
+    render();
+    return Math.min(MAX_POLL_MS, Math.max(MIN_POLL_MS, answer.period_ms || 0));
   }
 
+  // One poll at a time: asking for one while another runs (a new token, a
+  // switch) runs it as soon as that one ends, so no tick is taken twice.
   let timer = null;
+  let polling = false;
+  let pollAgain = false;
   function schedule(ms) {
     clearTimeout(timer);
-    timer = setTimeout(poll, ms);
+    timer = setTimeout(pollLoop, ms);
+  }
+  async function pollLoop() {
+    if (polling) {
+      pollAgain = true;
+      return;
+    }
+    polling = true;
+    const delay = await poll();
+    polling = false;
+    schedule(pollAgain ? 0 : delay);
+    pollAgain = false;
   }
 
   // --- Rendering -----------------------------------------------------------
@@ -383,5 +402,5 @@
   });
 
   showTokenState();
-  poll();
+  pollLoop();
 })();
