@@ -12,9 +12,9 @@
 //! Every request passes the [`Guard`]: its `Host` must be a loopback name, the
 //! listen address or an allowed host (a page that rebinds its own DNS name to
 //! 127.0.0.1 sends its own); changes need the bearer token (reads too with
-//! `api.auth_reads`); bodies are capped and requests time out. The accept loop
-//! ([`serve`]) caps open connections and the time a client has to send its
-//! headers. It runs on a runtime of its own, so no client load reaches the
+//! `api.auth_reads`, all but the dashboard's own files, which hold no data);
+//! bodies are capped and requests time out. The accept loop ([`serve`]) caps
+//! open connections and the time a client has to send its headers. It runs on a runtime of its own, so no client load reaches the
 //! tick loop's threads.
 
 use anyhow::{Result, bail};

@@ -76,6 +76,7 @@ pub struct PolicyTotals {
     pub failures: u64,
     pub last_failure: Option<String>,
     /// Failures in a row up to the latest tick (0 once it answers again).
+    #[serde(skip)]
     failing_for: u64,
 }
 
