@@ -325,6 +325,43 @@ mod tests {
     }
 
     #[test]
+    fn failures_recoveries_and_reloads_become_events_and_totals() {
+        use crate::declog::tests::record;
+        use crate::outcome::Proposal;
+        let problem = mfsched_core::scenario::load("paper-n2")
+            .expect("bundled")
+            .problem;
+        let history = History::new(1);
+        // The shadow misses its deadline, then proposes another configuration.
+        history.record(&problem, &record(0), ReloadCounts::default());
+        let mut answered = record(1);
+        answered.shadows[0].outcome = Ok(Proposal {
+            joint: vec![0, 2],
+            predicted_utility: Some(0.5),
+            predicted_throughput: None,
+        });
+        let reloads = ReloadCounts {
+            loaded: 1,
+            rejected: 2,
+        };
+        history.record(&problem, &answered, reloads);
+        history.record(&problem, &answered, reloads);
+        let all = history.since(None, 0);
+        let kinds: Vec<&str> = all.events.iter().map(|e| e.kind).collect();
+        assert_eq!(kinds, ["failing", "reload", "reload-rejected", "recovered"]);
+        assert!(all.events[0].message.contains("deadline: over 5 ms"));
+        let other = &all.totals["other"];
+        assert_eq!(
+            (other.decisions, other.failures, other.differing),
+            (2, 1, 2)
+        );
+        assert_eq!(other.cumulative_utility, 1.0);
+        assert_eq!(all.totals["hold"].decisions, 3);
+        assert!(all.ticks[1].policies[1].differs && !all.ticks[1].policies[0].differs);
+        assert_eq!(all.ticks[0].running.len(), problem.models.len());
+    }
+
+    #[test]
     fn a_long_reason_is_cut_on_a_character_boundary() {
         let long = "é".repeat(REASON_CHARS + 5);
         let cut = cut(&long);
