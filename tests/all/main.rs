@@ -2,6 +2,7 @@
 //! file. `cargo test --test all MODULE` runs one group.
 //!
 //! - [`cli`]: the `mfsched` binary as a user runs it.
+//! - [`dashboard`]: the daemon's dashboard and the HTML report in headless Chromium.
 //! - [`daemon_soak`]: the decision loop under load, in process.
 //! - [`exact`]: the exact policy against exhaustive search.
 //! - [`gavel`]: public co-location measurements, converted and cross-validated.
@@ -16,6 +17,7 @@
 mod cli;
 mod common;
 mod daemon_soak;
+mod dashboard;
 mod exact;
 mod gavel;
 mod hostile;

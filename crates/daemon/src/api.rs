@@ -3,14 +3,18 @@
 //!
 //! `GET /healthz`, `GET /v1/state`, `GET /v1/decision`, `GET /v1/policies`
 //! (each policy's component hash and declared metadata),
-//! `POST /v1/policies/active` (`{"policy": "name"}`), `GET /metrics`.
+//! `POST /v1/policies/active` (`{"policy": "name"}`), `GET /metrics`,
+//! `GET /v1/history?since=TICK&events_since=SEQ` (the newest ticks and events
+//! the dashboard charts, from bounded rings: [`crate::history`]), and the
+//! dashboard itself: `GET /`, `/dashboard.js`, `/dashboard.css`
+//! ([`crate::dashboard`]).
 //!
 //! Every request passes the [`Guard`]: its `Host` must be a loopback name, the
 //! listen address or an allowed host (a page that rebinds its own DNS name to
 //! 127.0.0.1 sends its own); changes need the bearer token (reads too with
-//! `api.auth_reads`); bodies are capped and requests time out. The accept loop
-//! ([`serve`]) caps open connections and the time a client has to send its
-//! headers. It runs on a runtime of its own, so no client load reaches the
+//! `api.auth_reads`, all but the dashboard's own files, which hold no data);
+//! bodies are capped and requests time out. The accept loop ([`serve`]) caps
+//! open connections and the time a client has to send its headers. It runs on a runtime of its own, so no client load reaches the
 //! tick loop's threads.
 
 use anyhow::{Result, bail};
@@ -29,6 +33,7 @@ use std::time::Duration;
 
 use super::config::{ApiConfig, TOKEN_ENV};
 use super::daemon::Shared;
+use super::dashboard;
 use super::metrics::Metrics;
 use mfsched_core::domain::KnobSetting;
 
@@ -149,13 +154,15 @@ async fn guard(State(guard): State<Guard>, req: Request, next: Next) -> Response
         );
     }
     let reading = matches!(*req.method(), Method::GET | Method::HEAD);
+    // The dashboard's own files hold no data; what they fetch is guarded.
+    let page_file = reading && dashboard::PATHS.contains(&req.uri().path());
     if !reading && !guard.has_token() {
         return refuse(
             StatusCode::FORBIDDEN,
             "changes need the API token, and none is configured: set api.token_file or MFSCHED_API_TOKEN",
         );
     }
-    if (!reading || guard.auth_reads) && !guard.authorised(&req) {
+    if (!reading || (guard.auth_reads && !page_file)) && !guard.authorised(&req) {
         let mut response = refuse(
             StatusCode::UNAUTHORIZED,
             "a valid `Authorization: Bearer <token>` header is required",
@@ -181,6 +188,8 @@ pub fn router(shared: Arc<Shared>, guard_config: Guard) -> Router {
         .route("/v1/policies", get(policies))
         .route("/v1/policies/active", post(set_active))
         .route("/metrics", get(metrics))
+        .route("/v1/history", get(history))
+        .merge(dashboard::routes())
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(middleware::from_fn_with_state(guard_config, guard))
         .with_state(shared)
@@ -348,6 +357,48 @@ async fn set_active(State(shared): State<Arc<Shared>>, Json(body): Json<SetActiv
         Ok(()) => Json(json!({ "active": body.policy })).into_response(),
         Err(error) => (StatusCode::BAD_REQUEST, Json(json!({ "error": error }))).into_response(),
     }
+}
+
+/// The dashboard's data: the ticks after `since` and the events after
+/// `events_since` (everything kept when absent), bounded by the rings, with
+/// what does not change (models, floors, the VRAM cap) beside them.
+async fn history(State(shared): State<Arc<Shared>>, req: Request) -> Response {
+    let mut since = None;
+    let mut events_since = 0;
+    for (key, value) in form_urlencoded::parse(req.uri().query().unwrap_or("").as_bytes()) {
+        match (&*key, value.parse::<u64>()) {
+            ("since", Ok(n)) => since = Some(n),
+            ("events_since", Ok(n)) => events_since = n,
+            _ => {
+                return refuse(
+                    StatusCode::BAD_REQUEST,
+                    "the query takes since and events_since: a tick and an event number",
+                );
+            }
+        }
+    }
+    let snapshot = shared.history.since(since, events_since);
+    let models: Vec<_> = shared
+        .problem
+        .models
+        .iter()
+        .zip(&shared.problem.sla_floors)
+        .map(|(m, floor)| json!({ "name": m.name, "unit": m.unit, "floor": floor }))
+        .collect();
+    Json(json!({
+        "run_started_ms": shared.history.run_started_ms,
+        "period_ms": shared.period.as_millis() as u64,
+        "ticks_kept": super::history::TICKS_KEPT,
+        "vram_cap_mib": shared.problem.card.vram_mib,
+        "models": models,
+        "active": shared.active_policy(),
+        "shadows": shared.shadows(),
+        "ticks": snapshot.ticks.iter().map(|t| &**t).collect::<Vec<_>>(),
+        "dropped_ticks": snapshot.dropped_ticks,
+        "events": snapshot.events.iter().map(|e| &**e).collect::<Vec<_>>(),
+        "totals": snapshot.totals,
+    }))
+    .into_response()
 }
 
 async fn metrics(State(shared): State<Arc<Shared>>) -> Response {

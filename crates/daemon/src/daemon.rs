@@ -10,6 +10,7 @@ use tokio::time::MissedTickBehavior;
 
 use super::actuator::Actuators;
 use super::declog::{DecisionLog, LoadRecord, PolicyRecord, TickRecord};
+use super::history::History;
 use super::load::{LoadMonitor, LoadReading};
 use super::metrics::{Metrics, Role};
 use super::outcome::{DecideOutcome, Failure, FailureKind, from_verdict};
@@ -83,6 +84,8 @@ pub struct Shared {
     pub deciding: Deciding,
     pub problem: Problem,
     pub period: Duration,
+    /// What the dashboard charts (bounded).
+    pub history: History,
     active: RwLock<String>,
     shadows: Vec<String>,
     last: RwLock<Option<Arc<TickRecord>>>,
@@ -130,10 +133,22 @@ impl Shared {
                 "policy '{policy}' runs as a shadow; remove it from policy.shadows first"
             ));
         }
-        *self.active.write().unwrap_or_else(|p| p.into_inner()) = policy.to_owned();
+        let from = std::mem::replace(
+            &mut *self.active.write().unwrap_or_else(|p| p.into_inner()),
+            policy.to_owned(),
+        );
         self.metrics.policy_swapped();
+        if from != policy {
+            self.history.switched(unix_ms_now(), &from, policy);
+        }
         Ok(())
     }
+}
+
+fn unix_ms_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// The lock only guards plain values replaced whole, so a poisoned one is still sound.
@@ -189,6 +204,7 @@ impl Daemon {
             deciding,
             problem: problem.clone(),
             period: settings.period,
+            history: History::new(unix_ms_now()),
             active: RwLock::new(settings.active.clone()),
             shadows: settings.shadows.clone(),
             last: RwLock::new(None),
@@ -256,9 +272,7 @@ impl Daemon {
     async fn tick(&mut self, missed_before: u64) -> Result<()> {
         let tick = self.next_tick;
         self.next_tick += 1;
-        let unix_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
+        let unix_ms = unix_ms_now();
         let started = tokio::time::Instant::now();
         let footprint = self.problem.vram_mib(&self.problem.current) as f64;
         let load = self.settings.workload.read(tick);
@@ -381,6 +395,11 @@ impl Daemon {
             }
         }
         self.shared.metrics.tick(missed_before);
+        self.shared.history.record(
+            &self.problem,
+            &record,
+            self.shared.deciding.policies.reloads(),
+        );
         *self.shared.last.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(record));
         *self
             .shared

@@ -579,7 +579,7 @@ impl DecisionLog {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::outcome::{Failure, FailureKind, Proposal};
 

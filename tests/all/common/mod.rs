@@ -1,5 +1,6 @@
 //! Helpers shared by the end-to-end tests.
 
+pub mod cdp;
 pub mod process;
 
 use std::io::{Read, Write};

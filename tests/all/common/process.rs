@@ -5,6 +5,17 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Child, ChildStderr, Command, Output, Stdio};
 
+/// A child process killed (and waited for) when dropped, by a failed assertion too.
+#[derive(Debug)]
+pub struct Killed(pub Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 pub fn mfsched(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_mfsched"))
         .args(args)

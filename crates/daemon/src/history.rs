@@ -1,0 +1,372 @@
+//! What the dashboard charts: the newest ticks and events, in bounded rings.
+//!
+//! The tick loop builds each tick's [`TickPoint`] (the few numbers the page
+//! draws, not the whole record) before it takes the lock, and only pushes an
+//! `Arc` under it; the API copies `Arc`s out under the lock and serialises
+//! after. So neither side holds the lock across anything slow, and memory stays
+//! bounded however long the daemon runs or however many pages poll it.
+
+use serde::Serialize;
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use super::declog::{PolicyRecord, TickRecord};
+use mfsched_core::domain::{Problem, WorkloadLevel};
+use mfsched_plugin_host::ReloadCounts;
+
+/// Ticks kept: a minute at 10 Hz, ten at the default 1 s period.
+pub const TICKS_KEPT: usize = 600;
+/// Events kept (policy switches, reloads, policies starting or ceasing to fail).
+pub const EVENTS_KEPT: usize = 200;
+/// A failure reason is cut to this many characters (a plugin writes it).
+const REASON_CHARS: usize = 300;
+
+/// One tick as the dashboard draws it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TickPoint {
+    pub tick: u64,
+    pub unix_ms: u64,
+    pub vram_used_mib: f64,
+    pub utilization: f64,
+    pub level: WorkloadLevel,
+    pub load_observed: Option<f64>,
+    pub load_forecast: Option<f64>,
+    /// Per model, the configuration running after the tick (variant and knobs).
+    pub running: Vec<String>,
+    pub kept_last_valid: bool,
+    pub missed_before: u64,
+    /// The active policy first, then the shadows in their configured order.
+    pub policies: Vec<PolicyPoint>,
+}
+
+/// One policy's answer in a tick.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PolicyPoint {
+    pub policy: String,
+    pub utility: Option<f64>,
+    /// Predicted throughput per model, in the model's unit.
+    pub throughput: Option<Vec<f64>>,
+    pub latency_us: u64,
+    /// `kind: message` when it gave no usable decision.
+    pub failure: Option<String>,
+    /// Its proposal differs from the configuration the tick applied (the
+    /// active policy's, or the last valid one when it failed); false for the
+    /// active policy.
+    pub differs: bool,
+}
+
+/// Something that happened between ticks.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Event {
+    /// Increasing from 1, so a page asks only for what it has not seen.
+    pub seq: u64,
+    pub unix_ms: u64,
+    /// `switch`, `reload`, `reload-rejected`, `failing`, `recovered`.
+    pub kind: &'static str,
+    pub message: String,
+}
+
+/// Running totals per policy since the daemon started (the rings forget).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct PolicyTotals {
+    pub decisions: u64,
+    pub cumulative_utility: f64,
+    /// Ticks whose proposal differed from what was applied, while a shadow.
+    pub differing: u64,
+    pub failures: u64,
+    pub last_failure: Option<String>,
+    /// Failures in a row up to the latest tick (0 once it answers again).
+    #[serde(skip)]
+    failing_for: u64,
+}
+
+/// What a page asks for: the ticks after `since`, the events after `events_since`.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    pub ticks: Vec<Arc<TickPoint>>,
+    pub events: Vec<Arc<Event>>,
+    pub totals: BTreeMap<String, PolicyTotals>,
+    pub dropped_ticks: bool,
+}
+
+#[derive(Debug, Default)]
+struct Rings {
+    ticks: VecDeque<Arc<TickPoint>>,
+    events: VecDeque<Arc<Event>>,
+    next_event: u64,
+    totals: BTreeMap<String, PolicyTotals>,
+    reloads: ReloadCounts,
+}
+
+impl Rings {
+    fn push_tick(&mut self, point: Arc<TickPoint>) {
+        if self.ticks.len() == TICKS_KEPT {
+            self.ticks.pop_front();
+        }
+        self.ticks.push_back(point);
+    }
+
+    fn event(&mut self, unix_ms: u64, kind: &'static str, message: String) {
+        self.next_event += 1;
+        if self.events.len() == EVENTS_KEPT {
+            self.events.pop_front();
+        }
+        self.events.push_back(Arc::new(Event {
+            seq: self.next_event,
+            unix_ms,
+            kind,
+            message,
+        }));
+    }
+}
+
+/// The dashboard's history, shared by the tick loop and the API.
+#[derive(Debug)]
+pub struct History {
+    /// When this daemon started: tick numbers start over with a new decision
+    /// log, so a page that sees another value starts its charts over.
+    pub run_started_ms: u64,
+    rings: Mutex<Rings>,
+}
+
+impl History {
+    pub fn new(run_started_ms: u64) -> Self {
+        Self {
+            run_started_ms,
+            rings: Mutex::default(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Rings> {
+        // Each change is a few pushes and sums: a panic cannot leave the rings
+        // in a state worth refusing to show.
+        self.rings.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records a finished tick; `reloads` are the policy source's totals now.
+    pub fn record(&self, problem: &Problem, record: &TickRecord, reloads: ReloadCounts) {
+        let point = Arc::new(TickPoint::of(problem, record));
+        let mut rings = self.lock();
+        let at = record.unix_ms;
+        if reloads.loaded > rings.reloads.loaded {
+            let n = reloads.loaded - rings.reloads.loaded;
+            rings.event(at, "reload", format!("hot reload: {n} plugin(s) loaded"));
+        }
+        if reloads.rejected > rings.reloads.rejected {
+            let n = reloads.rejected - rings.reloads.rejected;
+            rings.event(
+                at,
+                "reload-rejected",
+                format!("hot reload: {n} file(s) rejected, the running plugin kept (see the daemon's log)"),
+            );
+        }
+        rings.reloads = reloads;
+        for p in &point.policies {
+            let totals = rings.totals.entry(p.policy.clone()).or_default();
+            let change = match &p.failure {
+                Some(reason) => {
+                    totals.failures += 1;
+                    totals.failing_for += 1;
+                    totals.last_failure = Some(reason.clone());
+                    (totals.failing_for == 1)
+                        .then(|| ("failing", format!("{} failed: {reason}", p.policy)))
+                }
+                None => {
+                    totals.decisions += 1;
+                    totals.cumulative_utility += p.utility.unwrap_or(0.0);
+                    totals.differing += u64::from(p.differs);
+                    let after = std::mem::take(&mut totals.failing_for);
+                    (after > 0).then(|| {
+                        (
+                            "recovered",
+                            format!("{} answers again after {after} failure(s)", p.policy),
+                        )
+                    })
+                }
+            };
+            if let Some((kind, message)) = change {
+                rings.event(at, kind, message);
+            }
+        }
+        rings.push_tick(point);
+    }
+
+    /// Records a switch of the active policy.
+    pub fn switched(&self, unix_ms: u64, from: &str, to: &str) {
+        self.lock()
+            .event(unix_ms, "switch", format!("active policy: {from} → {to}"));
+    }
+
+    /// The ticks after `since` and the events after `events_since` (all that
+    /// are kept when `None`). `dropped_ticks` says ticks after `since` were
+    /// already forgotten (the page fell behind by more than the ring).
+    pub fn since(&self, since: Option<u64>, events_since: u64) -> Snapshot {
+        let rings = self.lock();
+        let start = since.map_or(0, |s| rings.ticks.partition_point(|t| t.tick <= s));
+        let dropped_ticks = match (since, rings.ticks.front()) {
+            (Some(s), Some(first)) => first.tick > s.saturating_add(1),
+            _ => false,
+        };
+        Snapshot {
+            ticks: rings.ticks.range(start..).cloned().collect(),
+            events: rings
+                .events
+                .iter()
+                .filter(|e| e.seq > events_since)
+                .cloned()
+                .collect(),
+            totals: rings.totals.clone(),
+            dropped_ticks,
+        }
+    }
+}
+
+impl TickPoint {
+    fn of(problem: &Problem, record: &TickRecord) -> Self {
+        let policy = |r: &PolicyRecord| match &r.outcome {
+            Ok(p) => PolicyPoint {
+                policy: r.policy.clone(),
+                utility: p.predicted_utility,
+                throughput: p.predicted_throughput.clone(),
+                latency_us: r.latency_us,
+                failure: None,
+                differs: p.joint != record.applied,
+            },
+            Err(f) => PolicyPoint {
+                policy: r.policy.clone(),
+                utility: None,
+                throughput: None,
+                latency_us: r.latency_us,
+                failure: Some(cut(&format!("{}: {}", f.kind.as_str(), f.message))),
+                differs: false,
+            },
+        };
+        Self {
+            tick: record.tick,
+            unix_ms: record.unix_ms,
+            vram_used_mib: record.state.vram_used_mib,
+            utilization: record.state.utilization,
+            level: record.state.workload,
+            load_observed: record.load.observed,
+            load_forecast: record.load.forecast,
+            running: problem
+                .models
+                .iter()
+                .zip(&record.applied)
+                .map(|(m, &c)| m.knobs(c as usize).to_string())
+                .collect(),
+            kept_last_valid: record.kept_last_valid,
+            missed_before: record.missed_before,
+            policies: std::iter::once(&record.active)
+                .chain(&record.shadows)
+                .map(policy)
+                .collect(),
+        }
+    }
+}
+
+/// `text` cut to [`REASON_CHARS`] characters, marked when cut.
+fn cut(text: &str) -> String {
+    match text.char_indices().nth(REASON_CHARS) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rings_with(ticks: u64) -> Rings {
+        let mut rings = Rings::default();
+        for tick in 0..ticks {
+            rings.push_tick(Arc::new(TickPoint {
+                tick,
+                unix_ms: tick,
+                vram_used_mib: 1.0,
+                utilization: 0.5,
+                level: WorkloadLevel::Low,
+                load_observed: None,
+                load_forecast: None,
+                running: Vec::new(),
+                kept_last_valid: false,
+                missed_before: 0,
+                policies: Vec::new(),
+            }));
+        }
+        rings
+    }
+
+    #[test]
+    fn the_rings_stay_bounded_and_answer_only_what_is_new() {
+        let history = History {
+            run_started_ms: 1,
+            rings: Mutex::new(rings_with(TICKS_KEPT as u64 + 50)),
+        };
+        for i in 0..EVENTS_KEPT + 10 {
+            history.switched(i as u64, "a", "b");
+        }
+        let all = history.since(None, 0);
+        assert_eq!(all.ticks.len(), TICKS_KEPT);
+        assert_eq!(all.events.len(), EVENTS_KEPT);
+        assert_eq!(all.ticks[0].tick, 50);
+        assert!(!all.dropped_ticks);
+        let newest = history.since(Some(TICKS_KEPT as u64 + 47), EVENTS_KEPT as u64 + 8);
+        assert_eq!(
+            newest.ticks.iter().map(|t| t.tick).collect::<Vec<_>>(),
+            [TICKS_KEPT as u64 + 48, TICKS_KEPT as u64 + 49]
+        );
+        assert_eq!(newest.events.len(), 2);
+        assert!(
+            history.since(Some(10), 0).dropped_ticks,
+            "ticks 11..49 are gone"
+        );
+        assert!(history.since(Some(10_000), 0).ticks.is_empty());
+    }
+
+    #[test]
+    fn failures_recoveries_and_reloads_become_events_and_totals() {
+        use crate::declog::tests::record;
+        use crate::outcome::Proposal;
+        let problem = mfsched_core::scenario::load("paper-n2")
+            .expect("bundled")
+            .problem;
+        let history = History::new(1);
+        // The shadow misses its deadline, then proposes another configuration.
+        history.record(&problem, &record(0), ReloadCounts::default());
+        let mut answered = record(1);
+        answered.shadows[0].outcome = Ok(Proposal {
+            joint: vec![0, 2],
+            predicted_utility: Some(0.5),
+            predicted_throughput: None,
+        });
+        let reloads = ReloadCounts {
+            loaded: 1,
+            rejected: 2,
+        };
+        history.record(&problem, &answered, reloads);
+        history.record(&problem, &answered, reloads);
+        let all = history.since(None, 0);
+        let kinds: Vec<&str> = all.events.iter().map(|e| e.kind).collect();
+        assert_eq!(kinds, ["failing", "reload", "reload-rejected", "recovered"]);
+        assert!(all.events[0].message.contains("deadline: over 5 ms"));
+        let other = &all.totals["other"];
+        assert_eq!(
+            (other.decisions, other.failures, other.differing),
+            (2, 1, 2)
+        );
+        assert_eq!(other.cumulative_utility, 1.0);
+        assert_eq!(all.totals["hold"].decisions, 3);
+        assert!(all.ticks[1].policies[1].differs && !all.ticks[1].policies[0].differs);
+        assert_eq!(all.ticks[0].running.len(), problem.models.len());
+    }
+
+    #[test]
+    fn a_long_reason_is_cut_on_a_character_boundary() {
+        let long = "é".repeat(REASON_CHARS + 5);
+        let cut = cut(&long);
+        assert_eq!(cut.chars().count(), REASON_CHARS + 1);
+        assert!(cut.ends_with('…'));
+        assert_eq!(super::cut("short"), "short");
+    }
+}
