@@ -467,12 +467,12 @@ mod tests {
             let feasible = space.feasible_indices();
             for &i in &feasible {
                 space.decode(i, &mut tuple);
-                let s = space.sum_terms(&terms, &tuple);
+                let s = space.sum_terms(terms, &tuple);
                 if expected.is_none_or(|(_, b)| s > b) {
                     expected = Some((i, s));
                 }
             }
-            let best = space.best_by_terms(&terms);
+            let best = space.best_by_terms(terms);
             assert_eq!(best.map(|b| (b.index, b.score)), expected, "cap {cap}");
             assert_eq!(
                 best.map_or(0, |b| b.scored),
