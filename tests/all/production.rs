@@ -257,6 +257,32 @@ fn the_daemon_follows_the_load_prometheus_reports_and_survives_losing_it() {
     );
     let healthy_until = now_ms();
 
+    // While healthy, every model's throughput counter (the preset's) is read
+    // with its load: the servers' throughput is in /metrics and the dashboard's
+    // history, a rate above zero for each model.
+    let (status, body) = get(api, "/metrics").expect("the API answers");
+    assert_eq!(status, 200, "{body}");
+    for m in &problem.models {
+        let served = metric(
+            &body,
+            &format!("mfsched_measured_throughput{{model=\"{}\"}}", m.name),
+        );
+        assert!(served.is_some_and(|t| t > 0.0), "{}: {body}", m.name);
+    }
+    let (status, body) = get(api, "/v1/history").expect("the API answers");
+    assert_eq!(status, 200, "{body}");
+    let history: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    let last = history["ticks"]
+        .as_array()
+        .and_then(|t| t.last())
+        .expect("ticks in the history");
+    let measured = last["measured_throughput"].as_array().expect("per model");
+    assert_eq!(measured.len(), problem.models.len(), "{last}");
+    assert!(
+        measured.iter().all(|t| t.as_f64().is_some_and(|t| t > 0.0)),
+        "{last}"
+    );
+
     // Prometheus dies: readings fail, the last one stands in for stale_ms, then
     // the safe level. (The daemon also started on the safe level, before its
     // first reading: count from here.)

@@ -364,6 +364,14 @@ impl ModelLoadConfig {
     }
 
     /// The label value that names scenario model `model` on its server.
+    /// The counter of the model's throughput (`throughput_metric`, else the
+    /// preset's), if any.
+    pub fn throughput_metric_name(&self) -> Option<String> {
+        self.throughput_metric
+            .clone()
+            .or_else(|| self.preset.map(|p| p.throughput_metric().to_owned()))
+    }
+
     pub fn name_on_server(&self, model: &str) -> String {
         self.served_name.clone().unwrap_or_else(|| model.to_owned())
     }

@@ -45,6 +45,7 @@ impl WorkloadSource {
             observed: None,
             forecast: None,
             fallback: None,
+            measured_throughput: Vec::new(),
         }
     }
 }
@@ -279,6 +280,9 @@ impl Daemon {
         self.shared
             .metrics
             .load(load.level, load.observed, load.forecast, load.fallback);
+        self.shared
+            .metrics
+            .measured_throughput(&self.problem, &load.measured_throughput);
         let workload = load.level;
         let sample = self
             .sampler
@@ -398,6 +402,7 @@ impl Daemon {
         self.shared.history.record(
             &self.problem,
             &record,
+            &load.measured_throughput,
             self.shared.deciding.policies.reloads(),
         );
         *self.shared.last.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(record));

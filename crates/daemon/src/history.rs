@@ -33,6 +33,9 @@ pub struct TickPoint {
     pub load_forecast: Option<f64>,
     /// Per model, the configuration running after the tick (variant and knobs).
     pub running: Vec<String>,
+    /// Per model, the throughput its server reported (none where the load
+    /// source reads no throughput counter for it, or none recently).
+    pub measured_throughput: Vec<Option<f64>>,
     pub kept_last_valid: bool,
     pub missed_before: u64,
     /// The active policy first, then the shadows in their configured order.
@@ -143,9 +146,17 @@ impl History {
         self.rings.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Records a finished tick; `reloads` are the policy source's totals now.
-    pub fn record(&self, problem: &Problem, record: &TickRecord, reloads: ReloadCounts) {
-        let point = Arc::new(TickPoint::of(problem, record));
+    /// Records a finished tick with the throughput the servers reported
+    /// (per model, as the load source read it); `reloads` are the policy
+    /// source's totals now.
+    pub fn record(
+        &self,
+        problem: &Problem,
+        record: &TickRecord,
+        measured_throughput: &[Option<f64>],
+        reloads: ReloadCounts,
+    ) {
+        let point = Arc::new(TickPoint::of(problem, record, measured_throughput));
         let mut rings = self.lock();
         let at = record.unix_ms;
         if reloads.loaded > rings.reloads.loaded {
@@ -222,7 +233,7 @@ impl History {
 }
 
 impl TickPoint {
-    fn of(problem: &Problem, record: &TickRecord) -> Self {
+    fn of(problem: &Problem, record: &TickRecord, measured_throughput: &[Option<f64>]) -> Self {
         let policy = |r: &PolicyRecord| match &r.outcome {
             Ok(p) => PolicyPoint {
                 policy: r.policy.clone(),
@@ -254,6 +265,9 @@ impl TickPoint {
                 .iter()
                 .zip(&record.applied)
                 .map(|(m, &c)| m.knobs(c as usize).to_string())
+                .collect(),
+            measured_throughput: (0..problem.models.len())
+                .map(|i| measured_throughput.get(i).copied().flatten())
                 .collect(),
             kept_last_valid: record.kept_last_valid,
             missed_before: record.missed_before,
@@ -289,6 +303,7 @@ mod tests {
                 load_observed: None,
                 load_forecast: None,
                 running: Vec::new(),
+                measured_throughput: Vec::new(),
                 kept_last_valid: false,
                 missed_before: 0,
                 policies: Vec::new(),
@@ -333,7 +348,7 @@ mod tests {
             .problem;
         let history = History::new(1);
         // The shadow misses its deadline, then proposes another configuration.
-        history.record(&problem, &record(0), ReloadCounts::default());
+        history.record(&problem, &record(0), &[], ReloadCounts::default());
         let mut answered = record(1);
         answered.shadows[0].outcome = Ok(Proposal {
             joint: vec![0, 2],
@@ -344,8 +359,8 @@ mod tests {
             loaded: 1,
             rejected: 2,
         };
-        history.record(&problem, &answered, reloads);
-        history.record(&problem, &answered, reloads);
+        history.record(&problem, &answered, &[], reloads);
+        history.record(&problem, &answered, &[], reloads);
         let all = history.since(None, 0);
         let kinds: Vec<&str> = all.events.iter().map(|e| e.kind).collect();
         assert_eq!(kinds, ["failing", "reload", "reload-rejected", "recovered"]);

@@ -39,8 +39,8 @@ pub fn http_client() -> HttpClient {
     Client::builder(TokioExecutor::new()).build_http()
 }
 
-/// The load a tick decides on.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// The load a tick decides on, and the throughput the servers report.
+#[derive(Debug, Clone, PartialEq)]
 pub struct LoadReading {
     pub level: WorkloadLevel,
     /// Mean load ratio over the models read (none on the safe level).
@@ -49,6 +49,10 @@ pub struct LoadReading {
     pub forecast: Option<f64>,
     /// `held` (a stale reading stood in) or `safe` (nothing was read: the safe level).
     pub fallback: Option<&'static str>,
+    /// Per scenario model, the throughput its server reports, in its unit per
+    /// second (a recent reading of its throughput counter; none where no
+    /// counter is configured or none is recent).
+    pub measured_throughput: Vec<Option<f64>>,
 }
 
 /// The regime a load ratio falls in.
@@ -65,6 +69,8 @@ struct Reading {
     at: Option<Instant>,
     /// The latest attempt failed.
     failing: bool,
+    /// The throughput counter's rate, and when it was read.
+    throughput: Option<(f64, Instant)>,
 }
 
 /// How one model's rate is read.
@@ -83,9 +89,33 @@ enum Source {
 }
 
 impl Source {
-    fn new(model: &str, m: &ModelLoadConfig, p: &PrometheusConfig) -> Result<Self> {
-        let name = m.name_on_server(model);
+    /// The offered requests per second of `model`.
+    fn requests(model: &str, m: &ModelLoadConfig, p: &PrometheusConfig) -> Result<Self> {
         let (metric, label) = m.request_metric_and_label();
+        Self::counter(model, m, p, metric, label, m.query.as_deref())
+    }
+
+    /// The throughput `model`'s server reports (its unit per second), where a
+    /// counter is configured (`throughput_metric`, or the preset's).
+    fn throughput(model: &str, m: &ModelLoadConfig, p: &PrometheusConfig) -> Result<Option<Self>> {
+        let Some(metric) = m.throughput_metric_name() else {
+            return Ok(None);
+        };
+        let (_, label) = m.request_metric_and_label();
+        Self::counter(model, m, p, metric, label, None).map(Some)
+    }
+
+    /// A counter's rate: scraped from the server, or `query` (by default the
+    /// rate of `metric` for the model) asked of Prometheus.
+    fn counter(
+        model: &str,
+        m: &ModelLoadConfig,
+        p: &PrometheusConfig,
+        metric: String,
+        label: String,
+        query: Option<&str>,
+    ) -> Result<Self> {
+        let name = m.name_on_server(model);
         if let Some(url) = &m.scrape {
             return Ok(Self::Scrape {
                 uri: url
@@ -97,8 +127,8 @@ impl Source {
                 last: None,
             });
         }
-        let query = match &m.query {
-            Some(q) => q.clone(),
+        let query = match query {
+            Some(q) => q.to_owned(),
             None => format!(
                 "sum(rate({metric}{{{label}=\"{}\"}}[{}]))",
                 escape_label_value(&name),
@@ -284,6 +314,10 @@ fn first_line(s: &str) -> &str {
 #[derive(Debug)]
 pub struct LoadMonitor {
     readings: Arc<Mutex<Vec<Reading>>>,
+    /// The scenario model each reading is of.
+    model_of_slot: Vec<usize>,
+    /// Models in the scenario.
+    models: usize,
     forecaster: Forecaster,
     thresholds: [f64; 3],
     stale: Duration,
@@ -304,23 +338,30 @@ impl LoadMonitor {
     ) -> Result<Self> {
         let client = http_client();
         let readings = Arc::new(Mutex::new(vec![Reading::default(); config.models.len()]));
+        let mut model_of_slot = Vec::with_capacity(config.models.len());
         let poll = config.poll(period_ms);
         let timeout = Duration::from_millis(config.timeout_ms);
         let mut tasks = Vec::with_capacity(config.models.len());
         for (slot, (model, m)) in config.models.iter().enumerate() {
-            if problem.model_index(model).is_none() {
+            let Some(index) = problem.model_index(model) else {
                 bail!(
                     "workload.prometheus.models names model '{model}', which the scenario does not have"
                 );
-            }
-            let source = Source::new(model, m, config)?;
+            };
+            model_of_slot.push(index);
+            let source = Source::requests(model, m, config)?;
             tracing::info!(model = %model, "load: {} (reference {} requests/s)", source.describe(), m.reference_rate);
+            let throughput = Source::throughput(model, m, config)?;
+            if let Some(t) = &throughput {
+                tracing::info!(model = %model, "throughput: {}", t.describe());
+            }
             tasks.push(tokio::spawn(poller(
                 Poller {
                     model: model.clone(),
                     slot,
                     reference: m.reference_rate,
                     source,
+                    throughput,
                     client: client.clone(),
                     poll,
                     timeout,
@@ -332,6 +373,8 @@ impl LoadMonitor {
         }
         Ok(Self {
             readings,
+            model_of_slot,
+            models: problem.models.len(),
             forecaster: Forecaster::new(forecast),
             thresholds: config.thresholds,
             stale: Duration::from_millis(config.stale_ms),
@@ -349,6 +392,13 @@ impl LoadMonitor {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
+        let mut measured_throughput = vec![None; self.models];
+        for (r, &model) in readings.iter().zip(&self.model_of_slot) {
+            measured_throughput[model] = r
+                .throughput
+                .filter(|(_, at)| now.duration_since(*at) <= self.stale)
+                .map(|(rate, _)| rate);
+        }
         let usable: Vec<&Reading> = readings
             .iter()
             .filter(|r| {
@@ -368,6 +418,7 @@ impl LoadMonitor {
                 observed: None,
                 forecast: None,
                 fallback: Some("safe"),
+                measured_throughput,
             };
         }
         if std::mem::replace(&mut self.on_safe_level, false) {
@@ -382,6 +433,7 @@ impl LoadMonitor {
             observed: Some(observed),
             forecast: Some(forecast),
             fallback: held.then_some("held"),
+            measured_throughput,
         }
     }
 }
@@ -399,21 +451,43 @@ struct Poller {
     slot: usize,
     reference: f64,
     source: Source,
+    throughput: Option<Source>,
     client: HttpClient,
     poll: Duration,
     timeout: Duration,
     max_bytes: usize,
 }
 
-/// Reads one model's rate every `poll`, forever (aborted with the monitor).
+/// Reads one model's rate (and its throughput, where a counter is configured)
+/// every `poll`, forever (aborted with the monitor).
 async fn poller(mut p: Poller, readings: Arc<Mutex<Vec<Reading>>>, metrics: Arc<Metrics>) {
     let mut interval = tokio::time::interval(p.poll);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut failing = false;
+    let mut throughput_failing = false;
     loop {
         interval.tick().await;
         let result = p.source.rate(&p.client, p.timeout, p.max_bytes).await;
+        let throughput = match &mut p.throughput {
+            Some(source) => Some(source.rate(&p.client, p.timeout, p.max_bytes).await),
+            None => None,
+        };
         let mut r = readings.lock().unwrap_or_else(|e| e.into_inner());
+        match throughput {
+            Some(Ok(rate)) => {
+                throughput_failing = false;
+                if let Some(rate) = rate {
+                    r[p.slot].throughput = Some((rate, Instant::now()));
+                }
+            }
+            Some(Err(e)) => {
+                metrics.load_read_failed(&p.model);
+                if !std::mem::replace(&mut throughput_failing, true) {
+                    tracing::warn!(model = %p.model, "throughput: {e:#}; shown as not measured once its last reading is stale");
+                }
+            }
+            None => {}
+        }
         let reading = &mut r[p.slot];
         match result {
             Ok(rate) => {

@@ -7,6 +7,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use super::outcome::FailureKind;
+use mfsched_core::domain::Problem;
 use mfsched_plugin_host::ReloadCounts;
 
 /// Upper bounds of the decision-latency histogram, seconds.
@@ -70,6 +71,8 @@ struct Inner {
     workload_level: Option<usize>,
     load_ratio: Option<f64>,
     load_forecast: Option<f64>,
+    /// The last tick's throughput each model's server reported, where it did.
+    measured_throughput: BTreeMap<String, f64>,
 }
 
 #[derive(Debug, Default)]
@@ -183,6 +186,17 @@ impl Metrics {
         if let Some(kind) = fallback {
             *m.load_fallback_ticks.entry(kind).or_default() += 1;
         }
+    }
+
+    /// The throughput the servers reported for the tick (per scenario model;
+    /// a model without a recent reading drops out of the gauge).
+    pub fn measured_throughput(&self, problem: &Problem, measured: &[Option<f64>]) {
+        self.lock().measured_throughput = problem
+            .models
+            .iter()
+            .zip(measured)
+            .filter_map(|(m, t)| Some((m.name.clone(), (*t)?)))
+            .collect();
     }
 
     pub fn load_fallback_ticks(&self, kind: &str) -> u64 {
@@ -451,6 +465,22 @@ impl Metrics {
             m.load_forecast
                 .map(|r| format!("mfsched_load_forecast_ratio {}", number(r)))
                 .into_iter()
+                .collect(),
+        );
+        section(
+            &mut out,
+            "mfsched_measured_throughput",
+            "gauge",
+            "Throughput a model's server reports (its throughput counter's rate, in the model's unit per second), as last read.",
+            m.measured_throughput
+                .iter()
+                .map(|(model, t)| {
+                    format!(
+                        "mfsched_measured_throughput{{model=\"{}\"}} {}",
+                        escape_label_value(model),
+                        number(*t)
+                    )
+                })
                 .collect(),
         );
         section(

@@ -71,9 +71,7 @@ impl ModelReader {
         })?;
         let (requests, label) = m.request_metric_and_label();
         let throughput = m
-            .throughput_metric
-            .clone()
-            .or_else(|| m.preset.map(|p| p.throughput_metric().to_owned()))
+            .throughput_metric_name()
             .with_context(|| format!("{at}: set throughput_metric (or a preset)"))?;
         Ok(Self {
             uri: scrape.parse().with_context(|| format!("{at}.scrape"))?,

@@ -189,7 +189,10 @@
       const under = typeof predicted === "number" && model.floor > 0 && predicted < model.floor;
       cell(row, `${fmt(predicted, 1)} ${model.unit}`, "num" + (under ? " bad" : ""));
       cell(row, model.floor > 0 ? `${fmt(model.floor, 1)} ${model.unit}` : "none", "num");
-      cell(row, "not measured");
+      const measured = last && last.measured_throughput ? last.measured_throughput[i] : null;
+      const short = typeof measured === "number" && model.floor > 0 && measured < model.floor;
+      cell(row, typeof measured === "number" ? `${fmt(measured, 1)} ${model.unit}` : "not measured",
+        typeof measured === "number" ? "num" + (short ? " bad" : "") : "");
     });
   }
 
@@ -276,7 +279,7 @@
       holder.replaceChildren(...meta.models.map((model) => {
         const figure = document.createElement("figure");
         const caption = document.createElement("figcaption");
-        caption.textContent = `${model.name}: predicted throughput against its floor (${model.unit})`;
+        caption.textContent = `${model.name}: predicted and measured throughput against its floor (${model.unit})`;
         figure.append(caption, document.createElement("canvas"));
         return figure;
       }));
@@ -286,6 +289,8 @@
         const active = activePoint(t);
         return active && active.throughput ? active.throughput[i] : null;
       }))];
+      const measured = ticks.map((t) => (t.measured_throughput ? t.measured_throughput[i] : null));
+      if (measured.some((v) => typeof v === "number")) lines.push(series("measured", measured));
       if (model.floor > 0) lines.push(series("floor", ticks.map(() => model.floor), { dash: true }));
       drawChart(holder.children[i].querySelector("canvas"), lines, { min: 0 });
     });
