@@ -710,9 +710,33 @@ async fn soak_with_plugin_files_replaced_while_running() {
     }
     let (_, metrics_text) = http(addr, "GET", "/metrics", None).await;
     let summary = run.await.expect("loop task").expect("loop ran");
+    let (status, history) = http(addr, "GET", "/v1/history", None).await;
+    assert_eq!(status, 200, "{history}");
 
     assert_eq!(summary.ticks, TICKS);
     assert_eq!(metrics.counts().missed_ticks, summary.missed_ticks);
+    // The dashboard's events name the file each reload came from, and say
+    // why a rejected one was refused.
+    let history: serde_json::Value = serde_json::from_str(&history).expect("JSON");
+    let events = history["events"].as_array().expect("events");
+    let of_kind = |kind: &str| -> Vec<&str> {
+        events
+            .iter()
+            .filter(|e| e["kind"] == kind)
+            .filter_map(|e| e["message"].as_str())
+            .collect()
+    };
+    let loaded = of_kind("reload");
+    assert!(
+        !loaded.is_empty() && loaded.iter().all(|m| m.contains("live.wasm")),
+        "{events:?}"
+    );
+    for rejected in of_kind("reload-rejected") {
+        assert!(
+            rejected.starts_with("hot reload: live.wasm rejected, the running plugin kept: "),
+            "{rejected}"
+        );
+    }
     let contents = declog::read(&log_path).expect("log");
     assert!(contents.torn.is_none());
     assert_eq!(

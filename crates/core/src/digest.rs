@@ -11,8 +11,21 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
         .collect()
 }
 
+/// The first 12 characters of a digest: how people are shown one. (Cut on a
+/// character boundary: a digest read back from a damaged file may not be hex.)
+pub fn short(hex: &str) -> &str {
+    hex.char_indices().nth(12).map_or(hex, |(at, _)| &hex[..at])
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_short_digest_is_twelve_characters_whatever_they_are() {
+        assert_eq!(super::short("e3b0c44298fc1c149afb"), "e3b0c44298fc");
+        assert_eq!(super::short("abc"), "abc");
+        assert_eq!(super::short("ééééééééééééé"), "éééééééééééé");
+    }
+
     #[test]
     fn the_empty_input_has_the_known_digest() {
         assert_eq!(

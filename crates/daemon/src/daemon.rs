@@ -404,6 +404,7 @@ impl Daemon {
             &record,
             &load.measured_throughput,
             self.shared.deciding.policies.reloads(),
+            || self.shared.deciding.policies.reload_events(),
         );
         *self.shared.last.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(record));
         *self

@@ -11,8 +11,10 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use super::declog::{PolicyRecord, TickRecord};
+use mfsched_core::digest::short;
 use mfsched_core::domain::{Problem, WorkloadLevel};
 use mfsched_plugin_host::ReloadCounts;
+use mfsched_plugin_host::reload::{ReloadEvent, ReloadOutcome};
 
 /// Ticks kept: a minute at 10 Hz, ten at the default 1 s period.
 pub const TICKS_KEPT: usize = 600;
@@ -147,29 +149,66 @@ impl History {
     }
 
     /// Records a finished tick with the throughput the servers reported
-    /// (per model, as the load source read it); `reloads` are the policy
-    /// source's totals now.
+    /// (per model, as the load source read it). `reloads` are the policy
+    /// source's totals now; when they grew, `recent_reloads` (asked only
+    /// then) gives the newest attempts, oldest first, which become events
+    /// naming the file and what became of it.
     pub fn record(
         &self,
         problem: &Problem,
         record: &TickRecord,
         measured_throughput: &[Option<f64>],
         reloads: ReloadCounts,
+        recent_reloads: impl FnOnce() -> Vec<ReloadEvent>,
     ) {
         let point = Arc::new(TickPoint::of(problem, record, measured_throughput));
+        let new_reloads = {
+            let seen = self.lock().reloads;
+            let n = (reloads.loaded + reloads.rejected).saturating_sub(seen.loaded + seen.rejected);
+            if n == 0 {
+                Vec::new()
+            } else {
+                // The attempts the counters count (a removed file is not one),
+                // the newest `n` of them.
+                let mut counted: Vec<ReloadEvent> = recent_reloads()
+                    .into_iter()
+                    .filter(|e| !matches!(e.outcome, ReloadOutcome::Removed))
+                    .collect();
+                counted.drain(..counted.len().saturating_sub(n as usize));
+                counted
+            }
+        };
         let mut rings = self.lock();
         let at = record.unix_ms;
-        if reloads.loaded > rings.reloads.loaded {
-            let n = reloads.loaded - rings.reloads.loaded;
-            rings.event(at, "reload", format!("hot reload: {n} plugin(s) loaded"));
-        }
-        if reloads.rejected > rings.reloads.rejected {
-            let n = reloads.rejected - rings.reloads.rejected;
-            rings.event(
-                at,
-                "reload-rejected",
-                format!("hot reload: {n} file(s) rejected, the running plugin kept (see the daemon's log)"),
+        for e in &new_reloads {
+            let file = e.path.file_name().map_or_else(
+                || e.path.display().to_string(),
+                |f| f.to_string_lossy().into_owned(),
             );
+            let (kind, message) = match &e.outcome {
+                ReloadOutcome::Swapped { name, sha256, .. } => (
+                    "reload",
+                    cut(&format!(
+                        "hot reload: {name} replaced by {file} ({})",
+                        short(sha256)
+                    )),
+                ),
+                ReloadOutcome::Added { name, sha256, .. } => (
+                    "reload",
+                    cut(&format!(
+                        "hot reload: {name} added from {file} ({})",
+                        short(sha256)
+                    )),
+                ),
+                ReloadOutcome::Rejected { reason } => (
+                    "reload-rejected",
+                    cut(&format!(
+                        "hot reload: {file} rejected, the running plugin kept: {reason}"
+                    )),
+                ),
+                ReloadOutcome::Removed => continue,
+            };
+            rings.event(at, kind, message);
         }
         rings.reloads = reloads;
         for p in &point.policies {
@@ -348,7 +387,7 @@ mod tests {
             .problem;
         let history = History::new(1);
         // The shadow misses its deadline, then proposes another configuration.
-        history.record(&problem, &record(0), &[], ReloadCounts::default());
+        history.record(&problem, &record(0), &[], ReloadCounts::default(), Vec::new);
         let mut answered = record(1);
         answered.shadows[0].outcome = Ok(Proposal {
             joint: vec![0, 2],
@@ -359,12 +398,69 @@ mod tests {
             loaded: 1,
             rejected: 2,
         };
-        history.record(&problem, &answered, &[], reloads);
-        history.record(&problem, &answered, &[], reloads);
+        // Four attempts are kept, three counted (a removed file is not a
+        // reload): the newest three are the events, oldest first.
+        let attempts = || {
+            let event = |file: &str, outcome| ReloadEvent {
+                path: std::path::PathBuf::from("/plugins").join(file),
+                outcome,
+            };
+            vec![
+                event(
+                    "old.wasm",
+                    ReloadOutcome::Rejected {
+                        reason: "before this tick".into(),
+                    },
+                ),
+                event(
+                    "live.wasm",
+                    ReloadOutcome::Swapped {
+                        name: "live".into(),
+                        world: mfsched_plugin_host::World::Policy,
+                        sha256: "ab".repeat(32),
+                    },
+                ),
+                event("gone.wasm", ReloadOutcome::Removed),
+                event(
+                    "broken.wasm",
+                    ReloadOutcome::Rejected {
+                        reason: "not a component".into(),
+                    },
+                ),
+                event(
+                    "live.wasm",
+                    ReloadOutcome::Rejected {
+                        reason: "its self-check failed".into(),
+                    },
+                ),
+            ]
+        };
+        history.record(&problem, &answered, &[], reloads, attempts);
+        history.record(&problem, &answered, &[], reloads, || {
+            unreachable!("the counters did not grow")
+        });
         let all = history.since(None, 0);
         let kinds: Vec<&str> = all.events.iter().map(|e| e.kind).collect();
-        assert_eq!(kinds, ["failing", "reload", "reload-rejected", "recovered"]);
+        assert_eq!(
+            kinds,
+            [
+                "failing",
+                "reload",
+                "reload-rejected",
+                "reload-rejected",
+                "recovered"
+            ]
+        );
         assert!(all.events[0].message.contains("deadline: over 5 ms"));
+        assert_eq!(
+            all.events[1].message,
+            "hot reload: live replaced by live.wasm (abababababab)"
+        );
+        assert_eq!(
+            all.events[2].message,
+            "hot reload: broken.wasm rejected, the running plugin kept: not a component"
+        );
+        assert!(all.events[3].message.ends_with("its self-check failed"));
         let other = &all.totals["other"];
         assert_eq!(
             (other.decisions, other.failures, other.differing),

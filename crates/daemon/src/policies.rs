@@ -154,14 +154,6 @@ impl PluginPolicies {
     pub fn params(&self) -> &[wit::Param] {
         &self.params
     }
-
-    /// The newest hot-reload attempts (bounded), oldest first.
-    pub fn reload_events(&self) -> Vec<ReloadEvent> {
-        self.reload
-            .as_ref()
-            .map(HotReload::events)
-            .unwrap_or_default()
-    }
 }
 
 impl PolicySource for PluginPolicies {
@@ -212,5 +204,12 @@ impl PolicySource for PluginPolicies {
         self.reload
             .as_ref()
             .map_or_else(ReloadCounts::default, HotReload::counts)
+    }
+
+    fn reload_events(&self) -> Vec<ReloadEvent> {
+        self.reload
+            .as_ref()
+            .map(HotReload::events)
+            .unwrap_or_default()
     }
 }

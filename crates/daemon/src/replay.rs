@@ -14,7 +14,7 @@ fn outcome_text(r: &PolicyRecord) -> String {
         Some(sha) => format!(
             "{}@{}",
             printable(&r.policy, NAME_BYTES),
-            &sha[..sha.len().min(12)]
+            mfsched_core::digest::short(sha)
         ),
         None => printable(&r.policy, NAME_BYTES),
     };

@@ -105,6 +105,12 @@ pub trait PolicySource: Send + Sync {
     fn reloads(&self) -> crate::reload::ReloadCounts {
         crate::reload::ReloadCounts::default()
     }
+
+    /// The newest reload attempts (bounded), oldest first: which file, and
+    /// what became of it.
+    fn reload_events(&self) -> Vec<crate::reload::ReloadEvent> {
+        Vec::new()
+    }
 }
 
 /// `hold` keeps the running configuration: the safe default while no search

@@ -75,7 +75,7 @@ pub struct PluginInfo {
 impl PluginInfo {
     /// The first 12 hex digits of [`PluginInfo::sha256`], for people.
     pub fn short_hash(&self) -> &str {
-        &self.sha256[..self.sha256.len().min(12)]
+        mfsched_core::digest::short(&self.sha256)
     }
 
     pub fn identity(&self) -> ComponentIdentity {

@@ -344,7 +344,7 @@ fn markdown(r: &Results, predictor: &str) -> String {
         r.scenario,
         r.bundle_sha256
             .as_deref()
-            .map_or("(none)", |s| &s[..s.len().min(12)]),
+            .map_or("(none)", mfsched_core::digest::short),
         r.seed
     )
     .ok();
@@ -367,7 +367,7 @@ fn markdown(r: &Results, predictor: &str) -> String {
                 format!(
                     "`{}@{}`{}",
                     printable(&c.policy, NAME_BYTES),
-                    &sha[..sha.len().min(12)],
+                    mfsched_core::digest::short(sha),
                     if declares.is_empty() {
                         String::new()
                     } else {

@@ -242,7 +242,7 @@ fn eval(
         data.display(),
         scenario.name,
         bundle.meta.target,
-        &bundle.meta.training.data_sha256[..bundle.meta.training.data_sha256.len().min(12)]
+        mfsched_core::digest::short(&bundle.meta.training.data_sha256)
     );
     println!("{:<10} {:>10} {:>16}", "model", "R²", "R² at training");
     let mut defined = Vec::new();
