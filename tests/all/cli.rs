@@ -1740,3 +1740,27 @@ fn ab_fails_naming_the_reason_when_a_policy_fails_every_tick() {
         "the report is written"
     );
 }
+
+/// Under an address-space limit the pooling allocator cannot reserve its
+/// slots: the engine falls back to on-demand instances, says so once, and
+/// decides as before.
+#[test]
+fn an_address_space_limit_falls_back_to_on_demand_instances() {
+    let out = Command::new("sh")
+        .args([
+            "-c",
+            "ulimit -v 16777216 && exec \"$0\" decide --scenario paper-n2 --policy exact --backend cpu",
+            env!("CARGO_BIN_EXE_mfsched"),
+        ])
+        .output()
+        .expect("sh runs");
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(
+        err.matches("plugin instances from the on-demand allocator")
+            .count(),
+        1,
+        "{err}"
+    );
+    assert!(stdout(&out).contains("accepted"), "{}", stdout(&out));
+}

@@ -91,7 +91,7 @@ pub enum CompileCache {
 /// utility); the daemon asks the active policy and its shadows at once, and a
 /// hot reload self-checks beside them. An instantiation past the pool fails
 /// that call, counted like any other plugin failure.
-const POOL_INSTANCES: u32 = 256;
+const POOL_INSTANCES: u32 = 128;
 
 /// Every instance comes from a pool of preallocated slots rather than fresh
 /// mappings. A policy is instantiated afresh for every call (no state carries
@@ -163,8 +163,23 @@ impl PluginEngine {
                 }
             }
         };
-        let engine = Engine::new(&config)
-            .map_err(|e| anyhow!("cannot create the Wasm engine: {}", describe(&e)))?;
+        let engine = match Engine::new(&config) {
+            Ok(engine) => engine,
+            // The pool reserves its address space up front (a few GiB per
+            // memory slot, about a TiB in all). Where that is refused (an
+            // address-space limit), instances come from the on-demand
+            // allocator: slower per call, the same isolation.
+            Err(pooled) => {
+                config.allocation_strategy(InstanceAllocationStrategy::OnDemand);
+                let engine = Engine::new(&config)
+                    .map_err(|e| anyhow!("cannot create the Wasm engine: {}", describe(&e)))?;
+                tracing::warn!(
+                    "plugin instances from the on-demand allocator: the pooling allocator cannot reserve its memory ({})",
+                    describe(&pooled)
+                );
+                engine
+            }
+        };
 
         let mut policy_linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut policy_linker)
