@@ -243,11 +243,6 @@ impl LogContents {
             .find(|(first, _)| *first <= i)
             .map(|(_, run)| run)
     }
-
-    /// The record of the component with SHA-256 `sha256`, if the log has one.
-    pub fn component(&self, sha256: &str) -> Option<&ComponentRecord> {
-        self.components.iter().find(|c| c.identity.sha256 == sha256)
-    }
 }
 
 fn encode_frame(entry: &EntryRef<'_>) -> Result<Vec<u8>> {
@@ -686,7 +681,11 @@ pub(crate) mod tests {
             .collect();
         assert_eq!(described, vec![("hold", &identity), ("hold", &reloaded)]);
         assert_eq!(
-            contents.component(&"cd".repeat(32)).map(|c| &c.identity),
+            contents
+                .components
+                .iter()
+                .find(|c| c.identity.sha256 == "cd".repeat(32))
+                .map(|c| &c.identity),
             Some(&reloaded)
         );
     }
