@@ -2,7 +2,7 @@
 
 use std::process::{Command, Output};
 
-use crate::common::process::{mfsched, stderr, stdout};
+use crate::common::process::{fails_in_one_line, mfsched, stderr, stdout};
 
 #[test]
 fn scenario_show_paper_n5_prints_the_published_feasible_count() {
@@ -26,9 +26,7 @@ fn scenario_list_names_every_bundled_scenario() {
 #[test]
 fn unknown_scenario_is_one_clear_line_and_a_failure() {
     let out = mfsched(&["scenario", "show", "paper-n9"]);
-    assert!(!out.status.success());
-    let err = stderr(&out);
-    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    let err = fails_in_one_line(&out, "");
     assert!(err.contains("unknown scenario 'paper-n9'"), "{err}");
 }
 
@@ -342,9 +340,7 @@ fn an_unknown_config_key_is_one_clear_line() {
     let dir = tempfile::tempdir().expect("tempdir");
     let config = daemon_config(dir.path(), "unknown-key.toml");
     let out = mfsched(&["run", "--config", config.to_str().expect("utf-8 path")]);
-    assert!(!out.status.success());
-    let err = stderr(&out);
-    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    let err = fails_in_one_line(&out, "");
     assert!(err.contains("perod_ms"), "{err}");
 }
 
@@ -366,9 +362,7 @@ fn nvml_sampler_without_nvml_fails_in_one_line_unless_fallback_is_allowed() {
     let dir = tempfile::tempdir().expect("tempdir");
     let config = daemon_config(dir.path(), "nvml-no-fallback.toml");
     let out = mfsched(&["run", "--config", config.to_str().expect("utf-8 path")]);
-    assert!(!out.status.success());
-    let err = stderr(&out);
-    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    let err = fails_in_one_line(&out, "");
     assert!(err.contains("NVML is not available"), "{err}");
     assert!(err.contains("allow_fallback"), "{err}");
 }
@@ -480,9 +474,7 @@ fn decide_can_use_the_analytic_stand_in_or_a_models_dir() {
         &broken,
         "--no-cache",
     ]);
-    assert!(!out.status.success());
-    let err = stderr(&out);
-    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    let err = fails_in_one_line(&out, "");
     assert!(err.contains("has shape [32, 60]"), "{err}");
 }
 
@@ -499,9 +491,7 @@ fn a_hostile_policy_file_fails_within_the_deadline_with_one_line() {
         "150",
         "--no-cache",
     ]);
-    assert!(!out.status.success());
-    let err = stderr(&out);
-    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    let err = fails_in_one_line(&out, "");
     assert!(err.contains("deadline"), "{err}");
     assert!(err.contains("running configuration was kept"), "{err}");
     assert!(stdout(&out).contains("KEPT"), "{}", stdout(&out));
@@ -527,9 +517,7 @@ fn decide_rejects_bad_input_with_one_clear_line() {
         ];
         args.extend_from_slice(extra);
         let out = mfsched(&args);
-        assert!(!out.status.success(), "{extra:?}");
-        let err = stderr(&out);
-        assert_eq!(err.trim().lines().count(), 1, "{extra:?}: {err}");
+        let err = fails_in_one_line(&out, format_args!("{extra:?}"));
         assert!(err.contains(want), "{extra:?}: {err}");
     }
     let out = mfsched(&[
@@ -732,9 +720,7 @@ fn a_broken_bundle_is_one_clear_line_and_a_failure() {
             "--data",
             &data,
         ]);
-        assert!(!out.status.success(), "{fixture}");
-        let err = stderr(&out);
-        assert_eq!(err.trim().lines().count(), 1, "{fixture}: {err}");
+        let err = fails_in_one_line(&out, fixture);
         assert!(err.contains(expected), "{fixture}: {err}");
     }
 }
@@ -890,9 +876,7 @@ fn every_bad_profile_is_one_clear_line_and_a_failure() {
     ];
     for (file, what) in cases {
         let out = mfsched(&["data", "check", &fixture(file)]);
-        assert!(!out.status.success(), "{file} was accepted");
-        let err = stderr(&out);
-        assert_eq!(err.trim().lines().count(), 1, "{file}: {err}");
+        let err = fails_in_one_line(&out, file);
         assert!(err.contains(what), "{file}: {err}");
         assert!(!err.contains("panicked"), "{file}: {err}");
     }
@@ -958,9 +942,7 @@ fn profiling_an_unknown_scenario_is_one_clear_line() {
         "--out",
         "x.csv",
     ]);
-    assert!(!out.status.success());
-    let err = stderr(&out);
-    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    let err = fails_in_one_line(&out, "");
     assert!(err.contains("unknown scenario 'paper-n9'"), "{err}");
 }
 
@@ -1012,9 +994,7 @@ fn check_backends_rejects_bad_input_with_one_clear_line() {
         ),
     ] {
         let out = mfsched(args);
-        assert!(!out.status.success(), "{args:?}");
-        let err = stderr(&out);
-        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+        let err = fails_in_one_line(&out, format_args!("{args:?}"));
         assert!(err.contains(want), "{args:?}: {err}");
     }
 }
@@ -1358,9 +1338,7 @@ fn ab_compares_the_observed_and_candidate_aware_fields_under_one_policy() {
 fn the_candidate_aware_field_refuses_what_it_cannot_serve_in_one_line() {
     let one_line_failure = |args: &[&str], expected: &str| {
         let out = mfsched(args);
-        assert!(!out.status.success(), "{args:?}");
-        let err = stderr(&out);
-        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        let err = fails_in_one_line(&out, format_args!("{args:?}"));
         assert!(err.contains(expected), "{err}");
     };
     fn with<'a>(extra: &[&'a str]) -> Vec<&'a str> {

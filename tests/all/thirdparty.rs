@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use crate::common::process::{mfsched, stderr, stdout};
+use crate::common::process::{fails_in_one_line, mfsched, stderr, stdout};
 
 /// The hostile and incompatible test components build.rs makes.
 fn test_plugin(name: &str) -> PathBuf {
@@ -42,9 +42,7 @@ fn a_component_of_the_previous_wit_version_is_rejected_at_load_naming_both_versi
         "--policy",
         path_str(&file),
     ]);
-    assert!(!out.status.success());
-    let err = stderr(&out);
-    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    let err = fails_in_one_line(&out, "");
     assert!(
         err.contains("built against mfsched:scheduler@0.1.0"),
         "{err}"
@@ -139,9 +137,7 @@ fn plugins_check_says_what_is_wrong_one_line_per_finding() {
         assert!(err.contains("1 check(s) failed"), "{err}");
     }
     let out = mfsched(&["plugins", "check", "no/such/policy.wasm"]);
-    assert!(!out.status.success());
-    let err = stderr(&out);
-    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    let err = fails_in_one_line(&out, "");
     assert!(err.contains("no such component file"), "{err}");
 }
 
@@ -182,9 +178,7 @@ fn plugins_new_writes_a_standalone_crate_on_the_sdk_of_the_hosts_wit() {
     );
 
     let out = mfsched(&["plugins", "new", "Fast Greedy"]);
-    assert!(!out.status.success());
-    let err = stderr(&out);
-    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    let err = fails_in_one_line(&out, "");
     assert!(err.contains("not a usable crate name"), "{err}");
 }
 
@@ -413,9 +407,7 @@ fn plugins_test_passes_a_bundled_policy_on_a_log_written_by_run() {
         "--scenario",
         "paper-n5",
     ]);
-    assert!(!out.status.success());
-    let err = stderr(&out);
-    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    let err = fails_in_one_line(&out, "");
     assert!(
         err.contains("tick 0") && err.contains("scenario paper-n5"),
         "{err}"
@@ -428,9 +420,7 @@ fn plugins_test_passes_a_bundled_policy_on_a_log_written_by_run() {
     )
     .expect("write the states");
     let out = mfsched(&["plugins", "test", "ga", "--states", path_str(&states)]);
-    assert!(!out.status.success());
-    let err = stderr(&out);
-    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    let err = fails_in_one_line(&out, "");
     assert!(err.contains("states.jsonl:3"), "{err}");
 
     let out = mfsched(&["plugins", "test", "ga", "--runs", "2"]);

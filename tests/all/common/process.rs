@@ -31,6 +31,15 @@ pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// A command that failed with exactly one line on stderr (how bad input is
+/// reported): that line. `context` says which case, in the panic message.
+pub fn fails_in_one_line(o: &Output, context: impl std::fmt::Display) -> String {
+    let err = stderr(o);
+    assert!(!o.status.success(), "{context}: succeeded; stderr: {err}");
+    assert_eq!(err.trim().lines().count(), 1, "{context}: {err}");
+    err
+}
+
 /// `mfsched run --config CONFIG` with the test API token, its stderr piped:
 /// the child, its stderr read up to the line saying where the API listens
 /// (the rest stays readable), and that address.
