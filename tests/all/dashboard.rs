@@ -90,7 +90,7 @@ fn the_dashboard_charts_live_ticks_and_switches_the_policy_with_the_token() {
     std::fs::write(
         &config,
         "scenario = \"paper-n3\"\nseed = 7\n\n[loop]\nperiod_ms = 200\ndeadline_ms = 150\n\n\
-         [policy]\nactive = \"static-budget\"\nshadows = [\"hold\"]\n\n[sampler]\nkind = \"sim\"\n\n\
+         [policy]\nactive = \"hold\"\nshadows = [\"static-budget\"]\n\n[sampler]\nkind = \"sim\"\n\n\
          [workload]\ntrace = \"periodic\"\n\n[log]\npath = \"decisions.log\"\n\n\
          [api]\nlisten = \"127.0.0.1:0\"\nauth_reads = true\n",
     )
@@ -123,6 +123,19 @@ fn the_dashboard_charts_live_ticks_and_switches_the_policy_with_the_token() {
     }
     let rows = browser.eval("document.querySelectorAll('#policies tbody tr').length");
     assert_eq!(rows, 2, "the active policy and its shadow");
+    // hold keeps paper-n3's starting configuration, which the simulated card
+    // predicts under a floor: every tick falls back, and the page says so.
+    let fallback = browser.eval(
+        "(() => { const el = document.getElementById('fallback'); \
+         return el.hidden ? '' : el.textContent; })()",
+    );
+    let fallback = fallback.as_str().unwrap_or_default();
+    assert!(
+        fallback.contains("not being used")
+            && fallback.contains("hold: invalid")
+            && fallback.contains("SLA floor"),
+        "{fallback}"
+    );
 
     browser.wait_for(
         "[...document.getElementById('switch-policy').options].some(o => o.value === 'ga')",
@@ -144,7 +157,7 @@ fn the_dashboard_charts_live_ticks_and_switches_the_policy_with_the_token() {
     assert_eq!(policies["active"], "ga", "{policies}");
     // The switch shows as an event, and ga's ticks reach the charts.
     browser.wait_for(
-        "document.getElementById('events').textContent.includes('static-budget → ga')",
+        "document.getElementById('events').textContent.includes('hold → ga')",
         WAIT,
     );
     // ga's first answers (decisions or failures) are counted in its row.

@@ -8,6 +8,7 @@
 use mfsched_core::domain::{GpuState, Problem, WorkloadLevel};
 use mfsched_core::predict::{PerCandidate, Predictor};
 use mfsched_lab::analytic::AnalyticPredictor;
+use mfsched_plugin_host::context::Scorer;
 use mfsched_plugin_host::registry::{EMBEDDED_PLUGINS, Registry, resolve_policy, resolve_utility};
 use mfsched_plugin_host::reload::wit_params;
 use mfsched_plugin_host::{
@@ -140,6 +141,24 @@ fn bundled_policies_decide_valid_configurations_on_paper_n5() {
         for (t, f) in report.predictions.iter().zip(&p.sla_floors) {
             assert!(f64::from(*t) >= *f);
         }
+        // Whether the host took them from the table it served the policy
+        // (and the terms the utility gave for it) or not, the predictions and
+        // utility are the long way's, bit for bit.
+        let index = p.space().index(&report.config).expect("feasible");
+        let joint = predictor()
+            .predict_joint(&p, &s, &[index])
+            .expect("predicts");
+        assert_eq!(report.predictions, joint, "{policy}");
+        let wit_problem = mfsched_plugin_host::bindings::wit::Problem::from(&p);
+        let scored = Scorer::new(Arc::clone(&r.engine), r.utility_slot.load())
+            .score(&wit_problem, &[index], &joint, Instant::now() + DEADLINE)
+            .expect("scores");
+        assert_eq!(
+            u.to_bits(),
+            scored[0].to_bits(),
+            "{policy}: {u} vs {}",
+            scored[0]
+        );
     }
 }
 
@@ -188,6 +207,11 @@ fn exhaustive_table_and_candidate_paths_agree() {
         .decide(&p, &s);
     assert!(accepted(&table) && accepted(&candidates));
     assert_eq!(table.config, candidates.config);
+    // The table path's answer is checked with the served table and summed
+    // terms, the candidate path's with a joint prediction and the utility's
+    // score: the same numbers.
+    assert_eq!(table.predictions, candidates.predictions);
+    assert_eq!(table.utility, candidates.utility);
     assert_eq!(table.candidates_evaluated, 78_732);
     // Σk table entries vs N per candidate.
     assert_eq!(table.stats.predictions, 18 + 18 + 9 + 9 + 9);
@@ -359,7 +383,7 @@ fn watch(r: &Rig, dir: &Path, p: &Problem, s: &GpuState) -> HotReload {
             utility: Arc::clone(&r.utility_slot),
             checkpoint: r.decider.checkpoint(),
             fallback: Checkpoint {
-                problem: p.clone(),
+                problem: Arc::new(p.clone()),
                 state: *s,
                 params: wit_params(&[]),
             },

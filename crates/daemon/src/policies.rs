@@ -93,7 +93,7 @@ impl PluginPolicies {
             utility: Arc::clone(&utility),
             checkpoint: Arc::clone(&checkpoint),
             fallback: Checkpoint {
-                problem: problem.clone(),
+                problem: Arc::new(problem.clone()),
                 state: setup::default_state(problem),
                 params: params.clone(),
             },
@@ -172,7 +172,7 @@ impl PolicySource for PluginPolicies {
     fn propose(&self, policy: &str, call: &Call<'_>) -> Result<RawDecision, PluginFailure> {
         // A reload's self-check runs another policy: only the common parameters.
         *self.checkpoint.lock().unwrap_or_else(|p| p.into_inner()) = Some(Checkpoint {
-            problem: (*call.inputs.problem).clone(),
+            problem: Arc::clone(&call.inputs.problem),
             state: *call.state,
             params: self.params.clone(),
         });

@@ -139,31 +139,42 @@ impl From<&domain::Model> for wit::Model {
 
 impl From<&domain::Problem> for wit::Problem {
     fn from(p: &domain::Problem) -> Self {
-        Self {
+        let mut problem = Self {
             card: wit::Card {
                 name: p.card.name.clone(),
                 vram_mib: p.card.vram_mib,
             },
             models: p.models.iter().map(wit::Model::from).collect(),
-            sla_floors: p.sla_floors.clone(),
+            sla_floors: Vec::new(),
             reconfig: wit::ReconfigCosts {
-                variant_switch: p.reconfig.variant_switch,
-                knob_change: p.reconfig.knob_change,
+                variant_switch: 0.0,
+                knob_change: 0.0,
             },
-            throughput_ranges: p
-                .throughput_ranges
-                .iter()
-                .map(|per_variant| {
-                    per_variant
-                        .iter()
-                        .map(|r| wit::ThroughputRange {
-                            min: r.min,
-                            max: r.max,
-                        })
-                        .collect()
-                })
-                .collect(),
-            current: p.current.clone(),
-        }
+            throughput_ranges: Vec::new(),
+            current: Vec::new(),
+        };
+        set_per_tick(&mut problem, p);
+        problem
     }
+}
+
+/// Sets what changes from one tick of a problem to the next (floors, costs,
+/// ranges, the running configuration) from `p`, reusing `w`'s buffers; the
+/// card and the models are left as they are.
+pub fn set_per_tick(w: &mut wit::Problem, p: &domain::Problem) {
+    w.sla_floors.clone_from(&p.sla_floors);
+    w.reconfig = wit::ReconfigCosts {
+        variant_switch: p.reconfig.variant_switch,
+        knob_change: p.reconfig.knob_change,
+    };
+    w.throughput_ranges
+        .resize_with(p.throughput_ranges.len(), Vec::new);
+    for (to, from) in w.throughput_ranges.iter_mut().zip(&p.throughput_ranges) {
+        to.clear();
+        to.extend(from.iter().map(|r| wit::ThroughputRange {
+            min: r.min,
+            max: r.max,
+        }));
+    }
+    w.current.clone_from(&p.current);
 }

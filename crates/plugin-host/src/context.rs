@@ -207,26 +207,6 @@ impl FeasibleCache {
     }
 }
 
-impl CallInputs {
-    pub fn new(
-        engine: Arc<PluginEngine>,
-        problem: &Problem,
-        predictor: Arc<dyn Predictor>,
-        utility: Arc<LoadedUtility>,
-        feasible: Arc<FeasibleCache>,
-    ) -> Self {
-        Self {
-            wit_problem: Arc::new(wit::Problem::from(problem)),
-            problem: Arc::new(problem.clone()),
-            predictor,
-            utility,
-            engine,
-            feasible,
-            clock_shift: Duration::ZERO,
-        }
-    }
-}
-
 impl std::fmt::Debug for CallInputs {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CallInputs")
@@ -236,6 +216,8 @@ impl std::fmt::Debug for CallInputs {
 }
 
 struct CallState {
+    /// The state the decision is made for.
+    state: GpuState,
     problem: Arc<Problem>,
     wit_problem: Arc<wit::Problem>,
     predictor: Arc<dyn Predictor>,
@@ -243,6 +225,46 @@ struct CallState {
     scorer: Scorer,
     deadline_at: Instant,
     max_candidates: usize,
+    served: Option<ServedTable>,
+}
+
+/// The prediction table the host served a policy for the decision's own state,
+/// and the terms the utility gave for exactly that table. Under the observed
+/// field they are what the answer is validated and scored with: the table's
+/// rows are the joint predictions (`predict-table` is exact there), and the
+/// utility's contract makes a feasible candidate's score the sum of its
+/// terms. So the host neither predicts nor scores the answer again.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServedTable {
+    pub state: GpuState,
+    pub table: Vec<f32>,
+    pub terms: Option<Vec<f64>>,
+}
+
+impl ServedTable {
+    /// Model i's prediction in `config`, one per model.
+    pub fn predictions(&self, problem: &Problem, config: &[u32]) -> Option<Vec<f32>> {
+        let mut offset = 0;
+        let mut out = Vec::with_capacity(config.len());
+        for (model, &c) in problem.models.iter().zip(config) {
+            out.push(*self.table.get(offset + c as usize)?);
+            offset += model.configs.len();
+        }
+        (offset == self.table.len()).then_some(out)
+    }
+
+    /// The sum of `config`'s terms in model order (the utility's own score of
+    /// a feasible candidate, bit for bit when it sums its terms from zero).
+    pub fn utility(&self, problem: &Problem, config: &[u32]) -> Option<f64> {
+        let terms = self.terms.as_ref()?;
+        let mut offset = 0;
+        let mut sum = 0.0;
+        for (model, &c) in problem.models.iter().zip(config) {
+            sum += *terms.get(offset + c as usize)?;
+            offset += model.configs.len();
+        }
+        Some(sum)
+    }
 }
 
 /// Candidates predicted between two looks at the deadline: a few tens of
@@ -276,12 +298,14 @@ impl PolicyCtx {
     /// For a `decide` call that must finish by `deadline_at`.
     pub(super) fn for_call(
         inputs: &CallInputs,
+        state: &GpuState,
         deadline_at: Instant,
         capture: &OutputCapture,
     ) -> Self {
         let mut ctx = Self::describing(&inputs.engine);
         ctx.wasi = locked_down_wasi(Some(capture), inputs.clock_shift);
         ctx.call = Some(CallState {
+            state: *state,
             problem: Arc::clone(&inputs.problem),
             wit_problem: Arc::clone(&inputs.wit_problem),
             predictor: Arc::clone(&inputs.predictor),
@@ -289,6 +313,7 @@ impl PolicyCtx {
             scorer: Scorer::new(Arc::clone(&inputs.engine), Arc::clone(&inputs.utility)),
             deadline_at,
             max_candidates: inputs.engine.limits().max_candidates_per_call,
+            served: None,
         });
         ctx
     }
@@ -304,9 +329,12 @@ impl PolicyCtx {
         }
     }
 
-    /// The utility instance the call scored with, for the host to reuse.
-    pub(crate) fn take_scorer(&mut self) -> Option<Scorer> {
-        self.call.take().map(|c| c.scorer)
+    /// The utility instance the call scored with, for the host to reuse, and
+    /// the table (and terms) it served for the decision's state.
+    pub(crate) fn take_served(&mut self) -> (Option<Scorer>, Option<ServedTable>) {
+        self.call
+            .take()
+            .map_or((None, None), |c| (Some(c.scorer), c.served))
     }
 
     fn call(&mut self, what: &str) -> wasmtime::Result<&mut CallState> {
@@ -339,10 +367,18 @@ impl surrogate::Host for PolicyCtx {
     fn predict_table(&mut self, state: types::GpuState) -> wasmtime::Result<Vec<f32>> {
         let call = self.call("predict-table")?;
         let started = Instant::now();
+        let state = GpuState::from(state);
         let table = call
             .predictor
-            .predict_table(&call.problem, &GpuState::from(state))
+            .predict_table(&call.problem, &state)
             .map_err(|e| wasmtime::Error::new(PluginFailure::Host(e.to_string())))?;
+        if state == call.state {
+            call.served = Some(ServedTable {
+                state,
+                table: table.clone(),
+                terms: None,
+            });
+        }
         self.stats.predict += started.elapsed();
         self.stats.predictions += table.len() as u64;
         Ok(table)
@@ -423,6 +459,9 @@ impl objective::Host for PolicyCtx {
             .scorer
             .terms(&call.wit_problem, &table, call.deadline_at)
             .map_err(wasmtime::Error::new)?;
+        if let Some(served) = call.served.as_mut().filter(|s| s.table == table) {
+            served.terms.clone_from(&terms);
+        }
         self.stats.evaluate += started.elapsed();
         Ok(terms)
     }

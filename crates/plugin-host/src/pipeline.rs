@@ -6,20 +6,23 @@
 //!    ([`PolicySource::propose`]: a Wasm component, or a native policy such as
 //!    `hold`);
 //! 3. the proposal is validated once (arity, ranges, VRAM, floors), with the one
-//!    prediction of the chosen configuration that the report also uses;
-//! 4. it is scored once, by the utility instance the policy already used when
-//!    there is one, under the same deadline;
+//!    prediction of the chosen configuration that the report also uses: under
+//!    the observed field, the rows of the table the host served the policy for
+//!    the decision's state, else a joint prediction;
+//! 4. it is scored once: the sum of its terms when the utility gave terms for
+//!    that table (its contract makes them equal), else by the utility instance
+//!    the policy already used when there is one, under the same deadline;
 //! 5. a [`Decider`] keeps the last valid decision when the policy fails.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use mfsched_core::domain::{GpuState, JointConfig, Problem};
-use mfsched_core::predict::Predictor;
+use mfsched_core::predict::{Field, Predictor};
 use wasmtime::Store;
 
 use crate::bindings::wit;
-use crate::context::{CallInputs, CallStats, FeasibleCache, PolicyCtx, Scorer};
+use crate::context::{CallInputs, CallStats, FeasibleCache, PolicyCtx, Scorer, ServedTable};
 use crate::engine::{PluginEngine, arm_deadline};
 use crate::failure::{PluginFailure, classify, describe};
 use crate::output::{MESSAGE_BYTES, OutputCapture, PluginOutput, printable};
@@ -39,6 +42,8 @@ pub struct RawDecision {
     pub stats: CallStats,
     /// The utility instance the policy scored with, reused for the final score.
     pub scorer: Option<Scorer>,
+    /// The table served for the decision's state, and its terms.
+    pub served: Option<ServedTable>,
 }
 
 impl RawDecision {
@@ -49,6 +54,7 @@ impl RawDecision {
             candidates_evaluated: 0,
             stats: CallStats::default(),
             scorer: None,
+            served: None,
         }
     }
 }
@@ -140,7 +146,7 @@ pub fn run_component(policy: &LoadedPolicy, call: &Call<'_>) -> Result<RawDecisi
     let engine = &inputs.engine;
     let mut store = Store::new(
         engine.engine(),
-        PolicyCtx::for_call(inputs, call.deadline_at, call.output),
+        PolicyCtx::for_call(inputs, call.state, call.deadline_at, call.output),
     );
     store.limiter(|ctx| &mut ctx.memory);
     arm_deadline(&mut store, call.deadline_at);
@@ -156,12 +162,16 @@ pub fn run_component(policy: &LoadedPolicy, call: &Call<'_>) -> Result<RawDecisi
     );
     let stats = store.data().stats;
     match answer {
-        Ok(Ok(d)) => Ok(RawDecision {
-            config: d.config,
-            candidates_evaluated: d.candidates_evaluated,
-            stats,
-            scorer: store.data_mut().take_scorer(),
-        }),
+        Ok(Ok(d)) => {
+            let (scorer, served) = store.data_mut().take_served();
+            Ok(RawDecision {
+                config: d.config,
+                candidates_evaluated: d.candidates_evaluated,
+                stats,
+                scorer,
+                served,
+            })
+        }
         Ok(Err(why)) => Err(PluginFailure::Refused(printable(&why, MESSAGE_BYTES))),
         Err(e) => Err(classify(&e, store.data().memory.refused())),
     }
@@ -280,6 +290,11 @@ pub struct Pipeline {
     utility: Arc<Slot<LoadedUtility>>,
     predictor: Arc<dyn Predictor>,
     feasible: Arc<FeasibleCache>,
+    /// The last problem prepared, in both forms: the ticks of one scenario
+    /// differ only in floors, costs and the running configuration, so the next
+    /// tick's are these updated in place rather than copied and converted
+    /// afresh (a few hundred allocations).
+    prepared: Mutex<Option<(Arc<Problem>, Arc<wit::Problem>)>>,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -301,6 +316,7 @@ impl Pipeline {
             utility,
             predictor,
             feasible: Arc::default(),
+            prepared: Mutex::default(),
         }
     }
 
@@ -318,13 +334,47 @@ impl Pipeline {
 
     /// The problem as every policy of a tick sees it (converted to WIT once).
     pub fn prepare(&self, problem: &Problem) -> CallInputs {
-        CallInputs::new(
-            Arc::clone(&self.engine),
+        let (problem, wit_problem) = self.forms(problem);
+        CallInputs {
             problem,
-            Arc::clone(&self.predictor),
-            self.utility.load(),
-            Arc::clone(&self.feasible),
-        )
+            wit_problem,
+            predictor: Arc::clone(&self.predictor),
+            utility: self.utility.load(),
+            engine: Arc::clone(&self.engine),
+            feasible: Arc::clone(&self.feasible),
+            clock_shift: Duration::ZERO,
+        }
+    }
+
+    /// `problem` shared, in its domain and WIT forms: the last tick's updated
+    /// in place when only per-tick fields changed (copied first if a caller
+    /// still holds them), else made afresh.
+    fn forms(&self, problem: &Problem) -> (Arc<Problem>, Arc<wit::Problem>) {
+        let mut last = self.prepared.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((domain, wit_problem)) = last.as_mut()
+            && domain.card == problem.card
+            && domain.models == problem.models
+        {
+            if **domain != *problem {
+                let d = Arc::make_mut(domain);
+                d.sla_floors.clone_from(&problem.sla_floors);
+                d.reconfig = problem.reconfig;
+                d.throughput_ranges.clone_from(&problem.throughput_ranges);
+                d.current.clone_from(&problem.current);
+                crate::bindings::set_per_tick(Arc::make_mut(wit_problem), problem);
+            }
+            // A field added to `Problem` and not updated above fails this
+            // and is converted afresh: never a stale form.
+            if **domain == *problem {
+                return (Arc::clone(domain), Arc::clone(wit_problem));
+            }
+        }
+        let forms = (
+            Arc::new(problem.clone()),
+            Arc::new(wit::Problem::from(problem)),
+        );
+        *last = Some((Arc::clone(&forms.0), Arc::clone(&forms.1)));
+        forms
     }
 
     /// Asks `policy` of `source`, validates its answer and scores it, all
@@ -359,10 +409,11 @@ impl Pipeline {
                 raw.stats,
             ),
             Ok(raw) => {
+                let (candidates_evaluated, stats) = (raw.candidates_evaluated, raw.stats);
                 let result = self
-                    .check(inputs, state, &raw.config, raw.scorer, call.deadline_at)
+                    .check(inputs, state, raw, call.deadline_at)
                     .map_err(DecisionFailure::Rejected);
-                (result, raw.candidates_evaluated, raw.stats)
+                (result, candidates_evaluated, stats)
             }
             Err(failure) => (
                 Err(DecisionFailure::Plugin(with_stderr_tail(failure, &capture))),
@@ -381,20 +432,39 @@ impl Pipeline {
         }
     }
 
-    /// Validates `config` (the one validation) and scores it with `scorer`
-    /// (the policy's utility instance) or a fresh one, by `deadline_at`.
-    pub fn check(
+    /// Validates the answer (the one validation) and scores it, by
+    /// `deadline_at`. Under the observed field, with the table served for this
+    /// state, its rows are the predictions and, when the utility gave terms
+    /// for it, their sum is the utility; otherwise the predictor predicts the
+    /// answer and the policy's utility instance (or a fresh one) scores it.
+    fn check(
         &self,
         inputs: &CallInputs,
         state: &GpuState,
-        config: &[u32],
-        scorer: Option<Scorer>,
+        raw: RawDecision,
         deadline_at: Instant,
     ) -> Result<Checked, Rejection> {
-        let predictions = validate(&inputs.problem, state, self.predictor.as_ref(), config)?;
-        let utility = self
-            .score(inputs, config, &predictions, scorer, deadline_at)
-            .ok();
+        let config = &raw.config;
+        let problem = &inputs.problem;
+        let served = raw
+            .served
+            .as_ref()
+            .filter(|s| self.predictor.field() == Field::Observed && s.state == *state);
+        let predictions = validate(problem, config, |index| match served {
+            Some(served) => served
+                .predictions(problem, config)
+                .ok_or_else(|| "the served table does not fit the problem".to_owned()),
+            None => self
+                .predictor
+                .predict_joint(problem, state, &[index])
+                .map_err(|e| e.to_string()),
+        })?;
+        let utility = match served.and_then(|s| s.utility(problem, config)) {
+            Some(sum) => Some(sum),
+            None => self
+                .score(inputs, config, &predictions, raw.scorer, deadline_at)
+                .ok(),
+        };
         Ok(Checked {
             config: config.to_vec(),
             predictions,
@@ -489,7 +559,7 @@ pub struct DecisionEvent {
 /// The inputs of the latest tick, which hot reload self-checks a new plugin on.
 #[derive(Debug, Clone)]
 pub struct Checkpoint {
-    pub problem: Problem,
+    pub problem: Arc<Problem>,
     pub state: GpuState,
     pub params: Vec<wit::Param>,
 }
@@ -609,13 +679,13 @@ impl Decider {
         deadline: Duration,
     ) -> DecisionReport {
         self.tick += 1;
+        let started = Instant::now();
+        let inputs = self.pipeline.prepare(problem);
         *self.checkpoint.lock().unwrap_or_else(|e| e.into_inner()) = Some(Checkpoint {
-            problem: problem.clone(),
+            problem: Arc::clone(&inputs.problem),
             state: *state,
             params: self.params.clone(),
         });
-        let started = Instant::now();
-        let inputs = self.pipeline.prepare(problem);
         let verdict = self.pipeline.evaluate(
             &inputs,
             self.source.as_ref(),

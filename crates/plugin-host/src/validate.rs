@@ -2,8 +2,7 @@
 //! VRAM under the cap, and each model's predicted throughput at or above its
 //! SLA floor.
 
-use mfsched_core::domain::{GpuState, Infeasible, Problem};
-use mfsched_core::predict::Predictor;
+use mfsched_core::domain::{Infeasible, Problem};
 
 /// Why a decision was not used.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -23,21 +22,18 @@ pub enum Rejection {
 }
 
 /// Checks `config` against `problem` and returns its predictions (one per
-/// model) when it passes.
+/// model, from `predict` given its joint index) when it passes.
 pub fn validate(
     problem: &Problem,
-    state: &GpuState,
-    predictor: &dyn Predictor,
     config: &[u32],
+    predict: impl FnOnce(u64) -> Result<Vec<f32>, String>,
 ) -> Result<Vec<f32>, Rejection> {
     problem.check_feasible(config)?;
     let index = problem
         .space()
         .index(config)
         .expect("a feasible configuration has an index");
-    let predicted = predictor
-        .predict_joint(problem, state, &[index])
-        .map_err(|e| Rejection::Unpredictable(e.to_string()))?;
+    let predicted = predict(index).map_err(Rejection::Unpredictable)?;
     if predicted.len() != problem.models.len() {
         return Err(Rejection::Prediction {
             expected: problem.models.len(),

@@ -167,6 +167,7 @@
       ? `tick ${last.tick} · ${view.ticks.length} shown · ${LEVELS.indexOf(last.level) >= 0 ? last.level : "?"} load`
       : "no tick yet";
     info.dataset.ticks = String(view.ticks.length);
+    renderFallback(meta, last);
     renderModels(meta, last);
     renderPolicies(meta, last);
     renderEvents();
@@ -175,6 +176,25 @@
 
   function activePoint(tick) {
     return tick && tick.policies.length ? tick.policies[0] : null;
+  }
+
+  // A tick whose active answer was not used keeps the last valid
+  // configuration (or, before any, the one running): say so where the running
+  // configurations are shown, with how often and why.
+  function renderFallback(meta, last) {
+    const el = $("fallback");
+    const active = activePoint(last);
+    if (!last || !last.kept_last_valid) {
+      el.hidden = true;
+      el.textContent = "";
+      return;
+    }
+    const kept = view.ticks.filter((t) => t.kept_last_valid).length;
+    const why = active && active.failure ? active.failure : "no reason recorded";
+    el.textContent = `The active policy's answers are not being used: ${kept} of the last ` +
+      `${view.ticks.length} ticks kept the last valid configuration (before any, the one running). ` +
+      `${active ? active.policy : meta.active}: ${why}`;
+    el.hidden = false;
   }
 
   function renderModels(meta, last) {

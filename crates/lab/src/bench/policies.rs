@@ -39,6 +39,18 @@ pub struct ContenderResult {
     pub failures: usize,
 }
 
+impl ContenderResult {
+    /// Appends `later`'s ticks (the same contender on later ticks) to these.
+    pub fn append(&mut self, later: ContenderResult) {
+        self.latencies.extend(later.latencies);
+        self.predict.extend(later.predict);
+        self.evaluate.extend(later.evaluate);
+        self.utilities.extend(later.utilities);
+        self.candidates.extend(later.candidates);
+        self.failures += later.failures;
+    }
+}
+
 /// The ticks a benchmark decides: seeded random states (any regime, VRAM in
 /// use between the resident models' least and the card, any utilisation), seeds
 /// per tick.

@@ -86,8 +86,21 @@ pub struct PoliciesArgs {
     /// Seconds the peer may run before it is stopped.
     #[arg(long, default_value_t = 300, value_name = "SECS")]
     peer_timeout: u64,
+    /// With --peer: the decisions run in this many slices, the peer after
+    /// each, and the ratio is the median of the slices' (a shared machine's
+    /// speed drifts between seconds; each ratio pairs timings taken together).
+    #[arg(long, default_value_t = 3, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=20))]
+    peer_rounds: u64,
     #[command(flatten)]
     opts: PluginOpts,
+}
+
+/// One slice of decisions and the peer run right after it.
+#[derive(Debug, Clone, Copy)]
+struct PeerRound {
+    /// exhaustive (table)'s median over the slice.
+    mfsched_ms: f64,
+    peer_ms: f64,
 }
 
 /// Above this many feasible joint configurations exhaustive search is not run
@@ -182,6 +195,26 @@ fn policies(args: PoliciesArgs) -> Result<()> {
     Ok(())
 }
 
+/// The peer's table-then-exhaustive median on `scenario` (`name` as given on
+/// the command line), checking it measured that scenario.
+fn run_table_peer(
+    script: &std::path::Path,
+    name: &str,
+    scenario: &str,
+    timeout: u64,
+) -> Result<f64> {
+    let figures = peer::run(&PeerRun {
+        scenario_toml: peer::scenario_toml(script, name),
+        script: script.to_path_buf(),
+        repeats: 20,
+        timeout: Duration::from_secs(timeout),
+    })?;
+    if figures.scenario != scenario {
+        bail!("it measured {}, not {scenario}", figures.scenario);
+    }
+    Ok(figures.table.median_ms)
+}
+
 /// Benchmarks one scenario, prints its table (unless --json) and returns its
 /// results and JSON report.
 fn policies_on(args: &PoliciesArgs, name: &str) -> Result<(ScenarioBench, serde_json::Value)> {
@@ -244,16 +277,44 @@ fn policies_on(args: &PoliciesArgs, name: &str) -> Result<(ScenarioBench, serde_
         contenders.push(contender(spec, &policy, &params)?);
     }
     let ticks = bench::ticks(&problem, args.decisions, args.seed);
+    let rounds = match &args.peer {
+        Some(_) if exhaustive => args.peer_rounds as usize,
+        _ => 1,
+    };
     let bar = progress((ticks.len() * contenders.len()) as u64, "decisions")?;
-    let results = bench::run(
-        &engine,
-        &utility,
-        &predictor,
-        &problem,
-        &contenders,
-        &ticks,
-        || bar.inc(1),
-    );
+    let mut results: Vec<ContenderResult> = Vec::new();
+    let mut peer_rounds: Vec<Result<PeerRound>> = Vec::new();
+    for slice in ticks.chunks(ticks.len().div_ceil(rounds).max(1)) {
+        let slice_results = bench::run(
+            &engine,
+            &utility,
+            &predictor,
+            &problem,
+            &contenders,
+            slice,
+            || bar.inc(1),
+        );
+        let mfsched_ms = stats::quantile_ms(&slice_results[0].latencies, 0.5);
+        if results.is_empty() {
+            results = slice_results;
+        } else {
+            for (all, more) in results.iter_mut().zip(slice_results) {
+                all.append(more);
+            }
+        }
+        // The peer right after the slice, under the same machine load.
+        if let Some(script) = args.peer.as_ref().filter(|_| exhaustive) {
+            bar.suspend(|| eprintln!("running the peer: {} {}", peer::PYTHON, script.display()));
+            peer_rounds.push(
+                run_table_peer(script, name, &scenario.name, args.peer_timeout).map(|peer_ms| {
+                    PeerRound {
+                        mfsched_ms,
+                        peer_ms,
+                    }
+                }),
+            );
+        }
+    }
     bar.finish_and_clear();
 
     let reference_utilities = results[0].utilities.clone();
@@ -271,27 +332,17 @@ fn policies_on(args: &PoliciesArgs, name: &str) -> Result<(ScenarioBench, serde_
         median_of("exhaustive (candidates)").zip(median_of("exhaustive (table)"));
     let ga_over_exact = median_of("ga").zip(median_of("exact"));
     let load = load_average();
-    // The peer right after the decisions, under the same machine load.
-    let peer_table_ms = args.peer.as_ref().map(|script| {
-        eprintln!("running the peer: {} {}", peer::PYTHON, script.display());
-        peer::run(&PeerRun {
-            scenario_toml: peer::scenario_toml(script, name),
-            script: script.clone(),
-            repeats: 20,
-            timeout: Duration::from_secs(args.peer_timeout),
-        })
-        .and_then(|f| {
-            if f.scenario == scenario.name {
-                Ok(f.table.median_ms)
-            } else {
-                bail!("it measured {}, not {}", f.scenario, scenario.name)
-            }
-        })
+    let peer_failure = peer_rounds.iter().find_map(|r| r.as_ref().err());
+    let measured: Vec<PeerRound> = peer_rounds
+        .iter()
+        .filter_map(|r| r.as_ref().ok())
+        .copied()
+        .collect();
+    let peer_ratio = (peer_failure.is_none() && !measured.is_empty()).then(|| {
+        let mut ratios: Vec<f64> = measured.iter().map(|r| r.peer_ms / r.mfsched_ms).collect();
+        ratios.sort_by(f64::total_cmp);
+        ratios[ratios.len() / 2]
     });
-    let table_over_peer = match (&peer_table_ms, median_of("exhaustive (table)")) {
-        (Some(Ok(peer_ms)), Some(ms)) => Some((*peer_ms, ms)),
-        _ => None,
-    };
     let report = serde_json::json!({
         "scenario": scenario.name,
         "models": problem.models.len(),
@@ -304,8 +355,12 @@ fn policies_on(args: &PoliciesArgs, name: &str) -> Result<(ScenarioBench, serde_
         "policies": rows,
         "exhaustive_candidates_over_table": candidates_over_table.map(|(c, t)| c / t),
         "ga_over_exact": ga_over_exact.map(|(ga, exact)| ga / exact),
-        "peer_table_ms": table_over_peer.map(|(peer_ms, _)| peer_ms),
-        "peer_table_over_exhaustive_table": table_over_peer.map(|(peer_ms, ms)| peer_ms / ms),
+        "peer_rounds": measured.iter().map(|r| serde_json::json!({
+            "exhaustive_table_ms": r.mfsched_ms,
+            "peer_table_ms": r.peer_ms,
+            "peer_table_over_exhaustive_table": r.peer_ms / r.mfsched_ms,
+        })).collect::<Vec<_>>(),
+        "peer_table_over_exhaustive_table": peer_ratio,
     });
     if !args.json {
         println!(
@@ -359,14 +414,26 @@ fn policies_on(args: &PoliciesArgs, name: &str) -> Result<(ScenarioBench, serde_
                 ga_ms / exact_ms
             );
         }
-        match (&peer_table_ms, table_over_peer) {
-            (Some(Err(e)), _) => println!("numpy peer  not measured: {e:#}"),
-            (Some(Ok(_)), Some((peer_ms, ms))) => println!(
-                "exhaustive (table) through Wasm {ms:.2} ms vs the numpy peer's table-then-exhaustive path {peer_ms:.2} ms median ({:.2}x the peer's speed; load average {} after the peer)",
-                peer_ms / ms,
+        if let Some(e) = peer_failure {
+            println!("numpy peer  not measured: {e:#}");
+        } else if let Some(ratio) = peer_ratio {
+            println!(
+                "exhaustive (table) through Wasm vs the numpy peer's table-then-exhaustive path, in {} alternating rounds (decisions, then the peer):",
+                measured.len()
+            );
+            for (k, r) in measured.iter().enumerate() {
+                println!(
+                    "  round {}: {:.3} ms vs {:.3} ms median ({:.2}x the peer's speed)",
+                    k + 1,
+                    r.mfsched_ms,
+                    r.peer_ms,
+                    r.peer_ms / r.mfsched_ms
+                );
+            }
+            println!(
+                "  median {ratio:.2}x the peer's speed; load average {} after the peer",
                 format_load_average(load_average())
-            ),
-            _ => {}
+            );
         }
         if exhaustive {
             println!(
