@@ -1108,6 +1108,82 @@ printf '%s' '{"scenario": "paper-n2", "repeats": 1,
     );
 }
 
+/// `bench policies --peer` runs the decisions in slices with the peer after
+/// each, and reports each slice's ratio and their median.
+#[cfg(unix)]
+#[test]
+fn bench_policies_alternates_the_decisions_with_the_peer() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let calls = dir.path().join("calls");
+    // A stand-in for python3 running numpy_peer.py: counts its runs and writes
+    // the JSON the peer writes (its table path at 0.1 ms).
+    let python = dir.path().join("python3");
+    std::fs::write(
+        &python,
+        format!(
+            "#!/bin/sh\necho run >> '{}'\n\
+             while [ $# -gt 0 ]; do [ \"$1\" = --json ] && out=\"$2\"; shift; done\n\
+             printf '%s' '{{\"scenario\": \"paper-n2\", \"repeats\": 20,\n\
+              \"candidates\": {{\"rows\": 324, \"median_ms\": 0.5, \"rows_per_s\": 648000.0}},\n\
+              \"mlp_batch\": {{\"rows\": 324, \"median_ms\": 0.25, \"rows_per_s\": 1296000.0}},\n\
+              \"table\": {{\"rows\": 27, \"median_ms\": 0.1}},\n\
+              \"machine\": {{\"numpy\": \"2.3.1\", \"blas\": \"x\", \"blas_threads\": 2,\n\
+              \"loadavg_before\": [0.5, 0.25, 0.125], \"loadavg_after\": [0.5, 0.25, 0.125]}}}}' > \"$out\"\n",
+            calls.display()
+        ),
+    )
+    .expect("writes");
+    std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let peer = dir.path().join("numpy_peer.py");
+    let out = Command::new(env!("CARGO_BIN_EXE_mfsched"))
+        .args([
+            "bench",
+            "policies",
+            "--scenario",
+            "paper-n2",
+            "--policy",
+            "exact",
+            "--decisions",
+            "5",
+            "--peer-rounds",
+            "2",
+            "--json",
+            "--peer",
+            peer.to_str().expect("utf-8"),
+        ])
+        .env("PATH", dir.path())
+        .output()
+        .expect("the mfsched binary runs");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v = json(&out);
+    let rounds = v["peer_rounds"].as_array().expect("rounds");
+    assert_eq!(rounds.len(), 2, "{v}");
+    let runs = std::fs::read_to_string(&calls).expect("the peer ran");
+    assert_eq!(runs.lines().count(), 2, "one peer run per round");
+    let mut ratios: Vec<f64> = rounds
+        .iter()
+        .map(|r| {
+            let ms = r["exhaustive_table_ms"].as_f64().expect("mfsched's median");
+            assert_eq!(r["peer_table_ms"].as_f64(), Some(0.1), "{r}");
+            let ratio = r["peer_table_over_exhaustive_table"]
+                .as_f64()
+                .expect("ratio");
+            assert!(ms > 0.0 && (ratio - 0.1 / ms).abs() < 1e-12, "{r}");
+            ratio
+        })
+        .collect();
+    ratios.sort_by(f64::total_cmp);
+    assert_eq!(
+        v["peer_table_over_exhaustive_table"].as_f64(),
+        Some(ratios[1]),
+        "the median of two rounds is the upper one: {v}"
+    );
+    // Every decision still ran, over both slices.
+    let rows = v["policies"].as_array().expect("rows");
+    assert!(rows.iter().all(|r| r["failed"].as_u64() == Some(0)), "{v}");
+}
+
 #[cfg(unix)]
 #[test]
 fn a_failing_or_stalled_peer_is_one_line_and_the_bench_stands() {
