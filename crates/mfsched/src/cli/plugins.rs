@@ -146,6 +146,19 @@ pub fn policy_params(
     setup::with_declared_params(&policy.info, params).map_err(|e| anyhow::anyhow!("{label}: {e}"))
 }
 
+/// What `plugins check` and `plugins test` run a policy with.
+#[derive(Debug, clap::Args)]
+pub struct PolicyRun {
+    /// A policy parameter (repeatable).
+    #[arg(long = "param", value_name = "KEY=VALUE")]
+    params: Vec<String>,
+    /// Seed passed to the policy.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    #[command(flatten)]
+    opts: PluginOpts,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum PluginsCommand {
     /// Checks a component before shipping it: WIT version and world, sandboxed
@@ -157,14 +170,8 @@ pub enum PluginsCommand {
         /// A bundled scenario name or a scenario .toml file to decide on.
         #[arg(long, default_value = "paper-n5")]
         scenario: String,
-        /// A policy parameter (repeatable).
-        #[arg(long = "param", value_name = "KEY=VALUE")]
-        params: Vec<String>,
-        /// Seed passed to the policy.
-        #[arg(long, default_value_t = 1)]
-        seed: u64,
         #[command(flatten)]
-        opts: PluginOpts,
+        run: PolicyRun,
     },
     /// Tests a policy against recorded or fixture states, several runs each:
     /// every answer must pass the host's validation, every run of a state must
@@ -201,14 +208,8 @@ pub enum PluginsCommand {
         /// The utility component: a name or a .wasm path.
         #[arg(long, default_value = "utility")]
         utility: String,
-        /// A policy parameter (repeatable).
-        #[arg(long = "param", value_name = "KEY=VALUE")]
-        params: Vec<String>,
-        /// Seed passed to the policy.
-        #[arg(long, default_value_t = 1)]
-        seed: u64,
         #[command(flatten)]
-        opts: PluginOpts,
+        run: PolicyRun,
     },
     /// Writes a new Rust policy crate (standalone, depending on the mfsched-sdk
     /// crate, which carries the WIT bindings) that builds to a component with
@@ -248,10 +249,8 @@ pub fn run(cmd: PluginsCommand) -> Result<()> {
         PluginsCommand::Check {
             file,
             scenario,
-            params,
-            seed,
-            opts,
-        } => check(&file, &scenario, &params, seed, &opts),
+            run,
+        } => check(&file, &scenario, &run.params, run.seed, &run.opts),
         PluginsCommand::Test {
             policy,
             log,
@@ -260,9 +259,7 @@ pub fn run(cmd: PluginsCommand) -> Result<()> {
             runs,
             budget_ms,
             utility,
-            params,
-            seed,
-            opts,
+            run,
         } => super::policytest::run(&super::policytest::TestArgs {
             policy: &policy,
             source: match (log, states) {
@@ -274,9 +271,9 @@ pub fn run(cmd: PluginsCommand) -> Result<()> {
             runs: usize::try_from(runs).unwrap_or(usize::MAX),
             budget_ms,
             utility: &utility,
-            params: &params,
-            seed,
-            opts: &opts,
+            params: &run.params,
+            seed: run.seed,
+            opts: &run.opts,
         }),
         PluginsCommand::New { name, dir, sdk } => new_policy(&name, dir, sdk),
         PluginsCommand::Wit { out: None } => {
