@@ -315,8 +315,9 @@ impl Search<'_> {
     /// which it fits (found by bisection) and prices around it give genomes on
     /// the trade-off frontier: the trades a tight card needs (one model gives
     /// up memory that two others use better), which random mutation and the
-    /// polish's two-gene changes rarely make. Distinct genomes, best price
-    /// first; those over the cap are left to `repair`.
+    /// polish's two-gene changes rarely make. One genome per price, best price
+    /// first (several prices may give the same one); those over the cap are
+    /// left to `repair`.
     fn priced_genomes(&self, terms: &[f64]) -> Vec<Vec<u32>> {
         let space = self.space;
         let at_price = |price: f64| -> Vec<u32> {
@@ -367,16 +368,14 @@ impl Search<'_> {
                 low = mid;
             }
         }
-        let mut genomes: Vec<Vec<u32>> = Vec::new();
-        for factor in PRICE_FACTORS {
-            let g = at_price(high * factor);
-            if !genomes.contains(&g) {
-                genomes.push(g);
-            }
-        }
-        genomes.push(at_price(low));
-        genomes.dedup();
-        genomes
+        // Several prices may give one genome: the caller skips any already in
+        // the population (a fitting genome's repair draws nothing from the rng,
+        // so a skipped duplicate changes nothing else).
+        PRICE_FACTORS
+            .iter()
+            .map(|factor| at_price(high * factor))
+            .chain([at_price(low)])
+            .collect()
     }
 
     /// A uniformly random floor-meeting gene of model `i`.
