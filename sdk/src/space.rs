@@ -259,11 +259,9 @@ pub struct Best {
 /// No candidate seen yet (no joint index is this large: the space's size is).
 const NONE_YET: u64 = u64::MAX;
 
-/// Most combinations in the block of [`Space::best_by_terms`] (a few MiB).
+/// Most combinations in the block of [`Space::best_by_terms`] (a few MiB), when
+/// the block is more than the last model.
 const MAX_BLOCK: u64 = 1 << 16;
-/// Low bits of a block sort key that hold the block index.
-const BLOCK_INDEX_BITS: u32 = 17;
-const BLOCK_INDEX_MASK: u64 = (1 << BLOCK_INDEX_BITS) - 1;
 
 /// Every combination of the block's configurations (the models from `start`
 /// on) by VRAM, each with the best block sum among it and every cheaper one:
@@ -285,7 +283,14 @@ impl Completions {
         // Every combination's block sum (added in model order), the block's
         // last model fastest, and its sort key: VRAM in the high bits, the
         // block index in the low ones (unique, so an unstable sort of plain
-        // integers orders by VRAM, then index).
+        // integers orders by VRAM, then index). The index takes as many bits
+        // as the block needs (at most 32: one model's grid), the VRAM the
+        // rest (a block's total is far below 2^32 MiB).
+        let combos: u64 = (start..space.models())
+            .map(|i| u64::from(space.radices[i]))
+            .product();
+        let index_bits = (u64::BITS - combos.saturating_sub(1).leading_zeros()).max(1);
+        let index_mask = (1u64 << index_bits) - 1;
         let mut sums = vec![0.0f64];
         let mut keys = vec![0u64];
         for i in start..space.models() {
@@ -295,7 +300,7 @@ impl Completions {
             for (&sum, &key) in sums.iter().zip(&keys) {
                 for (&v, &t) in space.vram[i].iter().zip(model_terms) {
                     next_sums.push(sum + t);
-                    next_keys.push(key + (u64::from(v) << BLOCK_INDEX_BITS));
+                    next_keys.push(key + (u64::from(v) << index_bits));
                 }
             }
             sums = next_sums;
@@ -305,13 +310,13 @@ impl Completions {
         // the last model, whose stride is 1, so the positions count in the
         // joint index's own mixed radix.
         for (position, key) in keys.iter_mut().enumerate() {
-            *key = (*key & !BLOCK_INDEX_MASK) | position as u64;
+            *key = (*key & !index_mask) | position as u64;
         }
         keys.sort_unstable();
         let mut best: Vec<(f64, u64)> = Vec::with_capacity(keys.len());
         let mut first: Vec<u64> = Vec::with_capacity(keys.len());
         for &key in &keys {
-            let index = key & BLOCK_INDEX_MASK;
+            let index = key & index_mask;
             let t = sums[index as usize];
             first.push(first.last().map_or(index, |&f| f.min(index)));
             let keep = best
@@ -321,7 +326,7 @@ impl Completions {
             best.push(keep.unwrap_or((t, index)));
         }
         Self {
-            vram: keys.iter().map(|&k| k >> BLOCK_INDEX_BITS).collect(),
+            vram: keys.iter().map(|&k| k >> index_bits).collect(),
             best,
             first,
         }
@@ -550,6 +555,30 @@ mod tests {
                 space.best_by_terms_split(terms, space.block_start())
             );
         }
+    }
+
+    /// A last model larger than any block: its index takes more bits of the
+    /// sort key than a block's would.
+    #[test]
+    fn the_best_by_terms_handles_a_model_larger_than_a_block() {
+        let big = (2 * MAX_BLOCK + 4_464) as u32;
+        let vram = vec![vec![3, 1, 2], (0..big).map(|c| c % 97).collect()];
+        let terms: Vec<f64> = (0..3 + big)
+            .map(|k| f64::from((k * 7_919) % 1_013) * 0.25)
+            .collect();
+        let space = Space::from_vram(vram, 60);
+        let mut tuple = vec![0u32; 2];
+        let mut expected: Option<(u64, f64)> = None;
+        for &i in &space.feasible_indices() {
+            space.decode(i, &mut tuple);
+            let s = space.sum_terms(&terms, &tuple);
+            if expected.is_none_or(|(_, b)| s > b) {
+                expected = Some((i, s));
+            }
+        }
+        assert_eq!(space.block_start(), 1);
+        let best = space.best_by_terms(&terms).expect("something fits");
+        assert_eq!(Some((best.index, best.score)), expected);
     }
 
     #[test]
