@@ -285,6 +285,8 @@ pub struct Verdict {
 }
 
 /// The predictor and utility every policy is served, and the engine they run on.
+/// A clone is the same pipeline (its caches shared), for another decider.
+#[derive(Clone)]
 pub struct Pipeline {
     engine: Arc<PluginEngine>,
     utility: Arc<Slot<LoadedUtility>>,
@@ -294,8 +296,11 @@ pub struct Pipeline {
     /// differ only in floors, costs and the running configuration, so the next
     /// tick's are these updated in place rather than copied and converted
     /// afresh (a few hundred allocations).
-    prepared: Mutex<Option<(Arc<Problem>, Arc<wit::Problem>)>>,
+    prepared: Arc<Mutex<Option<Prepared>>>,
 }
+
+/// A problem in its domain and WIT forms.
+type Prepared = (Arc<Problem>, Arc<wit::Problem>);
 
 impl std::fmt::Debug for Pipeline {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -316,7 +321,7 @@ impl Pipeline {
             utility,
             predictor,
             feasible: Arc::default(),
-            prepared: Mutex::default(),
+            prepared: Arc::default(),
         }
     }
 
@@ -349,7 +354,7 @@ impl Pipeline {
     /// `problem` shared, in its domain and WIT forms: the last tick's updated
     /// in place when only per-tick fields changed (copied first if a caller
     /// still holds them), else made afresh.
-    fn forms(&self, problem: &Problem) -> (Arc<Problem>, Arc<wit::Problem>) {
+    fn forms(&self, problem: &Problem) -> Prepared {
         let mut last = self.prepared.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((domain, wit_problem)) = last.as_mut()
             && domain.card == problem.card

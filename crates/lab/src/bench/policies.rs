@@ -5,7 +5,7 @@
 use mfsched_core::domain::{GpuState, Problem, WorkloadLevel};
 use mfsched_core::predict::{PerCandidate, Predictor};
 use mfsched_plugin_host::registry::{LoadedPolicy, LoadedUtility, Registry, Slot};
-use mfsched_plugin_host::{Decider, DecisionOutcome, DecisionReport, PluginEngine};
+use mfsched_plugin_host::{Decider, DecisionOutcome, DecisionReport, Pipeline, PluginEngine};
 use mfsched_rng::Rng;
 use std::sync::Arc;
 use std::time::Duration;
@@ -104,20 +104,29 @@ pub fn run(
             failures: 0,
         })
         .collect();
-    for (state, seed) in ticks {
-        for (c, result) in contenders.iter().zip(&mut results) {
-            let mut params = c.params.clone();
-            params.push(("seed".into(), seed.to_string()));
-            let predictor: Arc<dyn Predictor> = if c.per_candidate {
+    // One pipeline per contender for every tick, as the daemon keeps one: the
+    // feasible set is computed once per problem and the prepared problem
+    // updated in place. Each tick gets a fresh decider: its own seed, and no
+    // last valid decision from another tick's state.
+    let pipelines: Vec<Pipeline> = contenders
+        .iter()
+        .map(|c| {
+            let served: Arc<dyn Predictor> = if c.per_candidate {
                 Arc::new(PerCandidate(Arc::clone(predictor)))
             } else {
                 Arc::clone(predictor)
             };
-            let mut decider = Decider::new(
-                Arc::clone(engine),
+            Pipeline::new(Arc::clone(engine), Arc::clone(&utility_slot), served)
+        })
+        .collect();
+    for (state, seed) in ticks {
+        for ((c, pipeline), result) in contenders.iter().zip(&pipelines).zip(&mut results) {
+            let mut params = c.params.clone();
+            params.push(("seed".into(), seed.to_string()));
+            let mut decider = Decider::with_source(
+                pipeline.clone(),
                 Arc::new(Slot::new(Arc::clone(&c.policy))),
-                Arc::clone(&utility_slot),
-                predictor,
+                &c.policy.info.name,
                 params,
             );
             let report: DecisionReport = decider.decide(problem, state);
