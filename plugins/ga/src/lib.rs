@@ -127,6 +127,9 @@ impl mfsched_sdk::Guest for Ga {
             landscape: &landscape,
             allowed,
             allowed_genes,
+            least_vram: (0..space.models())
+                .map(|i| space.vram_of(i, min_tuple[i]))
+                .collect(),
             cache: HashMap::new(),
             summed: 0,
         };
@@ -166,6 +169,8 @@ struct Search<'a> {
     allowed: Vec<Vec<bool>>,
     /// Per model, the genes it allows, for uniform draws without a scan.
     allowed_genes: Vec<Vec<u32>>,
+    /// Per model, the VRAM of its cheapest configuration.
+    least_vram: Vec<u32>,
     /// Fitness of every genome scored so far, by joint index.
     cache: HashMap<u64, f64>,
     /// Genomes scored from summed terms (repeats included).
@@ -414,7 +419,24 @@ impl Search<'_> {
         genes: usize,
         fit: f64,
     ) -> Option<(Vec<u32>, f64)> {
-        let neighbours = self.neighbours(genome, genes);
+        if let Landscape::Terms { terms } = self.landscape {
+            // Summed as they are enumerated, nothing materialised: the same
+            // first best as scoring the whole list (thousands of two-gene
+            // neighbours, each its own allocation, were most of a polish).
+            let (space, mut seen) = (self.space, 0u64);
+            let mut best: Option<(Vec<u32>, f64)> = None;
+            self.each_neighbour(genome, genes, |g| {
+                seen += 1;
+                let f = space.sum_terms(terms, g);
+                if best.as_ref().is_none_or(|&(_, b)| f > b) {
+                    best = Some((g.to_vec(), f));
+                }
+            });
+            self.summed += seen;
+            return best.filter(|&(_, f)| f > fit);
+        }
+        let mut neighbours = Vec::new();
+        self.each_neighbour(genome, genes, |g| neighbours.push(g.to_vec()));
         let fitness = self.score(&neighbours);
         let k = best_index(&fitness).filter(|&k| fitness[k] > fit)?;
         Some((neighbours[k].clone(), fitness[k]))
@@ -484,18 +506,17 @@ impl Search<'_> {
         Some((chains[k].1.clone(), scores[k]))
     }
 
-    /// The genomes that differ from `genome` in exactly `genes` (1 or 2)
-    /// models and fit in memory.
-    fn neighbours(&self, genome: &[u32], genes: usize) -> Vec<Vec<u32>> {
+    /// Calls `visit` with every genome that differs from `genome` in exactly
+    /// `genes` (1 or 2) models and fits in memory, in one fixed order.
+    fn each_neighbour(&self, genome: &[u32], genes: usize, mut visit: impl FnMut(&[u32])) {
         let n = genome.len();
-        let mut out = Vec::new();
         let mut g = genome.to_vec();
         for i in 0..n {
             for ci in (0..self.space.radix(i)).filter(|&c| c != genome[i]) {
                 g[i] = ci;
                 if genes == 1 {
                     if self.space.fits(&g) {
-                        out.push(g.clone());
+                        visit(&g);
                     }
                     continue;
                 }
@@ -503,7 +524,7 @@ impl Search<'_> {
                     for cj in (0..self.space.radix(j)).filter(|&c| c != genome[j]) {
                         g[j] = cj;
                         if self.space.fits(&g) {
-                            out.push(g.clone());
+                            visit(&g);
                         }
                     }
                     g[j] = genome[j];
@@ -511,7 +532,6 @@ impl Search<'_> {
             }
             g[i] = genome[i];
         }
-        out
     }
 
     /// Redraws genes under their floor, then moves random models to strictly
@@ -527,7 +547,7 @@ impl Search<'_> {
         }
         while !space.fits(genome) {
             let reducible: Vec<usize> = (0..genome.len())
-                .filter(|&i| space.vram_of(i, genome[i]) > space.vram_of(i, cheapest(space, i)))
+                .filter(|&i| space.vram_of(i, genome[i]) > self.least_vram[i])
                 .collect();
             let Some(&i) = reducible.get(rng.below(reducible.len().max(1) as u64) as usize) else {
                 return;
