@@ -114,6 +114,13 @@ impl Space {
         if !self.fits(tuple) {
             return f64::NEG_INFINITY;
         }
+        self.terms_of(terms, tuple)
+    }
+
+    /// The sum of a configuration's `terms` in model order, whether or not it
+    /// fits in memory: [`Space::sum_terms`] without the memory check, for a
+    /// caller that knows the configuration fits.
+    pub fn terms_of(&self, terms: &[f64], tuple: &[u32]) -> f64 {
         tuple.iter().enumerate().fold(0.0, |sum, (i, &c)| {
             sum + terms[self.offsets[i] + c as usize]
         })

@@ -427,7 +427,7 @@ impl Search<'_> {
             let mut best: Option<(Vec<u32>, f64)> = None;
             self.each_neighbour(genome, genes, |g| {
                 seen += 1;
-                let f = space.sum_terms(terms, g);
+                let f = space.terms_of(terms, g);
                 if best.as_ref().is_none_or(|&(_, b)| f > b) {
                     best = Some((g.to_vec(), f));
                 }
@@ -507,23 +507,31 @@ impl Search<'_> {
     }
 
     /// Calls `visit` with every genome that differs from `genome` in exactly
-    /// `genes` (1 or 2) models and fits in memory, in one fixed order.
+    /// `genes` (1 or 2) models and fits in memory, in one fixed order. Whether
+    /// a neighbour fits is the genome's VRAM with the changed models' swapped
+    /// (integers: the same answer as summing it afresh).
     fn each_neighbour(&self, genome: &[u32], genes: usize, mut visit: impl FnMut(&[u32])) {
+        let space = self.space;
         let n = genome.len();
+        let cap = space.cap_mib();
+        let used = space.vram_mib(genome);
         let mut g = genome.to_vec();
         for i in 0..n {
-            for ci in (0..self.space.radix(i)).filter(|&c| c != genome[i]) {
+            let without_i = used - u64::from(space.vram_of(i, genome[i]));
+            for ci in (0..space.radix(i)).filter(|&c| c != genome[i]) {
                 g[i] = ci;
+                let with_ci = without_i + u64::from(space.vram_of(i, ci));
                 if genes == 1 {
-                    if self.space.fits(&g) {
+                    if with_ci <= cap {
                         visit(&g);
                     }
                     continue;
                 }
                 for j in i + 1..n {
-                    for cj in (0..self.space.radix(j)).filter(|&c| c != genome[j]) {
-                        g[j] = cj;
-                        if self.space.fits(&g) {
+                    let without_j = with_ci - u64::from(space.vram_of(j, genome[j]));
+                    for cj in (0..space.radix(j)).filter(|&c| c != genome[j]) {
+                        if without_j + u64::from(space.vram_of(j, cj)) <= cap {
+                            g[j] = cj;
                             visit(&g);
                         }
                     }
