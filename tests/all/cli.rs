@@ -1184,6 +1184,56 @@ fn bench_policies_alternates_the_decisions_with_the_peer() {
     assert!(rows.iter().all(|r| r["failed"].as_u64() == Some(0)), "{v}");
 }
 
+/// A peer that fails in its first round is not run again (a stalled one
+/// would cost its timeout every round), and is one line.
+#[cfg(unix)]
+#[test]
+fn bench_policies_runs_a_failing_peer_once() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let calls = dir.path().join("calls");
+    let python = dir.path().join("python3");
+    std::fs::write(
+        &python,
+        format!(
+            "#!/bin/sh\necho run >> '{}'\necho 'numpy_peer.py needs numpy: pip install numpy' >&2\nexit 1\n",
+            calls.display()
+        ),
+    )
+    .expect("writes");
+    std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let peer = dir.path().join("numpy_peer.py");
+    let out = Command::new(env!("CARGO_BIN_EXE_mfsched"))
+        .args([
+            "bench",
+            "policies",
+            "--scenario",
+            "paper-n2",
+            "--policy",
+            "exact",
+            "--decisions",
+            "6",
+            "--peer",
+            peer.to_str().expect("utf-8"),
+        ])
+        .env("PATH", dir.path())
+        .output()
+        .expect("the mfsched binary runs");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let runs = std::fs::read_to_string(&calls).expect("the peer ran");
+    assert_eq!(runs.lines().count(), 1, "one run of three rounds");
+    let text = stdout(&out);
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("numpy peer"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{text}");
+    assert!(
+        lines[0].contains("not measured") && lines[0].contains("needs numpy"),
+        "{text}"
+    );
+}
+
 #[cfg(unix)]
 #[test]
 fn a_failing_or_stalled_peer_is_one_line_and_the_bench_stands() {

@@ -302,8 +302,10 @@ fn policies_on(args: &PoliciesArgs, name: &str) -> Result<(ScenarioBench, serde_
                 all.append(more);
             }
         }
-        // The peer right after the slice, under the same machine load.
-        if let Some(script) = args.peer.as_ref().filter(|_| exhaustive) {
+        // The peer right after the slice, under the same machine load; once
+        // it failed, not again (a stalled one would cost its timeout each time).
+        let peer_failed = peer_rounds.iter().any(Result::is_err);
+        if let Some(script) = args.peer.as_ref().filter(|_| exhaustive && !peer_failed) {
             bar.suspend(|| eprintln!("running the peer: {} {}", peer::PYTHON, script.display()));
             peer_rounds.push(
                 run_table_peer(script, name, &scenario.name, args.peer_timeout).map(|peer_ms| {
