@@ -5,8 +5,10 @@
 //! Under the observed field every candidate's row comes from one prediction
 //! per local configuration. With an additive utility a candidate's score is
 //! the sum of the utility's per-model terms, and every feasible candidate is
-//! summed in one walk of the feasible tree with the partial sums carried down
-//! (`Space::best_by_terms`): cheaper than receiving the host's feasible list.
+//! covered by meeting in the middle (`Space::best_by_terms`: the last models'
+//! combinations sorted by VRAM with their best sums, the models before walked
+//! with the partial sums carried down): cheaper than receiving the host's
+//! feasible list.
 //! Otherwise the candidates are the host's feasible set (computed once per
 //! problem), scored by the utility from the table or, under a candidate-aware
 //! field, through the batched `predict` (N rows per candidate).
