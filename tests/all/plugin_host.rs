@@ -443,12 +443,17 @@ fn replacing_a_plugin_while_deciding_swaps_it_without_a_failed_decision() {
         "{titles:?}"
     );
     assert!(r.decider.events().is_empty());
-    let events = reload.events();
-    assert!(
+    // The reload thread records the swap just after installing it, so a
+    // decision may see the new plugin a moment before the event is there.
+    let swapped = |events: &[mfsched_plugin_host::ReloadEvent]| {
         events
             .iter()
-            .any(|e| matches!(&e.outcome, ReloadOutcome::Swapped { name, .. } if name == "live")),
-        "{events:?}"
+            .any(|e| matches!(&e.outcome, ReloadOutcome::Swapped { name, .. } if name == "live"))
+    };
+    assert!(
+        wait_for(&reload, Duration::from_secs(10), swapped),
+        "{:?}",
+        reload.events()
     );
 
     // Back to exhaustive by an atomic rename.
