@@ -1067,18 +1067,21 @@ fn bench_with_fake_peer(fake: &str, extra: &[&str]) -> Output {
         .expect("the mfsched binary runs")
 }
 
+/// A stand-in peer's body: writes the JSON numpy_peer.py writes to the path
+/// after --json (shell builtins only); its table path takes 0.1 ms.
 #[cfg(unix)]
-#[test]
-fn bench_surrogate_prints_the_peers_figures_beside_its_own() {
-    // Writes the JSON numpy_peer.py writes to the path after --json (shell builtins only).
-    let fake = r#"while [ $# -gt 0 ]; do [ "$1" = --json ] && out="$2"; shift; done
+const FAKE_PEER_JSON: &str = r#"while [ $# -gt 0 ]; do [ "$1" = --json ] && out="$2"; shift; done
 printf '%s' '{"scenario": "paper-n2", "repeats": 1,
  "candidates": {"rows": 324, "median_ms": 0.5, "rows_per_s": 648000.0},
  "mlp_batch": {"rows": 324, "median_ms": 0.25, "rows_per_s": 1296000.0},
  "table": {"rows": 27, "median_ms": 0.1},
  "machine": {"numpy": "2.3.1", "blas": "scipy-openblas 0.3.29", "blas_threads": 2,
              "loadavg_before": [0.5, 0.25, 0.125], "loadavg_after": [0.75, 0.5, 0.25]}}' > "$out""#;
-    let out = bench_with_fake_peer(fake, &[]);
+
+#[cfg(unix)]
+#[test]
+fn bench_surrogate_prints_the_peers_figures_beside_its_own() {
+    let out = bench_with_fake_peer(FAKE_PEER_JSON, &[]);
     assert!(out.status.success(), "{}", stderr(&out));
     let text = stdout(&out);
     let mfsched_row = text
@@ -1108,30 +1111,18 @@ printf '%s' '{"scenario": "paper-n2", "repeats": 1,
     );
 }
 
-/// `bench policies --peer` runs the decisions in slices with the peer after
-/// each, and reports each slice's ratio and their median.
+/// `mfsched bench policies --scenario paper-n2 --policy exact --peer …` with
+/// `extra` arguments, where python3 is a stand-in whose body (after it counts
+/// its run) is `fake`; returns the output and how many times the peer ran.
 #[cfg(unix)]
-#[test]
-fn bench_policies_alternates_the_decisions_with_the_peer() {
+fn bench_policies_with_fake_peer(fake: &str, extra: &[&str]) -> (Output, usize) {
     use std::os::unix::fs::PermissionsExt as _;
     let dir = tempfile::tempdir().expect("temp dir");
     let calls = dir.path().join("calls");
-    // A stand-in for python3 running numpy_peer.py: counts its runs and writes
-    // the JSON the peer writes (its table path at 0.1 ms).
     let python = dir.path().join("python3");
     std::fs::write(
         &python,
-        format!(
-            "#!/bin/sh\necho run >> '{}'\n\
-             while [ $# -gt 0 ]; do [ \"$1\" = --json ] && out=\"$2\"; shift; done\n\
-             printf '%s' '{{\"scenario\": \"paper-n2\", \"repeats\": 20,\n\
-              \"candidates\": {{\"rows\": 324, \"median_ms\": 0.5, \"rows_per_s\": 648000.0}},\n\
-              \"mlp_batch\": {{\"rows\": 324, \"median_ms\": 0.25, \"rows_per_s\": 1296000.0}},\n\
-              \"table\": {{\"rows\": 27, \"median_ms\": 0.1}},\n\
-              \"machine\": {{\"numpy\": \"2.3.1\", \"blas\": \"x\", \"blas_threads\": 2,\n\
-              \"loadavg_before\": [0.5, 0.25, 0.125], \"loadavg_after\": [0.5, 0.25, 0.125]}}}}' > \"$out\"\n",
-            calls.display()
-        ),
+        format!("#!/bin/sh\necho run >> '{}'\n{fake}\n", calls.display()),
     )
     .expect("writes");
     std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).expect("chmod");
@@ -1144,23 +1135,31 @@ fn bench_policies_alternates_the_decisions_with_the_peer() {
             "paper-n2",
             "--policy",
             "exact",
-            "--decisions",
-            "5",
-            "--peer-rounds",
-            "2",
-            "--json",
             "--peer",
             peer.to_str().expect("utf-8"),
         ])
+        .args(extra)
         .env("PATH", dir.path())
         .output()
         .expect("the mfsched binary runs");
+    let runs = std::fs::read_to_string(&calls).map_or(0, |r| r.lines().count());
+    (out, runs)
+}
+
+/// `bench policies --peer` runs the decisions in slices with the peer after
+/// each, and reports each slice's ratio and their median.
+#[cfg(unix)]
+#[test]
+fn bench_policies_alternates_the_decisions_with_the_peer() {
+    let (out, runs) = bench_policies_with_fake_peer(
+        FAKE_PEER_JSON,
+        &["--decisions", "5", "--peer-rounds", "2", "--json"],
+    );
     assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(runs, 2, "one peer run per round");
     let v = json(&out);
     let rounds = v["peer_rounds"].as_array().expect("rounds");
     assert_eq!(rounds.len(), 2, "{v}");
-    let runs = std::fs::read_to_string(&calls).expect("the peer ran");
-    assert_eq!(runs.lines().count(), 2, "one peer run per round");
     let mut ratios: Vec<f64> = rounds
         .iter()
         .map(|r| {
@@ -1189,49 +1188,28 @@ fn bench_policies_alternates_the_decisions_with_the_peer() {
 #[cfg(unix)]
 #[test]
 fn bench_policies_runs_a_failing_peer_once() {
-    use std::os::unix::fs::PermissionsExt as _;
-    let dir = tempfile::tempdir().expect("temp dir");
-    let calls = dir.path().join("calls");
-    let python = dir.path().join("python3");
-    std::fs::write(
-        &python,
-        format!(
-            "#!/bin/sh\necho run >> '{}'\necho 'numpy_peer.py needs numpy: pip install numpy' >&2\nexit 1\n",
-            calls.display()
-        ),
-    )
-    .expect("writes");
-    std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-    let peer = dir.path().join("numpy_peer.py");
-    let out = Command::new(env!("CARGO_BIN_EXE_mfsched"))
-        .args([
-            "bench",
-            "policies",
-            "--scenario",
-            "paper-n2",
-            "--policy",
-            "exact",
-            "--decisions",
-            "6",
-            "--peer",
-            peer.to_str().expect("utf-8"),
-        ])
-        .env("PATH", dir.path())
-        .output()
-        .expect("the mfsched binary runs");
-    assert!(out.status.success(), "{}", stderr(&out));
-    let runs = std::fs::read_to_string(&calls).expect("the peer ran");
-    assert_eq!(runs.lines().count(), 1, "one run of three rounds");
-    let text = stdout(&out);
+    let (out, runs) = bench_policies_with_fake_peer(
+        "echo 'numpy_peer.py needs numpy: pip install numpy' >&2; exit 1",
+        &["--decisions", "6"],
+    );
+    assert_eq!(runs, 1, "one run of three rounds");
+    let line = the_peer_not_measured_line(&out);
+    assert!(line.contains("needs numpy"), "{line}");
+}
+
+/// The one line a bench prints for a peer it could not measure (the bench
+/// itself succeeded).
+#[cfg(unix)]
+fn the_peer_not_measured_line(out: &Output) -> String {
+    assert!(out.status.success(), "{}", stderr(out));
+    let text = stdout(out);
     let lines: Vec<&str> = text
         .lines()
         .filter(|l| l.starts_with("numpy peer"))
         .collect();
     assert_eq!(lines.len(), 1, "{text}");
-    assert!(
-        lines[0].contains("not measured") && lines[0].contains("needs numpy"),
-        "{text}"
-    );
+    assert!(lines[0].contains("not measured"), "{text}");
+    lines[0].to_owned()
 }
 
 #[cfg(unix)]
@@ -1246,17 +1224,9 @@ fn a_failing_or_stalled_peer_is_one_line_and_the_bench_stands() {
         (&failing, "needs numpy: pip install numpy"),
         (&stalled, "timed out after 1 s"),
     ] {
-        assert!(out.status.success(), "{}", stderr(out));
+        let line = the_peer_not_measured_line(out);
+        assert!(line.contains(want), "{line}");
         let text = stdout(out);
-        let lines: Vec<&str> = text
-            .lines()
-            .filter(|l| l.starts_with("numpy peer"))
-            .collect();
-        assert_eq!(lines.len(), 1, "{text}");
-        assert!(
-            lines[0].contains("not measured") && lines[0].contains(want),
-            "{text}"
-        );
         assert!(text.contains("every feasible cand."), "{text}");
     }
 }
