@@ -10,7 +10,7 @@ use super::failure::{PluginFailure, classify, describe};
 use super::output::OutputCapture;
 use super::registry::LoadedUtility;
 use mfsched_core::domain::{GpuState, Problem};
-use mfsched_core::predict::Predictor;
+use mfsched_core::predict::{Predictor, table_offsets};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 use wasmtime::component::ResourceTable;
@@ -225,6 +225,7 @@ struct CallState {
     scorer: Scorer,
     deadline_at: Instant,
     max_candidates: usize,
+    /// The table served for `state` (the latest, when asked again), and its terms.
     served: Option<ServedTable>,
 }
 
@@ -236,7 +237,6 @@ struct CallState {
 /// terms. So the host neither predicts nor scores the answer again.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ServedTable {
-    pub state: GpuState,
     pub table: Vec<f32>,
     pub terms: Option<Vec<f64>>,
 }
@@ -244,27 +244,29 @@ pub struct ServedTable {
 impl ServedTable {
     /// Model i's prediction in `config`, one per model.
     pub fn predictions(&self, problem: &Problem, config: &[u32]) -> Option<Vec<f32>> {
-        let mut offset = 0;
-        let mut out = Vec::with_capacity(config.len());
-        for (model, &c) in problem.models.iter().zip(config) {
-            out.push(*self.table.get(offset + c as usize)?);
-            offset += model.configs.len();
-        }
-        (offset == self.table.len()).then_some(out)
+        entries(problem, &self.table, config)
     }
 
     /// The sum of `config`'s terms in model order (the utility's own score of
     /// a feasible candidate, bit for bit when it sums its terms from zero).
     pub fn utility(&self, problem: &Problem, config: &[u32]) -> Option<f64> {
-        let terms = self.terms.as_ref()?;
-        let mut offset = 0;
-        let mut sum = 0.0;
-        for (model, &c) in problem.models.iter().zip(config) {
-            sum += *terms.get(offset + c as usize)?;
-            offset += model.configs.len();
-        }
-        Some(sum)
+        let terms = entries(problem, self.terms.as_ref()?, config)?;
+        Some(terms.iter().fold(0.0, |sum, t| sum + t))
     }
+}
+
+/// `config`'s entry for each model in a buffer laid out like a
+/// `predict-table` answer; `None` when the buffer is not of the problem's.
+fn entries<T: Copy>(problem: &Problem, buffer: &[T], config: &[u32]) -> Option<Vec<T>> {
+    let offsets = table_offsets(problem);
+    if offsets.last() != Some(&buffer.len()) {
+        return None;
+    }
+    config
+        .iter()
+        .zip(&offsets)
+        .map(|(&c, &offset)| buffer.get(offset + c as usize).copied())
+        .collect()
 }
 
 /// Candidates predicted between two looks at the deadline: a few tens of
@@ -374,7 +376,6 @@ impl surrogate::Host for PolicyCtx {
             .map_err(|e| wasmtime::Error::new(PluginFailure::Host(e.to_string())))?;
         if state == call.state {
             call.served = Some(ServedTable {
-                state,
                 table: table.clone(),
                 terms: None,
             });

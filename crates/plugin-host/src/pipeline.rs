@@ -451,10 +451,12 @@ impl Pipeline {
     ) -> Result<Checked, Rejection> {
         let config = &raw.config;
         let problem = &inputs.problem;
+        // The table was served for this call's state (`predict_table` keeps
+        // no other).
         let served = raw
             .served
             .as_ref()
-            .filter(|s| self.predictor.field() == Field::Observed && s.state == *state);
+            .filter(|_| self.predictor.field() == Field::Observed);
         let predictions = validate(problem, config, |index| match served {
             Some(served) => served
                 .predictions(problem, config)
