@@ -75,6 +75,11 @@ impl Space {
         self.offsets[model]
     }
 
+    /// The least VRAM any configuration of `model` needs, MiB.
+    pub fn least_vram(&self, model: usize) -> u64 {
+        self.min_vram[model]
+    }
+
     pub fn vram_of(&self, model: usize, config: u32) -> u32 {
         self.vram[model][config as usize]
     }

@@ -127,9 +127,6 @@ impl mfsched_sdk::Guest for Ga {
             landscape: &landscape,
             allowed,
             allowed_genes,
-            least_vram: (0..space.models())
-                .map(|i| space.vram_of(i, min_tuple[i]))
-                .collect(),
             cache: HashMap::new(),
             summed: 0,
         };
@@ -169,8 +166,6 @@ struct Search<'a> {
     allowed: Vec<Vec<bool>>,
     /// Per model, the genes it allows, for uniform draws without a scan.
     allowed_genes: Vec<Vec<u32>>,
-    /// Per model, the VRAM of its cheapest configuration.
-    least_vram: Vec<u32>,
     /// Fitness of every genome scored so far, by joint index.
     cache: HashMap<u64, f64>,
     /// Genomes scored from summed terms (repeats included).
@@ -555,7 +550,7 @@ impl Search<'_> {
         }
         while !space.fits(genome) {
             let reducible: Vec<usize> = (0..genome.len())
-                .filter(|&i| space.vram_of(i, genome[i]) > self.least_vram[i])
+                .filter(|&i| u64::from(space.vram_of(i, genome[i])) > space.least_vram(i))
                 .collect();
             let Some(&i) = reducible.get(rng.below(reducible.len().max(1) as u64) as usize) else {
                 return;
