@@ -91,6 +91,16 @@ const TEST_PLUGINS: &[(&str, &str, &str)] = &[
         "mfsched-test-plugin-clock-reader",
         "mfsched_test_plugin_clock_reader",
     ),
+    (
+        "noisy",
+        "mfsched-test-plugin-noisy",
+        "mfsched_test_plugin_noisy",
+    ),
+    (
+        "panic-name",
+        "mfsched-test-plugin-panic-name",
+        "mfsched_test_plugin_panic_name",
+    ),
 ];
 
 const TARGET: &str = "wasm32-wasip2";

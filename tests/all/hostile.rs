@@ -174,3 +174,43 @@ fn hostile_files_in_the_plugin_directory_are_refused_without_blocking() {
     assert!(err.contains("a character device"), "{err}");
     assert!(err.contains("MiB a component may have"), "{err}");
 }
+
+/// The start-up self-check runs components off the daemon's async runtime, as
+/// hot reload does: a policy that prints and reads stdin on every call (and
+/// in `name()`), one that panics in `name()` and one that panics in `decide`,
+/// all in the plugin directory, do not stop the daemon starting. The printing
+/// one is offered and ticks (its lines captured and tagged), the panicking
+/// ones are refused in one line each.
+#[test]
+fn printing_or_panicking_components_at_start_up_do_not_stop_the_daemon() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir(&plugins).expect("plugin dir");
+    for name in ["noisy", "panic-name", "trap"] {
+        std::fs::copy(plugin(name), plugins.join(format!("{name}.wasm"))).expect("copy");
+    }
+    let config = crate::common::daemon_config(
+        dir.path(),
+        "paper-n3",
+        400,
+        "active = \"noisy\"\nplugin_dir = \"plugins\"",
+        "",
+    );
+    let out = mfsched(&["run", "--config", utf8(&config), "--max-ticks", "3"]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(!err.contains("Cannot start a runtime"), "{err}");
+    assert!(
+        err.contains("noisy: deciding for 3 models"),
+        "captured: {err}"
+    );
+    assert!(err.contains("panic-name.wasm not loaded"), "{err}");
+    assert!(err.contains("plugin trap not loaded"), "{err}");
+    assert_no_forged_line(&err);
+    let log = mfsched_daemon::declog::read(&dir.path().join("decisions.log")).expect("log");
+    assert_eq!(log.records.len(), 3);
+    for r in &log.records {
+        assert_eq!(r.active.policy, "noisy");
+        assert!(r.active.outcome.is_ok(), "{:?}", r.active.outcome);
+    }
+}

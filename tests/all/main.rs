@@ -1,10 +1,12 @@
 //! Every integration test in one binary: the host is linked once, not once per
 //! file. `cargo test --test all MODULE` runs one group.
 //!
+//! - [`bounds`]: hostile inputs (issue 26): refused in one line or recovered, bounded.
 //! - [`cli`]: the `mfsched` binary as a user runs it.
 //! - [`dashboard`]: the daemon's dashboard and the HTML report in headless Chromium.
 //! - [`daemon_soak`]: the decision loop under load, in process.
 //! - [`exact`]: the exact policy against exhaustive search.
+//! - [`fuzz`]: a bounded, seeded fuzz pass over the scenario, CSV, bundle and log readers.
 //! - [`gavel`]: public co-location measurements, converted and cross-validated.
 //! - [`hostile`]: hostile components and files against the sandbox promise.
 //! - [`layering`]: no product crate depends on the lab.
@@ -14,11 +16,13 @@
 //! - [`thirdparty`]: third-party policy development; the slow builds are
 //!   `#[ignore]`d and run by `.ci/run` (`cargo test --test all thirdparty -- --ignored`).
 
+mod bounds;
 mod cli;
 mod common;
 mod daemon_soak;
 mod dashboard;
 mod exact;
+mod fuzz;
 mod gavel;
 mod hostile;
 mod layering;

@@ -9,4 +9,5 @@ pub mod predict;
 pub mod profile;
 pub mod scenario;
 pub mod stats;
+pub mod text;
 pub mod traces;

@@ -33,6 +33,50 @@ pub const BUNDLED: &[(&str, &str)] = &[
     ),
 ];
 
+/// Scenario limits, each checked before the work or the allocation it guards,
+/// with one line naming the key (docs/limits.md lists every limit). The
+/// largest bundled scenario (`scale-n16`) is far inside all of them.
+pub mod limits {
+    /// Models in one scenario.
+    pub const MODELS: usize = 64;
+    /// Variants of one family.
+    pub const VARIANTS: usize = 256;
+    /// Knobs of one family.
+    pub const KNOBS: usize = 16;
+    /// Values of one knob.
+    pub const KNOB_VALUES: usize = 256;
+    /// Local configurations of one model (variants × Π knob values).
+    pub const LOCAL_GRID: u64 = 1 << 16;
+    /// Local configurations over all models: what a tick's table holds and
+    /// the surrogate evaluates.
+    pub const TOTAL_GRID: u64 = 1 << 18;
+    /// The largest card, MiB (4 TiB).
+    pub const CARD_VRAM_MIB: u32 = 1 << 22;
+    /// Σ local grid sizes × (card MiB + 1): the work (and, over the MiB, the
+    /// memory) of counting the VRAM-feasible set.
+    pub const COUNT_WORK: u64 = 1 << 31;
+    /// Bytes of a name (scenario, model, family, variant, knob, category value).
+    pub const NAME_BYTES: usize = 128;
+    /// Bytes of a scenario file.
+    pub const FILE_BYTES: u64 = crate::fsutil::MAX_CONFIG_BYTES;
+}
+
+/// A name within [`limits::NAME_BYTES`]; a longer one is refused without
+/// being echoed.
+fn check_name(what: &str, name: &str) -> Result<()> {
+    if name.len() > limits::NAME_BYTES {
+        bail!(
+            "{what} has {} bytes, over the {} a name may have",
+            name.len(),
+            limits::NAME_BYTES
+        );
+    }
+    if name.chars().any(char::is_control) {
+        bail!("{what} {name:?} holds a control character");
+    }
+    Ok(())
+}
+
 /// A model family (file form): what the model is, its unit, its variants and its
 /// knobs. Any kind and any knobs: nothing here is special to LLMs or detectors.
 #[derive(Debug, Clone, Deserialize)]
@@ -78,7 +122,21 @@ pub struct KnobSpec {
 
 impl KnobSpec {
     fn build(&self, family: &str) -> Result<Knob> {
+        check_name(&format!("family '{family}': a knob name"), &self.name)?;
         let at = || format!("family '{family}', knob '{}'", self.name);
+        if self.values.len() > limits::KNOB_VALUES {
+            bail!(
+                "{}: {} values, over the {} a knob may have",
+                at(),
+                self.values.len(),
+                limits::KNOB_VALUES
+            );
+        }
+        for v in &self.values {
+            if let KnobValue::Category(c) = v {
+                check_name(&format!("{}: a value", at()), c)?;
+            }
+        }
         let name_ok = !self.name.is_empty()
             && self
                 .name
@@ -250,8 +308,7 @@ pub fn load(name_or_path: &str) -> Result<Scenario> {
     }
     let path = Path::new(name_or_path);
     if path.extension().is_some_and(|e| e == "toml") || path.exists() {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read scenario file {}", path.display()))?;
+        let text = crate::fsutil::read_capped_to_string(path, limits::FILE_BYTES, "scenario file")?;
         return parse(&text, BUNDLED_ZOO)
             .with_context(|| format!("scenario file {}", path.display()));
     }
@@ -271,16 +328,48 @@ pub fn from_toml(text: &str) -> Result<Scenario> {
 pub fn parse(scenario_toml: &str, zoo_toml: &str) -> Result<Scenario> {
     let zoo: ZooFile = toml::from_str(zoo_toml).map_err(|e| anyhow::anyhow!("zoo: {e}"))?;
     let file: ScenarioFile = toml::from_str(scenario_toml).map_err(|e| anyhow::anyhow!("{e}"))?;
+    check_name("the scenario name", &file.name)?;
     if file.models.is_empty() {
         bail!("scenario '{}' has no models", file.name);
+    }
+    if file.models.len() > limits::MODELS {
+        bail!(
+            "scenario '{}': {} models, over the {} a scenario may have",
+            file.name,
+            file.models.len(),
+            limits::MODELS
+        );
     }
     if file.card.vram_mib == 0 {
         bail!("scenario '{}': card.vram_mib must be positive", file.name);
     }
+    if file.card.vram_mib > limits::CARD_VRAM_MIB {
+        bail!(
+            "scenario '{}': card.vram_mib {} is over the {} MiB (4 TiB) a card may have",
+            file.name,
+            file.card.vram_mib,
+            limits::CARD_VRAM_MIB
+        );
+    }
+    if let Some(r) = &file.reconfig {
+        for (key, cost) in [
+            ("reconfig.variant_switch", r.variant_switch),
+            ("reconfig.knob_change", r.knob_change),
+        ] {
+            if !(cost.is_finite() && cost >= 0.0) {
+                bail!(
+                    "scenario '{}': {key} = {cost} must be a non-negative number",
+                    file.name
+                );
+            }
+        }
+    }
+    let mut total_grid = 0u64;
     let mut models = Vec::with_capacity(file.models.len());
     let mut floors = Vec::with_capacity(file.models.len());
     let mut explicit = Vec::with_capacity(file.models.len());
     for entry in &file.models {
+        check_name("a model name", &entry.name)?;
         if models.iter().any(|m: &Model| m.name == entry.name) {
             bail!("model name '{}' is used twice", entry.name);
         }
@@ -296,6 +385,25 @@ pub fn parse(scenario_toml: &str, zoo_toml: &str) -> Result<Scenario> {
                     zoo.families.keys().cloned().collect::<Vec<_>>().join(", ")
                 )
             })?;
+        let grid = family_grid_len(&entry.family, family)?;
+        total_grid = total_grid.saturating_add(grid);
+        if total_grid > limits::TOTAL_GRID {
+            bail!(
+                "scenario '{}': the models' local grids reach {total_grid} configurations at model '{}', over the {} a scenario may have",
+                file.name,
+                entry.name,
+                limits::TOTAL_GRID
+            );
+        }
+        let work = total_grid.saturating_mul(u64::from(file.card.vram_mib) + 1);
+        if work > limits::COUNT_WORK {
+            bail!(
+                "scenario '{}': {total_grid} local configurations × card.vram_mib {} is over the {} the feasible count may cost (a smaller card or fewer configurations)",
+                file.name,
+                file.card.vram_mib,
+                limits::COUNT_WORK
+            );
+        }
         models.push(instantiate(
             &entry.name,
             &entry.family,
@@ -359,8 +467,46 @@ pub fn instantiate(
     family: &FamilySpec,
     only_variants: Option<&[String]>,
 ) -> Result<Model> {
+    check_name("a family name", family_name)?;
+    family_grid_len(family_name, family)?;
     if family.variants.is_empty() {
         bail!("family '{family_name}' has no variants");
+    }
+    for (i, v) in family.variants.iter().enumerate() {
+        check_name(&format!("family '{family_name}': a variant name"), &v.name)?;
+        if family.variants[..i].iter().any(|o| o.name == v.name) {
+            bail!(
+                "family '{family_name}': variant '{}' is declared twice",
+                v.name
+            );
+        }
+        if !(v.quality.is_finite() && v.quality >= 0.0) {
+            bail!(
+                "family '{family_name}', variant '{}': quality = {} must be a non-negative number",
+                v.name,
+                v.quality
+            );
+        }
+        // The additive rule's largest sum for this variant must fit the
+        // u32 a configuration's memory is held in.
+        let knobs_max: u64 = family
+            .knobs
+            .iter()
+            .map(|k| {
+                k.vram_mib
+                    .as_ref()
+                    .and_then(|v| v.iter().max())
+                    .map_or(0, |&m| u64::from(m))
+            })
+            .sum();
+        let largest = u64::from(family.runtime_overhead_mib) + u64::from(v.weights_mib) + knobs_max;
+        if largest > u64::from(u32::MAX) {
+            bail!(
+                "family '{family_name}', variant '{}': runtime_overhead_mib + weights_mib + the knobs' vram_mib reach {largest} MiB, over the {} MiB a configuration may need",
+                v.name,
+                u32::MAX
+            );
+        }
     }
     for what in [("kind", &family.kind), ("unit", &family.unit)] {
         if what.1.trim().is_empty() {
@@ -446,6 +592,39 @@ pub fn instantiate(
     }
     model.build_grid();
     Ok(model)
+}
+
+/// The local grid size of a family (variants × Π knob values), refused past
+/// [`limits::LOCAL_GRID`] before any grid is built.
+fn family_grid_len(family_name: &str, family: &FamilySpec) -> Result<u64> {
+    if family.variants.len() > limits::VARIANTS {
+        bail!(
+            "family '{family_name}': {} variants, over the {} a family may have",
+            family.variants.len(),
+            limits::VARIANTS
+        );
+    }
+    if family.knobs.len() > limits::KNOBS {
+        bail!(
+            "family '{family_name}': {} knobs, over the {} a family may have",
+            family.knobs.len(),
+            limits::KNOBS
+        );
+    }
+    let grid = family
+        .knobs
+        .iter()
+        .try_fold(family.variants.len() as u64, |acc, k| {
+            acc.checked_mul(k.values.len() as u64)
+                .filter(|&g| g <= limits::LOCAL_GRID)
+        });
+    match grid {
+        Some(g) => Ok(g),
+        None => bail!(
+            "family '{family_name}': variants × the knobs' values is over the {} local configurations a model may have",
+            limits::LOCAL_GRID
+        ),
+    }
 }
 
 /// The zoo's families (bundled).
@@ -629,5 +808,122 @@ mod tests {
             let err = family_error(toml);
             assert!(err.contains(says), "{toml}: {err}");
         }
+    }
+
+    /// A one-family scenario: `family` is the body of `[families.f]`.
+    fn one_family(card_mib: u64, family: &str, extra: &str) -> String {
+        format!(
+            "name = \"t\"\n{extra}\n[card]\nname = \"c\"\nvram_mib = {card_mib}\n\n[[models]]\nname = \"m\"\nfamily = \"f\"\n\n[families.f]\nkind = \"k\"\nunit = \"u/s\"\n{family}\n"
+        )
+    }
+
+    fn refused(text: &str) -> String {
+        format!("{:#}", parse(text, BUNDLED_ZOO).expect_err("refused"))
+    }
+
+    const ONE_VARIANT: &str = "variants = [{ name = \"v\", weights_mib = 10, quality = 1.0 }]";
+
+    /// Sizes are refused before anything is allocated: 12 knobs × 10 values
+    /// (10¹² configurations) fails at once, naming the family and the limit.
+    #[test]
+    fn scenario_sizes_are_bounded_before_allocation() {
+        let knob =
+            |i: usize| format!("{{ name = \"k{i}\", values = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9] }}");
+        let knobs: Vec<String> = (0..12).map(knob).collect();
+        let text = one_family(
+            24576,
+            &format!("{ONE_VARIANT}\nknobs = [{}]", knobs.join(", ")),
+            "",
+        );
+        let err = refused(&text);
+        assert!(err.contains("family 'f'") && err.contains("65536"), "{err}");
+        let knobs: Vec<String> = (0..17).map(knob).collect();
+        let err = refused(&one_family(
+            24576,
+            &format!("{ONE_VARIANT}\nknobs = [{}]", knobs.join(", ")),
+            "",
+        ));
+        assert!(err.contains("17 knobs"), "{err}");
+        let err = refused(&one_family(4294967295, ONE_VARIANT, ""));
+        assert!(err.contains("card.vram_mib 4294967295"), "{err}");
+        let mut many = String::from("name = \"t\"\n[card]\nname = \"c\"\nvram_mib = 1000\n");
+        for i in 0..65 {
+            many.push_str(&format!(
+                "[[models]]\nname = \"m{i}\"\nfamily = \"yolo11\"\n"
+            ));
+        }
+        assert!(refused(&many).contains("65 models"), "{}", refused(&many));
+        // 10,000 configurations on a 2 TiB card: over the count's work.
+        let err = refused(&one_family(
+            2 << 20,
+            &format!(
+                "{ONE_VARIANT}\nknobs = [{}]",
+                (0..4).map(knob).collect::<Vec<_>>().join(", ")
+            ),
+            "",
+        ));
+        assert!(err.contains("the feasible count may cost"), "{err}");
+        let long = "n".repeat(1 << 20);
+        let err = refused(&format!(
+            "name = \"t\"\n[card]\nname = \"c\"\nvram_mib = 1000\n[[models]]\nname = \"{long}\"\nfamily = \"yolo11\"\n"
+        ));
+        assert!(
+            err.len() < 1000,
+            "the name is not echoed: {} bytes",
+            err.len()
+        );
+        assert!(err.contains("over the 128"), "{err}");
+    }
+
+    /// Values no scenario can mean are refused, naming the key.
+    #[test]
+    fn nonsense_values_are_refused_naming_the_key() {
+        for (quality, says) in [
+            ("nan", "quality = NaN"),
+            ("inf", "quality = inf"),
+            ("-5.0", "quality = -5"),
+        ] {
+            let err = refused(&one_family(
+                24576,
+                &format!("variants = [{{ name = \"v\", weights_mib = 10, quality = {quality} }}]"),
+                "",
+            ));
+            assert!(err.contains(says), "{says}: {err}");
+        }
+        let err = refused(&one_family(
+            24576,
+            "variants = [{ name = \"v\", weights_mib = 10, quality = 1.0 }, { name = \"v\", weights_mib = 20, quality = 2.0 }]",
+            "",
+        ));
+        assert!(err.contains("variant 'v' is declared twice"), "{err}");
+        for (costs, key) in [
+            (
+                "variant_switch = nan\nknob_change = 0.01",
+                "reconfig.variant_switch",
+            ),
+            (
+                "variant_switch = 0.05\nknob_change = -1000.0",
+                "reconfig.knob_change",
+            ),
+        ] {
+            let err = refused(&one_family(
+                24576,
+                ONE_VARIANT,
+                &format!("[reconfig]\n{costs}\n"),
+            ));
+            assert!(err.contains(key), "{key}: {err}");
+        }
+        let err = refused(&one_family(
+            24576,
+            "runtime_overhead_mib = 4294967295\nvariants = [{ name = \"v\", weights_mib = 10, quality = 1.0 }]",
+            "",
+        ));
+        assert!(err.contains("4294967305 MiB"), "no silent wrap: {err}");
+    }
+
+    #[test]
+    fn a_scenario_file_is_read_through_the_capped_reader() {
+        let err = format!("{:#}", load("/dev/zero").expect_err("a device"));
+        assert!(err.contains("a character device"), "{err}");
     }
 }

@@ -19,6 +19,8 @@ pub const TRACE_NAMES: [&str; 8] = [
 
 /// Ticks per trace unless asked otherwise (the issue asks for ≥ 100).
 pub const DEFAULT_TICKS: usize = 120;
+/// The longest trace generated: one byte per tick held, 16 MiB at most.
+pub const MAX_TICKS: usize = 1 << 24;
 
 /// A named, seeded workload trace.
 #[derive(Debug, Clone, PartialEq)]

@@ -192,7 +192,19 @@ pub fn router(shared: Arc<Shared>, guard_config: Guard) -> Router {
         .merge(dashboard::routes())
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(middleware::from_fn_with_state(guard_config, guard))
+        .layer(middleware::from_fn(nosniff))
         .with_state(shared)
+}
+
+/// On every answer, refusals included: a browser must take the declared
+/// type, never guess (JSON that carries plugin-chosen text is not HTML).
+async fn nosniff(req: Request, next: Next) -> Response {
+    let mut response = next.run(req).await;
+    response.headers_mut().insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        header::HeaderValue::from_static("nosniff"),
+    );
+    response
 }
 
 /// Limits of the accept loop.

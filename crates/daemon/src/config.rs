@@ -491,26 +491,49 @@ impl ApiConfig {
             if t.is_empty() {
                 bail!("{TOKEN_ENV} is set but empty");
             }
+            check_token(TOKEN_ENV, &t)?;
             return Ok(Some(t));
         }
         let Some(path) = &self.token_file else {
             return Ok(None);
         };
-        let meta = std::fs::metadata(path)
-            .with_context(|| format!("api.token_file {}", path.display()))?;
-        if !meta.is_file() || meta.len() > 4096 {
-            bail!(
-                "api.token_file {}: not a regular file of at most 4 KiB",
-                path.display()
-            );
-        }
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("api.token_file {}", path.display()))?;
+        let text = mfsched_core::fsutil::read_capped_to_string(path, 4096, "api.token_file")?;
         let token = text.lines().next().unwrap_or("").trim().to_owned();
         if token.is_empty() {
             bail!("api.token_file {}: the first line is empty", path.display());
         }
+        check_token(&format!("api.token_file {}", path.display()), &token)?;
+        warn_if_readable_by_others(path);
         Ok(Some(token))
+    }
+}
+
+/// A token a client can send: an HTTP header value carries visible ASCII
+/// only (`Authorization: Bearer <token>`), so any other character would make
+/// a token that can never match.
+fn check_token(source: &str, token: &str) -> Result<()> {
+    // The character itself is not shown: it is part of a secret.
+    if !token.chars().all(|c| c.is_ascii_graphic() || c == ' ') {
+        bail!(
+            "{source}: the token holds a character no Authorization header can carry (a client could never send it): use visible ASCII only"
+        );
+    }
+    Ok(())
+}
+
+/// A token file others can read leaks the token: said once at start-up, not
+/// refused (a group may be meant to read it).
+fn warn_if_readable_by_others(path: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    if let Ok(meta) = std::fs::metadata(path) {
+        let mode = meta.permissions().mode();
+        if mode & 0o044 != 0 {
+            tracing::warn!(
+                "api.token_file {} is readable by its group or by everyone (mode {:o}): chmod 600 it",
+                path.display(),
+                mode & 0o777
+            );
+        }
     }
 }
 
@@ -606,8 +629,11 @@ fn is_promql_duration(s: &str) -> bool {
 impl DaemonConfig {
     /// Reads and checks a config file. Relative paths in it are relative to the file.
     pub fn load(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read config {}", path.display()))?;
+        let text = mfsched_core::fsutil::read_capped_to_string(
+            path,
+            mfsched_core::fsutil::MAX_CONFIG_BYTES,
+            "config",
+        )?;
         let mut config =
             Self::parse(&text).with_context(|| format!("config {}", path.display()))?;
         let base = path.parent().unwrap_or(Path::new("."));
@@ -661,6 +687,13 @@ impl DaemonConfig {
         }
         if self.sampler.fallback == SamplerKind::Nvml {
             bail!("sampler.fallback cannot be 'nvml': it is what the fallback replaces");
+        }
+        if self.workload.trace_ticks > mfsched_core::traces::MAX_TICKS {
+            bail!(
+                "workload.trace_ticks {} is over the {} ticks a trace may have",
+                self.workload.trace_ticks,
+                mfsched_core::traces::MAX_TICKS
+            );
         }
         if let Some(trace) = &self.workload.trace
             && !mfsched_core::traces::TRACE_NAMES.contains(&trace.as_str())
@@ -819,5 +852,42 @@ mod tests {
         let text = "scenario = \"paper-n2\"\n[loop]\nperiod_ms = 10\ndeadline_ms = 10\n[policy]\nactive = \"hold\"\n[log]\npath = \"l\"\n";
         let err = DaemonConfig::parse(text).expect_err("deadline").to_string();
         assert!(err.contains("shorter than loop.period_ms"), "{err}");
+    }
+
+    #[test]
+    fn a_token_that_can_never_match_is_refused_and_an_open_file_warned() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("token");
+        let api = ApiConfig {
+            token_file: Some(path.clone()),
+            ..ApiConfig::default()
+        };
+        std::fs::write(&path, "s\u{e9}cret\n").expect("write");
+        let err = format!("{:#}", api.token().expect_err("non-ASCII"));
+        assert!(err.contains("no Authorization header can carry"), "{err}");
+        assert!(!err.contains('\u{e9}'), "the secret is not shown: {err}");
+        std::fs::write(&path, "abc def-123\n").expect("write");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        assert_eq!(api.token().expect("valid").as_deref(), Some("abc def-123"));
+        let fifo = dir.path().join("fifo");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .expect("mkfifo runs");
+        assert!(made.success());
+        let api = ApiConfig {
+            token_file: Some(fifo),
+            ..ApiConfig::default()
+        };
+        let err = format!("{:#}", api.token().expect_err("a FIFO"));
+        assert!(err.contains("a FIFO"), "{err}");
+    }
+
+    #[test]
+    fn a_trace_past_the_limit_is_refused_before_it_is_made() {
+        let text = "scenario = \"paper-n2\"\n[policy]\nactive = \"hold\"\n[log]\npath = \"l\"\n[workload]\ntrace = \"steady\"\ntrace_ticks = 1000000000000\n";
+        let err = DaemonConfig::parse(text).expect_err("too long").to_string();
+        assert!(err.contains("workload.trace_ticks"), "{err}");
     }
 }

@@ -48,6 +48,12 @@ const FRAME_HEADER: usize = 16;
 const FRAME_HEADER_V1: usize = 8;
 /// No honest record comes near this; a larger length means a corrupt frame.
 const MAX_RECORD_BYTES: u32 = 16 << 20;
+/// Resynchronising tries each later sync marker whose header checksum holds,
+/// hashing (and decoding) the payload that header claims: a forged stretch of
+/// valid-looking headers, each claiming megabytes, would make that quadratic.
+/// The payload bytes tried while resynchronising are capped at the log's own
+/// length plus this; past it the rest of the log is given up (reported).
+const RESYNC_WORK_BYTES: u64 = 256 << 20;
 
 /// One frame's payload.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -186,6 +192,9 @@ pub struct TornTail {
     pub offset: u64,
     pub bytes: u64,
     pub reason: String,
+    /// Resynchronising was given up (over [`RESYNC_WORK_BYTES`]): the bytes
+    /// may still hold intact records, so they are moved aside, never cut.
+    pub gave_up: bool,
 }
 
 impl std::fmt::Display for TornTail {
@@ -229,8 +238,15 @@ pub struct LogContents {
     pub torn: Option<TornTail>,
 }
 
-fn config() -> bincode::config::Configuration {
-    bincode::config::standard()
+/// The standard config, with a decoding limit: no string or list in a record
+/// can claim more bytes than a record may have, so a forged length is a
+/// decoding error, never an allocation.
+fn config() -> bincode::config::Configuration<
+    bincode::config::LittleEndian,
+    bincode::config::Varint,
+    bincode::config::Limit<{ MAX_RECORD_BYTES as usize }>,
+> {
+    bincode::config::standard().with_limit::<{ MAX_RECORD_BYTES as usize }>()
 }
 
 impl LogContents {
@@ -316,6 +332,8 @@ pub fn parse(bytes: &[u8]) -> Result<LogContents> {
     let mut components = Vec::new();
     let mut skipped = Vec::new();
     let mut at = MAGIC.len();
+    let budget = (bytes.len() as u64).saturating_add(RESYNC_WORK_BYTES);
+    let mut work = 0u64;
     let torn = loop {
         let rest = &bytes[at..];
         if rest.is_empty() {
@@ -331,10 +349,34 @@ pub fn parse(bytes: &[u8]) -> Result<LogContents> {
                 at += len;
             }
             Err(reason) => {
-                // Resynchronise: the next sync marker that starts an intact frame.
+                // Resynchronise: the next sync marker that starts an intact
+                // frame, trying payloads within the work budget.
+                let mut exhausted = false;
                 let next = (1..rest.len())
                     .filter(|&k| rest[k..].starts_with(SYNC))
-                    .find(|&k| frame_at(&rest[k..], version).is_ok());
+                    .find(|&k| {
+                        let candidate = &rest[k..];
+                        if candidate.len() >= 12 {
+                            let claimed = u64::from(u32_at(candidate, 4).min(MAX_RECORD_BYTES));
+                            work = work.saturating_add(claimed.min(candidate.len() as u64));
+                        }
+                        if work > budget {
+                            exhausted = true;
+                            return true;
+                        }
+                        frame_at(candidate, version).is_ok()
+                    });
+                if exhausted {
+                    break Some(TornTail {
+                        offset: at as u64,
+                        bytes: rest.len() as u64,
+                        reason: format!(
+                            "{reason}; resynchronising gave up after trying {} MiB of payloads",
+                            work >> 20
+                        ),
+                        gave_up: true,
+                    });
+                }
                 match next {
                     Some(k) => {
                         skipped.push(Skipped {
@@ -349,6 +391,7 @@ pub fn parse(bytes: &[u8]) -> Result<LogContents> {
                             offset: at as u64,
                             bytes: rest.len() as u64,
                             reason: reason.to_owned(),
+                            gave_up: false,
                         });
                     }
                 }
@@ -377,6 +420,7 @@ fn parse_v1(bytes: &[u8]) -> LogContents {
             offset: at as u64,
             bytes: rest.len() as u64,
             reason: reason.to_owned(),
+            gave_up: false,
         };
         if rest.len() < FRAME_HEADER_V1 {
             break Some(tail("incomplete frame header"));
@@ -409,10 +453,71 @@ fn parse_v1(bytes: &[u8]) -> LogContents {
     }
 }
 
+/// The largest log read (by `replay`, or by a daemon starting to append): a
+/// regular file only, refused past this before anything is read.
+pub const MAX_LOG_BYTES: u64 = 256 << 20;
+
 pub fn read(path: &Path) -> Result<LogContents> {
-    let bytes =
-        std::fs::read(path).with_context(|| format!("cannot read log {}", path.display()))?;
+    let bytes = mfsched_core::fsutil::read_capped(path, MAX_LOG_BYTES, "decision log")?;
     parse(&bytes).with_context(|| format!("log {}", path.display()))
+}
+
+/// `<log>.<extension>`, or with `.1`, `.2`… after it where that is taken:
+/// moving a log aside never overwrites an earlier one.
+fn free_aside(path: &Path, extension: &str) -> Result<PathBuf> {
+    let first = path.with_extension(extension);
+    std::iter::once(first.clone())
+        .chain((1..1000).map(|i| path.with_extension(format!("{extension}.{i}"))))
+        .find(|p| !p.exists())
+        .with_context(|| format!("no free name beside {} to move the log to", first.display()))
+}
+
+/// The writer's hold on a log: an exclusive `flock` on `<log>.lock`, which
+/// holds the writer's pid for the refusal a second writer gets. The kernel
+/// drops the lock when the process ends, however it ends.
+#[derive(Debug)]
+struct WriterLock {
+    _file: File,
+}
+
+impl WriterLock {
+    fn acquire(log: &Path) -> Result<Self> {
+        let mut name = log.as_os_str().to_owned();
+        name.push(".lock");
+        let path = PathBuf::from(name);
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .with_context(|| format!("cannot open the log's lock file {}", path.display()))?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                let mut holder = String::new();
+                let _ = (&file).take(32).read_to_string(&mut holder);
+                let holder = holder.trim();
+                let holder = if !holder.is_empty() && holder.bytes().all(|b| b.is_ascii_digit()) {
+                    format!("pid {holder}")
+                } else {
+                    "a process".to_owned()
+                };
+                bail!(
+                    "decision log {} is in use: {holder} holds {}; give each daemon its own log.path",
+                    log.display(),
+                    path.display()
+                );
+            }
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(e).with_context(|| format!("cannot lock {}", path.display()));
+            }
+        }
+        file.set_len(0)
+            .and_then(|()| file.write_all(format!("{}\n", std::process::id()).as_bytes()))
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        Ok(Self { _file: file })
+    }
 }
 
 /// What opening a log found and did: a torn tail cut off, corrupt stretches
@@ -422,18 +527,35 @@ pub struct Recovery {
     pub torn: Option<TornTail>,
     pub skipped: Vec<Skipped>,
     pub moved_aside: Option<PathBuf>,
+    /// The log had reached [`MAX_LOG_BYTES`]: it was moved aside whole
+    /// (`moved_aside`) and a new one started; only its tail was read.
+    pub rotated: bool,
 }
 
 impl Recovery {
     /// One line per thing found, for the daemon's log.
     pub fn notes(&self) -> Vec<String> {
         let mut notes: Vec<String> = self.skipped.iter().map(|s| s.to_string()).collect();
+        let gave_up = self.torn.as_ref().is_some_and(|t| t.gave_up);
         if let Some(t) = &self.torn {
-            notes.push(format!(
-                "{t}; cut off, appending after the last intact record"
-            ));
+            notes.push(if gave_up {
+                format!("{t}; not cut")
+            } else {
+                format!("{t}; cut off, appending after the last intact record")
+            });
         }
-        if let Some(p) = &self.moved_aside {
+        if let (true, Some(p)) = (self.rotated, &self.moved_aside) {
+            notes.push(format!(
+                "the log had reached the {} MiB a log may have: moved to {}; a new log starts here, tick numbers go on",
+                MAX_LOG_BYTES >> 20,
+                p.display()
+            ));
+        } else if let (true, Some(p)) = (gave_up, &self.moved_aside) {
+            notes.push(format!(
+                "the whole log was moved to {}; a new log starts here, tick numbers go on",
+                p.display()
+            ));
+        } else if let Some(p) = &self.moved_aside {
             notes.push(format!(
                 "a log of an older version was moved to {}; a version 3 log starts here",
                 p.display()
@@ -452,17 +574,47 @@ pub struct DecisionLog {
     last_tick: Option<u64>,
     /// SHA-256 of every component the file already describes.
     described: HashSet<String>,
+    /// Held as long as the log is open for appending.
+    _lock: WriterLock,
 }
 
 impl DecisionLog {
     /// Opens (or creates) a log for appending. A torn tail left by a crash is cut
     /// off so new records follow the last intact one; it is returned to be reported.
+    /// Only one process appends to a log: a second is refused, naming the
+    /// first's pid.
+    /// A log that has reached [`MAX_LOG_BYTES`] is moved aside whole and a
+    /// new one started after its last tick: only its tail is read, so a start
+    /// costs the same however long the daemon has run.
     pub fn open(path: &Path) -> Result<(Self, Recovery)> {
-        let mut recovery = Recovery::default();
+        Self::open_with_limit(path, MAX_LOG_BYTES)
+    }
+
+    fn open_with_limit(path: &Path, max_bytes: u64) -> Result<(Self, Recovery)> {
+        // The file first: a log.path that is no regular file is refused
+        // before a lock file is made beside it.
         let mut file = Self::open_file(path)?;
+        let lock = WriterLock::acquire(path)?;
+        let mut recovery = Recovery::default();
+        let len = file
+            .metadata()
+            .with_context(|| format!("cannot stat log {}", path.display()))?
+            .len();
+        if len > max_bytes {
+            return Self::rotate(path, file, len, lock);
+        }
         let mut bytes = Vec::new();
-        file.read_to_end(&mut bytes)
+        (&mut file)
+            .take(max_bytes + 1)
+            .read_to_end(&mut bytes)
             .with_context(|| format!("cannot read log {}", path.display()))?;
+        if bytes.len() as u64 > max_bytes {
+            bail!(
+                "decision log {} grew past the {} MiB a log may have while it was read",
+                path.display(),
+                max_bytes >> 20
+            );
+        }
         let mut old_last_tick = None;
         let older = [(MAGIC_V1, "log.v1"), (MAGIC_V2, "log.v2")]
             .into_iter()
@@ -472,7 +624,7 @@ impl DecisionLog {
             old_last_tick = parse(&bytes)
                 .ok()
                 .and_then(|c| c.records.last().map(|r| r.tick));
-            let aside = path.with_extension(extension);
+            let aside = free_aside(path, extension)?;
             drop(file);
             std::fs::rename(path, &aside)
                 .with_context(|| format!("cannot move the older log {} aside", path.display()))?;
@@ -487,15 +639,35 @@ impl DecisionLog {
             (old_last_tick, 0)
         } else {
             let contents = parse(&bytes).with_context(|| format!("log {}", path.display()))?;
-            if let Some(t) = &contents.torn {
+            let gave_up = contents.torn.as_ref().is_some_and(|t| t.gave_up);
+            if let Some(t) = contents.torn.as_ref().filter(|t| t.gave_up) {
+                // Not cut: what was not scanned may be intact. The whole file
+                // is kept beside, and a new log starts after its last tick.
+                let aside = free_aside(path, "log.unreadable")?;
+                std::fs::rename(path, &aside).with_context(|| {
+                    format!(
+                        "cannot move the unreadable log {} aside ({t})",
+                        path.display()
+                    )
+                })?;
+                drop(file);
+                file = Self::open_file(path)?;
+                file.write_all(MAGIC)
+                    .with_context(|| format!("cannot write log {}", path.display()))?;
+                recovery.moved_aside = Some(aside);
+            } else if let Some(t) = &contents.torn {
                 file.set_len(t.offset)
                     .with_context(|| format!("cannot cut the torn tail of {}", path.display()))?;
             }
             recovery.torn = contents.torn;
             recovery.skipped = contents.skipped;
-            described.extend(contents.components.into_iter().map(|c| c.identity.sha256));
             let last = contents.records.last().map(|r| r.tick);
-            (last, contents.records.len() as u64)
+            if gave_up {
+                (last, 0)
+            } else {
+                described.extend(contents.components.into_iter().map(|c| c.identity.sha256));
+                (last, contents.records.len() as u64)
+            }
         };
         file.seek(SeekFrom::End(0))
             .with_context(|| format!("cannot seek log {}", path.display()))?;
@@ -506,19 +678,80 @@ impl DecisionLog {
                 records,
                 last_tick,
                 described,
+                _lock: lock,
             },
             recovery,
         ))
     }
 
+    /// Moves a full log aside whole and starts a new one after the last tick
+    /// of its tail (the last two records' worth of bytes at most).
+    fn rotate(path: &Path, mut file: File, len: u64, lock: WriterLock) -> Result<(Self, Recovery)> {
+        let mut tail = vec![0u8; MAGIC.len()];
+        file.read_exact(&mut tail)
+            .with_context(|| format!("cannot read log {}", path.display()))?;
+        let versioned = tail.as_slice() == MAGIC || tail.as_slice() == MAGIC_V2;
+        let wanted =
+            (2 * u64::from(MAX_RECORD_BYTES) + FRAME_HEADER as u64).min(len - MAGIC.len() as u64);
+        file.seek(SeekFrom::Start(len - wanted))
+            .and_then(|_| (&mut file).take(wanted).read_to_end(&mut tail))
+            .with_context(|| format!("cannot read log {}", path.display()))?;
+        // The magic, then the tail: the reader resynchronises on the first
+        // whole frame in it. A version 1 log has no sync marker to find.
+        let last_tick = if versioned {
+            parse(&tail)
+                .ok()
+                .and_then(|c| c.records.last().map(|r| r.tick))
+        } else {
+            None
+        };
+        let aside = free_aside(path, "log.full")?;
+        drop(file);
+        std::fs::rename(path, &aside)
+            .with_context(|| format!("cannot move the full log {} aside", path.display()))?;
+        let mut file = Self::open_file(path)?;
+        file.write_all(MAGIC)
+            .with_context(|| format!("cannot write log {}", path.display()))?;
+        Ok((
+            Self {
+                file,
+                path: path.to_owned(),
+                records: 0,
+                last_tick,
+                described: HashSet::new(),
+                _lock: lock,
+            },
+            Recovery {
+                moved_aside: Some(aside),
+                rotated: true,
+                ..Recovery::default()
+            },
+        ))
+    }
+
     fn open_file(path: &Path) -> Result<File> {
-        OpenOptions::new()
+        use std::os::unix::fs::OpenOptionsExt;
+        // Non-blocking open, checked on the descriptor: a FIFO or a device as
+        // log.path is refused, never read or written.
+        let file = OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
+            .custom_flags(libc::O_NONBLOCK)
             .open(path)
-            .with_context(|| format!("cannot open log {}", path.display()))
+            .with_context(|| format!("cannot open log {}", path.display()))?;
+        let meta = file
+            .metadata()
+            .with_context(|| format!("cannot stat log {}", path.display()))?;
+        if !meta.is_file() {
+            bail!(
+                "log.path {} is not a regular file ({})",
+                path.display(),
+                mfsched_core::fsutil::kind_of(&meta.file_type())
+            );
+        }
+        Ok(file)
     }
 
     /// Appends one tick record in a single write.
@@ -870,5 +1103,94 @@ pub(crate) mod tests {
         assert_eq!(log.last_tick(), Some(1), "tick numbers go on");
         log.append(&record(2)).expect("append");
         assert_eq!(read(&path).expect("v3").records, vec![record(2)]);
+    }
+
+    /// A log past the size limit is moved aside whole and a new one starts
+    /// after its last tick, reading only its tail; a second rotation does not
+    /// overwrite the first.
+    #[test]
+    fn a_full_log_is_rotated_reading_only_its_tail() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("d.log");
+        let (mut log, _) = DecisionLog::open(&path).expect("open");
+        for t in 0..50 {
+            log.append(&record(t)).expect("append");
+        }
+        drop(log);
+        let full = std::fs::read(&path).expect("read");
+        let (mut log, recovery) = DecisionLog::open_with_limit(&path, 1024).expect("rotates");
+        assert!(recovery.rotated, "{recovery:?}");
+        let aside = recovery.moved_aside.clone().expect("moved aside");
+        assert_eq!(std::fs::read(&aside).expect("kept whole"), full);
+        assert_eq!(log.last_tick(), Some(49), "tick numbers go on");
+        assert!(recovery.notes().iter().any(|n| n.contains("moved to")));
+        log.append(&record(50)).expect("append");
+        drop(log);
+        assert_eq!(read(&path).expect("new log").records, vec![record(50)]);
+        for t in 51..80 {
+            let (mut log, _) = DecisionLog::open(&path).expect("open");
+            log.append(&record(t)).expect("append");
+        }
+        let (_, again) = DecisionLog::open_with_limit(&path, 1024).expect("rotates");
+        assert_ne!(again.moved_aside, Some(aside.clone()), "not overwritten");
+        assert_eq!(read(&aside).expect("first kept").records.len(), 50);
+    }
+
+    /// A forged string length in a frame whose checksums hold is a record
+    /// that does not decode (the decoding limit), never a 1 TiB allocation.
+    #[test]
+    fn a_forged_length_is_a_decoding_error_not_an_allocation() {
+        let mut payload = vec![0u8, 1, 0xfd];
+        payload.extend((1u64 << 40).to_le_bytes());
+        payload.extend([b'x'; 16]);
+        let mut frame = SYNC.to_vec();
+        frame.extend((payload.len() as u32).to_le_bytes());
+        frame.extend(crc32fast::hash(&payload).to_le_bytes());
+        let header_crc = crc32fast::hash(&frame);
+        frame.extend(header_crc.to_le_bytes());
+        frame.extend(payload);
+        let mut bytes = MAGIC.to_vec();
+        bytes.extend(&frame);
+        bytes.extend(encode_frame(&EntryRef::Tick(&record(3))).expect("encode"));
+        let contents = parse(&bytes).expect("not fatal");
+        assert_eq!(contents.records, vec![record(3)]);
+        assert_eq!(contents.skipped.len(), 1);
+        assert_eq!(contents.skipped[0].reason, "record does not decode");
+    }
+
+    /// Valid-looking headers each claiming megabytes: resynchronising stops
+    /// at its work budget instead of hashing megabytes per header.
+    #[test]
+    fn resynchronising_over_forged_headers_is_bounded() {
+        let mut header = SYNC.to_vec();
+        header.extend((8u32 << 20).to_le_bytes());
+        header.extend(0u32.to_le_bytes());
+        let crc = crc32fast::hash(&header);
+        header.extend(crc.to_le_bytes());
+        let mut bytes = MAGIC.to_vec();
+        bytes.extend(encode_frame(&EntryRef::Tick(&record(0))).expect("encode"));
+        for _ in 0..100_000 {
+            bytes.extend(&header);
+        }
+        bytes.extend(vec![0u8; 8 << 20]);
+        let contents = parse(&bytes).expect("not fatal");
+        assert_eq!(contents.records, vec![record(0)]);
+        let torn = contents.torn.expect("given up");
+        assert!(torn.gave_up, "{torn}");
+        assert!(torn.reason.contains("gave up"), "{torn}");
+    }
+
+    #[test]
+    fn a_second_writer_is_refused_naming_the_first() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("d.log");
+        let (log, _) = DecisionLog::open(&path).expect("open");
+        let err = format!("{:#}", DecisionLog::open(&path).expect_err("locked"));
+        assert!(
+            err.contains(&format!("pid {}", std::process::id())),
+            "{err}"
+        );
+        drop(log);
+        DecisionLog::open(&path).expect("free again");
     }
 }

@@ -319,7 +319,10 @@ impl TickPoint {
 }
 
 /// `text` cut to [`REASON_CHARS`] characters, marked when cut.
+/// Served to the dashboard: control characters escaped (file names and
+/// reasons come from outside), then cut.
 fn cut(text: &str) -> String {
+    let text = &mfsched_core::text::printable(text, usize::MAX);
     match text.char_indices().nth(REASON_CHARS) {
         Some((at, _)) => format!("{}…", &text[..at]),
         None => text.to_owned(),

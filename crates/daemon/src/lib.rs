@@ -153,22 +153,26 @@ pub async fn run(
     if let Some(note) = note {
         tracing::warn!("{note}");
     }
+    // Refused before anything runs: an unguarded API off loopback.
+    let guard = api::Guard::from_config(&config.api)?;
+    let metrics = Arc::new(Metrics::default());
+    let actuators = actuator::Actuators::new(&config.actuator, &problem, Arc::clone(&metrics))?;
+    let workload = workload_source(&config, &problem, Arc::clone(&metrics))?;
+    let listener = std::net::TcpListener::bind(config.api.listen)
+        .with_context(|| format!("cannot listen on {}", config.api.listen))?;
+    // The log last: a start refused above writes nothing to it.
     let (mut log, recovery) = declog::DecisionLog::open(&config.log.path)?;
     for note in recovery.notes() {
         tracing::warn!("decision log {}: {note}", config.log.path.display());
     }
     log.append_run(&run_record)?;
-    // Refused before anything runs: an unguarded API off loopback.
-    let guard = api::Guard::from_config(&config.api)?;
-    let metrics = Arc::new(Metrics::default());
-    let actuators = actuator::Actuators::new(&config.actuator, &problem, Arc::clone(&metrics))?;
     let settings = LoopSettings {
         period: config.tick.period(),
         deadline: config.tick.deadline(),
         active: config.policy.active.clone(),
         shadows: config.policy.shadows.clone(),
         unknown_utilization: config.sampler.unknown_utilization,
-        workload: workload_source(&config, &problem, Arc::clone(&metrics))?,
+        workload,
     };
     let deciding = daemon::Deciding {
         pipeline: policies.pipeline(),
@@ -185,8 +189,6 @@ pub async fn run(
         Arc::clone(&metrics),
     )?;
 
-    let listener = std::net::TcpListener::bind(config.api.listen)
-        .with_context(|| format!("cannot listen on {}", config.api.listen))?;
     listener.set_nonblocking(true).context("the API listener")?;
     let bound = listener.local_addr().context("listener address")?;
     tracing::info!(

@@ -161,6 +161,15 @@ impl Source {
         timeout: Duration,
         max_bytes: usize,
     ) -> Result<Option<f64>> {
+        sane_rate(self.raw_rate(client, timeout, max_bytes).await?)
+    }
+
+    async fn raw_rate(
+        &mut self,
+        client: &HttpClient,
+        timeout: Duration,
+        max_bytes: usize,
+    ) -> Result<Option<f64>> {
         match self {
             Self::Query { uri, .. } => {
                 let body = get(client, uri, timeout, max_bytes).await?;
@@ -177,18 +186,33 @@ impl Source {
                 let text = std::str::from_utf8(&body).context("the /metrics page is not UTF-8")?;
                 let value = sample_sum(text, metric, label, name)?;
                 let now = Instant::now();
-                let rate = match *last {
+                let previous = last.replace((value, now));
+                match previous {
                     Some((v, at)) if value >= v => {
                         let dt = now.duration_since(at).as_secs_f64();
-                        (dt > 0.0).then(|| (value - v) / dt)
+                        Ok((dt > 0.0).then(|| (value - v) / dt))
                     }
-                    // A counter that went down restarted with its server.
-                    _ => None,
-                };
-                *last = Some((value, now));
-                Ok(rate)
+                    // A counter that went down restarted with its server (or
+                    // is not a counter): said, and no rate from it this time.
+                    Some((v, _)) => {
+                        bail!("{metric} went down from {v} to {value}: the server restarted?")
+                    }
+                    None => Ok(None),
+                }
             }
         }
+    }
+}
+
+/// A negative or non-finite rate (a finite sum that overflows, a difference
+/// of ±1.7e308 counters, a negative PromQL answer) is a failed reading, not a
+/// load: it is counted and falls back like any other failure.
+fn sane_rate(rate: Option<f64>) -> Result<Option<f64>> {
+    match rate {
+        Some(r) if !(r.is_finite() && r >= 0.0) => {
+            bail!("the rate read is {r}, not a non-negative number")
+        }
+        _ => Ok(rate),
     }
 }
 
@@ -496,7 +520,8 @@ async fn poller(mut p: Poller, readings: Arc<Mutex<Vec<Reading>>>, metrics: Arc<
                 }
                 reading.failing = false;
                 if let Some(rate) = rate {
-                    reading.ratio = Some(rate / p.reference);
+                    // Finite: the rate is, and the reference is positive and finite.
+                    reading.ratio = Some((rate / p.reference).min(f64::MAX));
                     reading.at = Some(Instant::now());
                 }
             }
@@ -584,5 +609,24 @@ nv_inference_request_success{model=\"yolo\",version=\"1\"} 42\n";
         let nan = br#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{},"value":[1,"NaN"]}]}}"#;
         assert!(query_value(nan).is_err());
         assert!(query_value(b"<html>").is_err());
+    }
+
+    #[test]
+    fn negative_or_non_finite_rates_are_failed_readings() {
+        let answer = |v: &str| {
+            format!(
+                r#"{{"status":"success","data":{{"resultType":"vector","result":[{{"metric":{{}},"value":[1,"{v}"]}},{{"metric":{{}},"value":[1,"{v}"]}}]}}}}"#
+            )
+        };
+        let negative = query_value(answer("-25").as_bytes()).expect("parses");
+        let err = sane_rate(Some(negative)).expect_err("negative");
+        assert!(err.to_string().contains("-50"), "{err}");
+        let overflow = query_value(answer("1.7e308").as_bytes()).expect("each finite");
+        assert!(
+            sane_rate(Some(overflow)).is_err(),
+            "a sum of finite samples reaching inf"
+        );
+        assert_eq!(sane_rate(Some(2.5)).expect("fine"), Some(2.5));
+        assert_eq!(sane_rate(None).expect("no rate yet"), None);
     }
 }

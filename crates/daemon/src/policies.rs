@@ -63,68 +63,36 @@ impl PluginPolicies {
             CompileCache::Default,
         )?);
         let registry = Arc::new(Registry::default());
-        let utility = registry.utility_slot(registry::resolve_utility(&engine, utility, dir)?);
-        // Embedded policies (a NAME.wasm in `dir` overrides one), then the
-        // other files of `dir`.
-        let mut candidates: Vec<(String, Result<Loaded>)> = registry::embedded_names()
-            .map(|name| (name.to_owned(), registry::resolve(&engine, name, dir)))
-            .collect();
-        if let Some(dir) = dir {
-            for path in registry::dir_plugins(dir)? {
-                let loaded = registry::load_file(&engine, &path);
-                let name = match &loaded {
-                    Ok(l) => l.info().name.clone(),
-                    Err(_) => path.display().to_string(),
-                };
-                if !candidates.iter().any(|(n, _)| *n == name) {
-                    candidates.push((name, loaded));
-                }
-            }
-        }
         let params = vec![wit::Param {
             key: "seed".into(),
             value: seed.to_string(),
         }];
         let checkpoint = Arc::new(Mutex::new(None));
-        let reload_context = ReloadContext {
-            engine: Arc::clone(&engine),
-            registry: Arc::clone(&registry),
-            predictor: Arc::clone(&predictor),
-            utility: Arc::clone(&utility),
-            checkpoint: Arc::clone(&checkpoint),
-            fallback: Checkpoint {
-                problem: Arc::new(problem.clone()),
-                state: setup::default_state(problem),
-                params: params.clone(),
-            },
-        };
-        let mut notes = Vec::new();
-        for (name, loaded) in candidates {
-            match loaded {
-                Ok(Loaded::Policy(p)) => {
-                    let from_dir = matches!(p.info.origin, registry::Origin::File(_));
-                    let checked = if from_dir {
-                        self_check(
-                            &reload_context,
-                            &Loaded::Policy(Arc::clone(&p)),
-                            &reload_context.fallback,
-                        )
-                    } else {
-                        Ok(())
-                    };
-                    match checked {
-                        Ok(()) => {
-                            registry.policy_slot(p);
-                        }
-                        Err(why) => notes.push(format!(
-                            "plugin {name} not loaded: self-check failed: {why}"
-                        )),
-                    }
-                }
-                Ok(Loaded::Utility(_)) => {}
-                Err(e) => notes.push(format!("plugin {name} not loaded: {e:#}")),
-            }
-        }
+        // Components are loaded and self-checked on a thread of their own, as
+        // hot reload does: off the caller's async runtime, where a guest's
+        // stdout, stderr or stdin (WASI streams that block on tokio) panics
+        // with "Cannot start a runtime from within a runtime". A panic there
+        // is an error of this call, not of the process.
+        let (reload_context, notes) = std::thread::scope(|s| {
+            s.spawn(|| {
+                load_and_check(
+                    &engine,
+                    &registry,
+                    LoadInputs {
+                        problem,
+                        predictor,
+                        utility,
+                        dir,
+                        params: &params,
+                        checkpoint: &checkpoint,
+                    },
+                )
+            })
+            .join()
+        })
+        .map_err(|_| anyhow::anyhow!("loading the policy components panicked"))??;
+        let utility = Arc::clone(&reload_context.utility);
+        let predictor = Arc::clone(&reload_context.predictor);
         let reload = match dir {
             None => None,
             Some(dir) => Some(
@@ -154,6 +122,93 @@ impl PluginPolicies {
     pub fn params(&self) -> &[wit::Param] {
         &self.params
     }
+}
+
+/// What [`load_and_check`] needs besides the engine and the registry.
+struct LoadInputs<'a> {
+    problem: &'a Problem,
+    predictor: Arc<dyn Predictor>,
+    utility: &'a str,
+    dir: Option<&'a Path>,
+    params: &'a [wit::Param],
+    checkpoint: &'a Arc<Mutex<Option<Checkpoint>>>,
+}
+
+/// Loads the utility, the embedded policies and those of `dir`, and offers
+/// each policy file that passes the self-check a hot reload makes; returns
+/// the reload context and one note per component not loaded. Runs WASI
+/// guests: never on an async runtime's thread.
+fn load_and_check(
+    engine: &Arc<PluginEngine>,
+    registry: &Arc<Registry>,
+    inputs: LoadInputs<'_>,
+) -> Result<(ReloadContext, Vec<String>)> {
+    let LoadInputs {
+        problem,
+        predictor,
+        utility,
+        dir,
+        params,
+        checkpoint,
+    } = inputs;
+    let utility = registry.utility_slot(registry::resolve_utility(engine, utility, dir)?);
+    // Embedded policies (a NAME.wasm in `dir` overrides one), then the
+    // other files of `dir`.
+    let mut candidates: Vec<(String, Result<Loaded>)> = registry::embedded_names()
+        .map(|name| (name.to_owned(), registry::resolve(engine, name, dir)))
+        .collect();
+    if let Some(dir) = dir {
+        for path in registry::dir_plugins(dir)? {
+            let loaded = registry::load_file(engine, &path);
+            let name = match &loaded {
+                Ok(l) => l.info().name.clone(),
+                Err(_) => path.display().to_string(),
+            };
+            if !candidates.iter().any(|(n, _)| *n == name) {
+                candidates.push((name, loaded));
+            }
+        }
+    }
+    let reload_context = ReloadContext {
+        engine: Arc::clone(engine),
+        registry: Arc::clone(registry),
+        predictor,
+        utility,
+        checkpoint: Arc::clone(checkpoint),
+        fallback: Checkpoint {
+            problem: Arc::new(problem.clone()),
+            state: setup::default_state(problem),
+            params: params.to_vec(),
+        },
+    };
+    let mut notes = Vec::new();
+    for (name, loaded) in candidates {
+        match loaded {
+            Ok(Loaded::Policy(p)) => {
+                let from_dir = matches!(p.info.origin, registry::Origin::File(_));
+                let checked = if from_dir {
+                    self_check(
+                        &reload_context,
+                        &Loaded::Policy(Arc::clone(&p)),
+                        &reload_context.fallback,
+                    )
+                } else {
+                    Ok(())
+                };
+                match checked {
+                    Ok(()) => {
+                        registry.policy_slot(p);
+                    }
+                    Err(why) => notes.push(format!(
+                        "plugin {name} not loaded: self-check failed: {why}"
+                    )),
+                }
+            }
+            Ok(Loaded::Utility(_)) => {}
+            Err(e) => notes.push(format!("plugin {name} not loaded: {e:#}")),
+        }
+    }
+    Ok((reload_context, notes))
 }
 
 impl PolicySource for PluginPolicies {

@@ -65,20 +65,13 @@ impl std::fmt::Debug for CheckInputs<'_> {
 /// Checks the component in `path`; stops at the first finding that makes the
 /// rest meaningless (cannot read, cannot load).
 pub fn check_file(inputs: &CheckInputs<'_>, path: &Path) -> Vec<Finding> {
-    let bytes = match std::fs::read(path) {
-        Ok(b) => b,
-        Err(e) => {
-            return vec![Finding::fail(format!(
-                "cannot read {}: {e}",
-                path.display()
-            ))];
-        }
+    // The same name rule and capped, non-blocking read as every other load.
+    let read = registry::file_name(path)
+        .and_then(|name| Ok((name.to_owned(), super::precheck::read_component_file(path)?)));
+    let (name, bytes) = match read {
+        Ok(r) => r,
+        Err(e) => return vec![Finding::fail(format!("{e:#}"))],
     };
-    let name = path
-        .file_stem()
-        .and_then(|s| s.to_str())
-        .unwrap_or("plugin")
-        .to_string();
     let started = Instant::now();
     let loaded = match registry::load(
         &inputs.engine,

@@ -230,28 +230,9 @@ pub const LINE_BYTES: usize = 1000;
 /// reports, the decision log).
 pub const MESSAGE_BYTES: usize = 4096;
 
-/// `text` as one printable line of at most about `max` bytes: control
-/// characters (newlines and ANSI escapes included) are escaped, and a longer
-/// text is cut on a character boundary with the number of bytes left out.
-pub fn printable(text: &str, max: usize) -> String {
-    let mut out = String::with_capacity(text.len().min(max) + 16);
-    let mut used = 0;
-    for (at, c) in text.char_indices() {
-        if used >= max {
-            out.push_str(&format!("… ({} more bytes)", text.len() - at));
-            return out;
-        }
-        if c.is_control() {
-            let escaped: String = c.escape_default().collect();
-            used += escaped.len();
-            out.push_str(&escaped);
-        } else {
-            used += c.len_utf8();
-            out.push(c);
-        }
-    }
-    out
-}
+/// The one printable-and-cut helper (in core, so every crate shows outside
+/// text the same way).
+pub use mfsched_core::text::printable;
 
 #[cfg(test)]
 mod tests {

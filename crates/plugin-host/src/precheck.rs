@@ -5,8 +5,7 @@
 //! costly step (a component with 200,000 functions took most of a minute and
 //! gigabytes), so it comes only after these checks pass.
 
-use anyhow::{Context as _, Result, bail};
-use std::io::Read;
+use anyhow::{Result, bail};
 use std::path::Path;
 use wasmparser::{Parser, Payload};
 
@@ -34,60 +33,7 @@ pub const MAX_FUNCTIONS: u64 = 250_000;
 /// is refused without blocking: the file is opened non-blocking and checked on
 /// the descriptor, so it cannot be swapped between the check and the read.
 pub fn read_component_file(path: &Path) -> Result<Vec<u8>> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)
-        .with_context(|| format!("cannot open {}", path.display()))?;
-    let meta = file
-        .metadata()
-        .with_context(|| format!("cannot stat {}", path.display()))?;
-    if !meta.is_file() {
-        bail!(
-            "{} is not a regular file ({}): only component files are loaded",
-            path.display(),
-            kind_of(&meta.file_type())
-        );
-    }
-    if meta.len() > MAX_COMPONENT_BYTES {
-        bail!(
-            "{} has {} bytes, over the {} MiB a component may have",
-            path.display(),
-            meta.len(),
-            MAX_COMPONENT_BYTES >> 20
-        );
-    }
-    let mut bytes = Vec::with_capacity(meta.len() as usize);
-    // The cap holds even if the file grows while it is read.
-    file.take(MAX_COMPONENT_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .with_context(|| format!("cannot read {}", path.display()))?;
-    if bytes.len() as u64 > MAX_COMPONENT_BYTES {
-        bail!(
-            "{} grew past the {} MiB a component may have while it was read",
-            path.display(),
-            MAX_COMPONENT_BYTES >> 20
-        );
-    }
-    Ok(bytes)
-}
-
-fn kind_of(t: &std::fs::FileType) -> &'static str {
-    use std::os::unix::fs::FileTypeExt;
-    if t.is_dir() {
-        "a directory"
-    } else if t.is_fifo() {
-        "a FIFO"
-    } else if t.is_char_device() {
-        "a character device"
-    } else if t.is_block_device() {
-        "a block device"
-    } else if t.is_socket() {
-        "a socket"
-    } else {
-        "not a file"
-    }
+    mfsched_core::fsutil::read_capped(path, MAX_COMPONENT_BYTES, "component")
 }
 
 /// Checks a component binary's shape without compiling it: its top-level

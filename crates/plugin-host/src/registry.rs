@@ -321,13 +321,30 @@ impl ParamInfo {
 
 /// Loads a plugin file; its registry name is the file stem.
 pub fn load_file(engine: &PluginEngine, path: &Path) -> Result<Loaded> {
+    let name = file_name(path)?;
     let bytes = super::precheck::read_component_file(path)?;
+    load(engine, name, Origin::File(path.to_path_buf()), &bytes)
+        .with_context(|| format!("plugin {}", mfsched_core::text::path(path)))
+}
+
+/// The registry name of a plugin file, its stem: UTF-8, printable and at most
+/// [`crate::output::NAME_BYTES`], since it names the policy in configs,
+/// listings, the API and the decision log. Anything else is refused before
+/// the file is read.
+pub fn file_name(path: &Path) -> Result<&str> {
+    let shown = || mfsched_core::text::path(path);
     let name = path
         .file_stem()
         .and_then(|s| s.to_str())
-        .with_context(|| format!("{}: the file name is not valid UTF-8", path.display()))?;
-    load(engine, name, Origin::File(path.to_path_buf()), &bytes)
-        .with_context(|| format!("plugin {}", path.display()))
+        .with_context(|| format!("{}: the file name is not valid UTF-8", shown()))?;
+    if name.chars().any(char::is_control) || name.len() > crate::output::NAME_BYTES {
+        bail!(
+            "{}: a plugin's file name names the policy, so it must hold no control character and at most {} bytes",
+            shown(),
+            crate::output::NAME_BYTES
+        );
+    }
+    Ok(name)
 }
 
 /// The `.wasm` files of a plugin directory, sorted.

@@ -4,7 +4,8 @@
 //! place and is reported with the reason.
 //!
 //! Events on a path only mark it dirty; the path is reloaded once it has been
-//! quiet for [`DEBOUNCE`]. `cp` over a file emits data events before the copy
+//! quiet for [`DEBOUNCE`], or at the latest [`MAX_WAIT`] after its first
+//! event. `cp` over a file emits data events before the copy
 //! is complete, an atomic rename emits one rename-to, cargo removes then
 //! creates: all settle the same way. A file caught half-written fails to
 //! compile, is reported, and its final write triggers another reload.
@@ -27,6 +28,14 @@ use std::time::{Duration, Instant};
 
 /// How long a path must stay quiet before it is reloaded.
 pub const DEBOUNCE: Duration = Duration::from_millis(150);
+/// The longest a path waits for quiet after its first event: a writer that
+/// rewrites a file faster than [`DEBOUNCE`] cannot hold a reload off forever.
+pub const MAX_WAIT: Duration = Duration::from_secs(2);
+
+/// Whether a path dirty since `first`, last touched at `last`, is reloaded `now`.
+fn settled(first: Instant, last: Instant, now: Instant) -> bool {
+    now.duration_since(last) >= DEBOUNCE || now.duration_since(first) >= MAX_WAIT
+}
 
 /// What happened to one reload attempt.
 #[derive(Debug, Clone, PartialEq)]
@@ -131,13 +140,18 @@ impl HotReload {
             std::thread::Builder::new()
                 .name("mfsched-reload".into())
                 .spawn(move || {
-                    let mut dirty: HashMap<PathBuf, Instant> = HashMap::new();
+                    // Per path: its first and its latest event since it was reloaded.
+                    let mut dirty: HashMap<PathBuf, (Instant, Instant)> = HashMap::new();
                     while !stop.load(Ordering::Relaxed) {
                         match rx.recv_timeout(Duration::from_millis(25)) {
                             Ok(Ok(event)) if marks_dirty(&event.kind) => {
                                 for p in event.paths {
                                     if p.extension().is_some_and(|e| e == "wasm") {
-                                        dirty.insert(p, Instant::now());
+                                        let now = Instant::now();
+                                        dirty
+                                            .entry(p)
+                                            .and_modify(|(_, last)| *last = now)
+                                            .or_insert((now, now));
                                     }
                                 }
                             }
@@ -153,12 +167,13 @@ impl HotReload {
                             ),
                             Err(RecvTimeoutError::Disconnected) => break,
                         }
-                        let settled: Vec<PathBuf> = dirty
+                        let now = Instant::now();
+                        let ready: Vec<PathBuf> = dirty
                             .iter()
-                            .filter(|(_, t)| t.elapsed() >= DEBOUNCE)
+                            .filter(|(_, (first, last))| settled(*first, *last, now))
                             .map(|(p, _)| p.clone())
                             .collect();
-                        for path in settled {
+                        for path in ready {
                             dirty.remove(&path);
                             let outcome = reload(&ctx, &path);
                             push(&log, ReloadEvent { path, outcome });
@@ -376,4 +391,33 @@ pub fn wit_params(params: &[(String, String)]) -> Vec<wit::Param> {
             value: value.clone(),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file touched every 100 ms (faster than the debounce) is still
+    /// reloaded once it has been dirty for the maximum wait.
+    #[test]
+    fn a_path_rewritten_faster_than_the_debounce_is_reloaded_by_the_max_wait() {
+        let first = Instant::now();
+        let step = Duration::from_millis(100);
+        let mut last = first;
+        let mut reloaded_at = None;
+        for i in 1..100u32 {
+            let now = first + step * i;
+            if settled(first, last, now) {
+                reloaded_at = Some(now.duration_since(first));
+                break;
+            }
+            last = now;
+        }
+        assert_eq!(reloaded_at, Some(MAX_WAIT));
+        assert!(
+            settled(first, first, first + DEBOUNCE),
+            "a quiet path settles"
+        );
+        assert!(!settled(first, first, first + DEBOUNCE / 2));
+    }
 }

@@ -37,6 +37,15 @@ pub const READ_VERSIONS: [u32; 2] = [1, 2];
 pub const META_FILE: &str = "bundle.json";
 pub const WEIGHTS_FILE: &str = "weights.safetensors";
 
+/// The most `bundle.json` may hold (the shipped ones are a few KiB).
+pub const MAX_META_BYTES: u64 = 16 << 20;
+/// The most `weights.safetensors` may hold (a 64-32 MLP per model is ~30 KiB;
+/// 64 models of a much wider net still fit).
+pub const MAX_WEIGHTS_BYTES: u64 = 256 << 20;
+
+/// The most the training profile kept beside a bundle (`profile.csv`) may hold.
+pub const MAX_PROFILE_BYTES: u64 = 256 << 20;
+
 /// What to do when a bundle does not fit.
 const REMEDY: &str = "retrain it with `mfsched train` or `mfsched models regenerate`";
 
@@ -148,7 +157,12 @@ impl Bundle {
     pub fn read(dir: &Path) -> Result<Self> {
         let read = |name: &str| {
             let path = dir.join(name);
-            std::fs::read(&path).with_context(|| {
+            let max = if name == META_FILE {
+                MAX_META_BYTES
+            } else {
+                MAX_WEIGHTS_BYTES
+            };
+            mfsched_core::fsutil::read_capped(&path, max, name).with_context(|| {
                 format!(
                     "model bundle {}: cannot read {name} (a bundle directory holds {META_FILE} and {WEIGHTS_FILE})",
                     dir.display()
@@ -174,7 +188,39 @@ impl Bundle {
                 READ_VERSIONS.map(|v| v.to_string()).join(" and ")
             );
         }
+        let arch = &meta.architecture;
+        if !(arch.batchnorm_eps.is_finite() && arch.batchnorm_eps > 0.0) {
+            bail!(
+                "architecture.batchnorm_eps = {} must be a positive number; {REMEDY}",
+                arch.batchnorm_eps
+            );
+        }
+        if !(arch.dropout.is_finite() && (0.0..1.0).contains(&arch.dropout)) {
+            bail!(
+                "architecture.dropout = {} must be in [0, 1); {REMEDY}",
+                arch.dropout
+            );
+        }
         for m in &meta.models {
+            for r in &m.throughput_ranges {
+                // The utility normalises by the range: an empty (nothing
+                // measured), reversed or non-finite one would change every
+                // score silently. One measured value (min = max > 0) is a range.
+                if !(r.min.is_finite()
+                    && r.max.is_finite()
+                    && r.min >= 0.0
+                    && r.max >= r.min
+                    && r.max > 0.0)
+                {
+                    bail!(
+                        "model '{}', variant '{}': throughput range [{}, {}] is not 0 ≤ min ≤ max with max > 0; {REMEDY}",
+                        m.name,
+                        r.variant,
+                        r.min,
+                        r.max
+                    );
+                }
+            }
             match (&m.solo_throughput, meta.target.needs_solo()) {
                 (None, true) => bail!(
                     "model '{}' has no solo_throughput, which the {} target needs; {REMEDY}",
@@ -281,9 +327,17 @@ impl Bundle {
         Ok(())
     }
 
-    /// The bundle, once [`Bundle::check_against`] accepts it.
+    /// The bundle, once [`Bundle::check_against`] accepts it for `scenario`
+    /// and, when it embeds one, for its own scenario too (as `eval` needs):
+    /// a bundle whose embedded scenario disagrees with its models is refused
+    /// wherever it is used.
     pub fn checked(self, scenario: &Scenario) -> Result<Self> {
         self.check_against(scenario)?;
+        if self.meta.scenario_toml.is_some() {
+            let own = self.scenario()?;
+            self.check_against(&own)
+                .with_context(|| format!("against its own embedded scenario '{}'", own.name))?;
+        }
         Ok(self)
     }
 
@@ -715,5 +769,42 @@ mod tests {
         let err = Bundle::read(&fixture("no-such-bundle")).expect_err("missing");
         let msg = format!("{err:#}");
         assert!(msg.contains("cannot read bundle.json"), "{msg}");
+    }
+
+    /// Values a bundle cannot mean are refused when it is read; a bundle whose
+    /// embedded scenario disagrees with its own models is refused by
+    /// `checked`, which `decide` and `run` use as `eval` does.
+    #[test]
+    fn nonsense_bundle_values_are_refused() {
+        let b = shipped("paper-n2");
+        let (meta, weights) = b.encode().expect("encode");
+        let edit = |f: &dyn Fn(&mut serde_json::Value)| {
+            let mut v: serde_json::Value = serde_json::from_slice(&meta).expect("json");
+            f(&mut v);
+            let bytes = serde_json::to_vec(&v).expect("json");
+            format!(
+                "{:#}",
+                Bundle::from_bytes(&bytes, &weights).expect_err("refused")
+            )
+        };
+        let err = edit(&|v| v["architecture"]["batchnorm_eps"] = (-1000.0).into());
+        assert!(err.contains("batchnorm_eps = -1000"), "{err}");
+        let err = edit(&|v| {
+            v["models"][0]["throughput_ranges"][0]["min"] = 0.0.into();
+            v["models"][0]["throughput_ranges"][0]["max"] = 0.0.into();
+        });
+        assert!(err.contains("throughput range [0, 0]"), "{err}");
+        let s = scenario::load("paper-n2").expect("bundled");
+        let mut other = b.clone();
+        other.meta.scenario_toml = Some(
+            scenario::BUNDLED
+                .iter()
+                .find(|(n, _)| *n == "paper-n3")
+                .expect("bundled")
+                .1
+                .to_owned(),
+        );
+        let err = format!("{:#}", other.checked(&s).expect_err("disagrees"));
+        assert!(err.contains("its own embedded scenario"), "{err}");
     }
 }

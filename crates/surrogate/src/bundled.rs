@@ -124,7 +124,12 @@ pub fn training_profile(
     let (bytes, path) = match models {
         Some(dir) => {
             let path = bundle_dir(dir, &scenario.name).join(PROFILE_FILE);
-            let bytes = std::fs::read(&path).with_context(|| {
+            let bytes = mfsched_core::fsutil::read_capped(
+                &path,
+                crate::bundle::MAX_PROFILE_BYTES,
+                "training profile",
+            )
+            .with_context(|| {
                 format!(
                     "cannot read {} (the bundle's training profile, kept beside it)",
                     path.display()

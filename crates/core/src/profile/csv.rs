@@ -31,6 +31,8 @@ pub const READ_VERSIONS: [u32; 2] = [1, 2];
 /// Columns whose name starts with this are the user's own (provenance, pair
 /// ids, notes): read past, never interpreted.
 pub const IGNORED_PREFIX: &str = "x-";
+/// The most columns a profile may have (`x-` ones included).
+pub const MAX_COLUMNS: usize = 1 << 16;
 
 pub const COL_FORMAT: &str = "format_version";
 pub const COL_SCENARIO: &str = "scenario";
@@ -66,14 +68,17 @@ pub struct FormatError {
 
 impl fmt::Display for FormatError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.path.display())?;
+        // One line whatever the file holds: a column name or a quoted cell
+        // with a newline or an escape cannot forge a second line.
+        use crate::text::printable;
+        write!(f, "{}", crate::text::path(&self.path))?;
         if let Some(line) = self.line {
             write!(f, " line {line}")?;
         }
         if let Some(column) = &self.column {
-            write!(f, ", column {column}")?;
+            write!(f, ", column {}", printable(column, 256))?;
         }
-        write!(f, ": {}", self.message)
+        write!(f, ": {}", printable(&self.message, 2048))
     }
 }
 
@@ -239,9 +244,10 @@ pub fn peek(path: &Path) -> Result<Peek> {
     })
 }
 
+/// Streamed, so not capped in size; but a FIFO or a device is refused
+/// without blocking, as every outside file is (`fsutil::open_regular`).
 fn open(path: &Path) -> Result<::csv::Reader<std::fs::File>> {
-    let file =
-        std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    let file = crate::fsutil::open_regular(path, "profile")?;
     Ok(reader_builder().from_reader(file))
 }
 
@@ -618,8 +624,19 @@ fn parse_value(knob: &Knob, text: &str) -> Option<KnobValue> {
 /// Matches the header to the columns `problem` expects.
 fn layout(header: &[String], problem: &Problem) -> Result<Layout, (Option<String>, String)> {
     let expected = columns(problem);
-    for (k, col) in header.iter().enumerate() {
-        if header[..k].contains(col) {
+    if header.len() > MAX_COLUMNS {
+        return Err((
+            None,
+            format!(
+                "{} columns, over the {MAX_COLUMNS} a profile may have",
+                header.len()
+            ),
+        ));
+    }
+    // A set, so a header of many columns is checked in linear time.
+    let mut seen = std::collections::HashSet::with_capacity(header.len());
+    for col in header {
+        if !seen.insert(col.as_str()) {
             return Err((Some(col.clone()), "the column appears twice".into()));
         }
         if expected.contains(col) || col.starts_with(IGNORED_PREFIX) {
@@ -838,5 +855,40 @@ mod tests {
         let p = peek(&fixture("good.csv")).expect("peek");
         assert_eq!(p.scenario.as_deref(), Some("paper-n2"));
         assert_eq!(p.models, ["llama3b", "yolo-a"]);
+    }
+
+    /// A header of 60,000 `x-` columns is checked in linear time (a set, not
+    /// a scan per column) and a duplicate far apart is found; past the limit
+    /// the file is refused before any row is read.
+    #[test]
+    fn many_columns_are_checked_in_linear_time_and_bounded() {
+        let problem = paper_n2();
+        let mut header = columns(&problem);
+        header.extend((0..60_000).map(|i| format!("x-{i}")));
+        assert!(layout(&header, &problem).is_ok());
+        header.push("x-7".into());
+        let (col, message) = layout(&header, &problem).err().expect("twice");
+        assert_eq!(
+            (col.as_deref(), message.as_str()),
+            (Some("x-7"), "the column appears twice")
+        );
+        header.truncate(MAX_COLUMNS + 1);
+        let (_, message) = layout(&header, &problem).err().expect("too many");
+        assert!(message.contains("over the 65536"), "{message}");
+    }
+
+    /// A quoted cell holding a newline and an escape stays on one error line.
+    #[test]
+    fn an_error_about_a_hostile_cell_is_one_printable_line() {
+        let problem = paper_n2();
+        let good = std::fs::read_to_string(fixture("good.csv")).expect("fixture");
+        let mut lines: Vec<String> = good.lines().map(str::to_owned).collect();
+        lines[1] = lines[1].replacen(",low,", ",\"x\nerror: forged\u{1b}[31m\",", 1);
+        let text = lines.join("\n");
+        let err = read_csv_bytes(text.as_bytes(), Path::new("p.csv"), &problem)
+            .expect_err("not a level")
+            .to_string();
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(!err.contains('\u{1b}'), "{err}");
     }
 }

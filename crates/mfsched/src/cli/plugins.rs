@@ -5,6 +5,7 @@ use clap::{Args, Subcommand, ValueEnum};
 use mfsched_core::predict::Field;
 use mfsched_core::scenario;
 use mfsched_core::scenario::Scenario;
+use mfsched_core::text::printable;
 use mfsched_lab::analytic::AnalyticPredictor;
 use mfsched_plugin_host::check::{CheckInputs, check_file};
 use mfsched_plugin_host::harness;
@@ -346,7 +347,7 @@ pub fn run(cmd: PluginsCommand) -> Result<()> {
                                 "",
                                 "",
                                 "",
-                                p.display()
+                                mfsched_core::text::path(p)
                             );
                         }
                         for p in &i.params {
@@ -356,7 +357,11 @@ pub fn run(cmd: PluginsCommand) -> Result<()> {
                             );
                         }
                     }
-                    Err(e) => println!("{what}: cannot load: {e:#}"),
+                    Err(e) => println!(
+                        "{}: cannot load: {}",
+                        printable(what, 512),
+                        printable(&format!("{e:#}"), 4096)
+                    ),
                 }
             }
             Ok(())
@@ -372,7 +377,7 @@ fn check(
     opts: &PluginOpts,
 ) -> Result<()> {
     if !file.is_file() {
-        bail!("{}: no such component file", file.display());
+        bail!("{}: no such component file", mfsched_core::text::path(file));
     }
     let scenario = scenario::load(scenario_name)?;
     let Served {
@@ -391,7 +396,7 @@ fn check(
     };
     println!(
         "checking {} on {} (predictor: {predictor_name})",
-        file.display(),
+        mfsched_core::text::path(file),
         scenario.name
     );
     let findings = check_file(&inputs, file);
@@ -402,10 +407,13 @@ fn check(
     if failed > 0 {
         bail!(
             "{}: {failed} check(s) failed (the ERROR lines above)",
-            file.display()
+            mfsched_core::text::path(file)
         );
     }
-    println!("passed: {} is ready to ship", file.display());
+    println!(
+        "passed: {} is ready to ship",
+        mfsched_core::text::path(file)
+    );
     Ok(())
 }
 

@@ -1,0 +1,50 @@
+//! Outside text shown to people: every string that came from outside (a
+//! plugin, a file name, a file's contents) is printed or served through
+//! [`printable`], so control characters (newlines, ANSI escapes) are escaped
+//! and its length is bounded: it can neither forge a line nor flood a terminal.
+
+use std::path::Path;
+
+/// The most of a path shown in a message.
+pub const PATH_BYTES: usize = 512;
+
+/// `text` as one printable line of at most about `max` bytes: control
+/// characters (newlines and ANSI escapes included) are escaped, and a longer
+/// text is cut on a character boundary with the number of bytes left out.
+pub fn printable(text: &str, max: usize) -> String {
+    let mut out = String::with_capacity(text.len().min(max) + 16);
+    let mut used = 0;
+    for (at, c) in text.char_indices() {
+        if used >= max {
+            out.push_str(&format!("… ({} more bytes)", text.len() - at));
+            return out;
+        }
+        if c.is_control() {
+            let escaped: String = c.escape_default().collect();
+            used += escaped.len();
+            out.push_str(&escaped);
+        } else {
+            used += c.len_utf8();
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// A path as one printable line of at most [`PATH_BYTES`].
+pub fn path(p: &Path) -> String {
+    printable(&p.to_string_lossy(), PATH_BYTES)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_path_with_escapes_is_shown_escaped() {
+        let p = Path::new("/plugins/<img src=x onerror=alert(5)>\u{1b}[31m.wasm");
+        let shown = path(p);
+        assert!(!shown.contains('\u{1b}'), "{shown}");
+        assert!(shown.contains("\\u{1b}[31m"), "{shown}");
+    }
+}

@@ -1,0 +1,197 @@
+//! Issue 26: nothing from outside crashes, stalls or poisons mfsched. Each
+//! test feeds one hostile input and asserts what must hold whatever the
+//! machine's load: a clear refusal (one line naming the file or key) or a
+//! bounded, recorded recovery, and nothing half-written.
+
+use std::io::{Read, Write};
+use std::path::Path;
+
+use crate::common::{
+    self,
+    process::{Killed, fails_in_one_line, mfsched, stderr},
+};
+
+fn utf8(p: &Path) -> &str {
+    p.to_str().expect("a UTF-8 path")
+}
+
+/// A second daemon on the same decision log refuses to start, naming the
+/// first one's pid; the first one's log stays intact.
+#[test]
+fn a_second_daemon_on_the_same_log_is_refused_naming_the_holder() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = common::daemon_config(dir.path(), "paper-n3", 100, "active = \"hold\"", "");
+    let (child, _err, _addr) = common::process::start_daemon(&config);
+    let pid = child.id();
+    let first = Killed(child);
+    let out = mfsched(&["run", "--config", utf8(&config), "--max-ticks", "2"]);
+    let err = stderr(&out);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("is in use"), "{err}");
+    assert!(err.contains(&format!("pid {pid}")), "{err}");
+    drop(first);
+    let log = mfsched_daemon::declog::read(&dir.path().join("decisions.log")).expect("log");
+    assert!(log.skipped.is_empty() && log.torn.is_none(), "{log:?}");
+}
+
+/// A start refused for its configuration writes nothing to the decision log
+/// (no file, so no run record).
+#[test]
+fn a_refused_start_writes_no_run_record() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let cases = [
+        ("[api]\nlisten = \"0.0.0.0:0\"", "not a loopback address"),
+        ("[api]\nauth_reads = true", "auth_reads needs a token"),
+        ("[api]\ntoken_file = \"missing-token\"", "api.token_file"),
+    ];
+    for (api, says) in cases {
+        let config = common::daemon_config(dir.path(), "paper-n3", 100, "active = \"hold\"", "");
+        // The helper's [api] table is replaced by the case's.
+        let text = std::fs::read_to_string(&config).expect("config");
+        let text = text.replace("[api]\nlisten = \"127.0.0.1:0\"", api);
+        std::fs::write(&config, text).expect("write");
+        let out = mfsched(&["run", "--config", utf8(&config), "--max-ticks", "1"]);
+        let err = stderr(&out);
+        assert!(!out.status.success(), "{says}: {err}");
+        assert!(err.contains(says), "{says}: {err}");
+        assert!(
+            !dir.path().join("decisions.log").exists(),
+            "{says}: the log was written"
+        );
+    }
+}
+
+/// Log frames with valid checksums that lie: a string claiming 2⁴⁰ bytes is
+/// a record that does not decode (no allocation), and a stretch of valid-looking
+/// headers each claiming megabytes is given up on within the scan budget;
+/// replay reports both, and a daemon starts on such a log.
+#[test]
+fn forged_decision_log_frames_are_refused_without_allocating_or_stalling() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = common::daemon_config(dir.path(), "paper-n3", 50, "active = \"hold\"", "");
+    let out = mfsched(&["run", "--config", utf8(&config), "--max-ticks", "2"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let log = dir.path().join("decisions.log");
+    let mut bytes = std::fs::read(&log).expect("log");
+    let frame = |payload: &[u8]| {
+        let mut f = b"\xF5MFR".to_vec();
+        f.extend((payload.len() as u32).to_le_bytes());
+        f.extend(crc32fast::hash(payload).to_le_bytes());
+        let header = crc32fast::hash(&f);
+        f.extend(header.to_le_bytes());
+        f.extend(payload);
+        f
+    };
+    // Entry::Run (variant 0), u64 unix_ms 1, then the scenario string's length
+    // as a varint u64 (251 = 0xfd then 8 bytes LE): 2⁴⁰.
+    let mut forged = vec![0u8, 1, 0xfd];
+    forged.extend((1u64 << 40).to_le_bytes());
+    forged.extend([b'x'; 16]);
+    bytes.extend(frame(&forged));
+    // 200,000 headers whose checksums hold, each claiming 1 MiB the file has.
+    let claim = 1u32 << 20;
+    let mut header = b"\xF5MFR".to_vec();
+    header.extend(claim.to_le_bytes());
+    header.extend(0u32.to_le_bytes());
+    let crc = crc32fast::hash(&header);
+    header.extend(crc.to_le_bytes());
+    for _ in 0..200_000 {
+        bytes.extend(&header);
+    }
+    bytes.extend(vec![0u8; 2 << 20]);
+    std::fs::write(&log, &bytes).expect("write");
+    let replay = mfsched(&["replay", utf8(&log)]);
+    let text = format!("{}{}", common::process::stdout(&replay), stderr(&replay));
+    assert!(
+        text.contains("gave up"),
+        "{}",
+        &text[..text.len().min(4000)]
+    );
+    let out = mfsched(&["run", "--config", utf8(&config), "--max-ticks", "1"]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("moved to"), "{err}");
+    let kept = dir.path().join("decisions.log.unreadable");
+    assert_eq!(std::fs::read(&kept).expect("kept whole"), bytes);
+    let fresh = mfsched_daemon::declog::read(&log).expect("a new log");
+    assert_eq!(fresh.records.len(), 1);
+    assert_eq!(fresh.records[0].tick, 2, "tick numbers go on");
+}
+
+/// Files named inside inputs go through the capped reader: a daemon config
+/// naming /dev/zero as its scenario or its log is refused in one line.
+#[test]
+fn files_named_inside_inputs_are_never_read_unbounded() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = common::daemon_config(dir.path(), "/dev/zero", 100, "active = \"hold\"", "");
+    let out = mfsched(&["run", "--config", utf8(&config), "--max-ticks", "1"]);
+    let err = stderr(&out);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("a character device"), "{err}");
+    let config = common::daemon_config(dir.path(), "paper-n3", 100, "active = \"hold\"", "");
+    let text = std::fs::read_to_string(&config)
+        .expect("config")
+        .replace("path = \"decisions.log\"", "path = \"/dev/zero\"");
+    std::fs::write(&config, text).expect("write");
+    let out = mfsched(&["run", "--config", utf8(&config), "--max-ticks", "1"]);
+    let err = stderr(&out);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("not a regular file"), "{err}");
+    let out = mfsched(&["replay", "/dev/zero"]);
+    let err = fails_in_one_line(&out, "replay /dev/zero");
+    assert!(err.contains("a character device"), "{err}");
+}
+
+/// Every API answer, refusals included, says `nosniff`.
+#[test]
+fn api_answers_carry_nosniff() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = common::daemon_config(dir.path(), "paper-n3", 100, "active = \"hold\"", "");
+    let (child, _err, addr) = common::process::start_daemon(&config);
+    let _daemon = Killed(child);
+    for (method, path) in [
+        ("GET", "/v1/state"),
+        ("GET", "/healthz"),
+        ("POST", "/v1/policies/active"),
+    ] {
+        let mut stream = std::net::TcpStream::connect(addr).expect("connect");
+        write!(
+            stream,
+            "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        )
+        .expect("send");
+        let mut response = String::new();
+        stream.read_to_string(&mut response).expect("the answer");
+        let head = response
+            .split("\r\n\r\n")
+            .next()
+            .unwrap_or("")
+            .to_ascii_lowercase();
+        assert!(
+            head.contains("x-content-type-options: nosniff"),
+            "{method} {path}: {head}"
+        );
+    }
+}
+
+/// A policy file whose name carries markup and an ANSI escape: `plugins list`
+/// and `plugins check` show it escaped, and it is refused as a policy name.
+#[test]
+fn a_plugin_file_name_with_escapes_never_reaches_the_terminal_raw() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir(&plugins).expect("plugin dir");
+    let hostile = plugins.join("<img src=x onerror=alert(5)>\u{1b}[31m.wasm");
+    let noisy = Path::new(mfsched_plugin_host::TEST_PLUGINS_DIR).join("noisy.wasm");
+    std::fs::copy(&noisy, &hostile).expect("copy");
+    for args in [
+        vec!["plugins", "list", "--plugin-dir", utf8(&plugins)],
+        vec!["plugins", "check", utf8(&hostile)],
+    ] {
+        let out = mfsched(&args);
+        let text = format!("{}{}", common::process::stdout(&out), stderr(&out));
+        assert!(!text.contains('\u{1b}'), "{args:?}: raw escape in {text:?}");
+        assert!(text.contains("\\u{1b}[31m"), "{args:?}: {text}");
+        assert!(text.contains("no control character"), "{args:?}: {text}");
+    }
+}
