@@ -15,7 +15,7 @@
 //! with one clear message (what, where, what to do); it never panics.
 
 use super::backend::BackendChoice;
-use super::features;
+use super::features::{self, FieldFeatures, Layout, SoloPoint, SoloProfiles};
 use super::fold::fold;
 use super::meanfield::MeanField;
 use super::target::{OutputMap, Target};
@@ -63,6 +63,13 @@ pub struct BundleMeta {
     /// What the nets learnt (absent in version 1 bundles: absolute).
     #[serde(default)]
     pub target: Target,
+    /// The field features the nets were trained on (absent in bundles from
+    /// before the choice existed: the observed state alone).
+    #[serde(default, skip_serializing_if = "FieldFeatures::is_observed")]
+    pub field_features: FieldFeatures,
+    /// Which configurations the nets see (absent: MeanField's own one).
+    #[serde(default, skip_serializing_if = "Layout::is_meanfield")]
+    pub layout: Layout,
     /// The card's VRAM: the state feature "VRAM used" is a fraction of it.
     pub card_vram_mib: u32,
     pub architecture: Architecture,
@@ -118,6 +125,10 @@ pub struct ModelMeta {
     /// target's reference; measured or borrowed from the nearest measured one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub solo_throughput: Option<Vec<f64>>,
+    /// Per configuration of the model's grid: its solo profile, the features it
+    /// contributes to its co-runners' inputs under the co-runner-solo field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub solo_profile: Option<Vec<SoloPoint>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -127,13 +138,33 @@ pub struct Metrics {
     pub holdout_rows: usize,
     /// R² of the throughput on the held-out rows; none when nothing was held out.
     pub r2_holdout: Option<f64>,
+    /// R² of the slowdown (throughput / solo) on the held-out rows, where the
+    /// solo throughput is known (absent in older bundles).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub r2_slowdown_holdout: Option<f64>,
+    /// MAPE (%) of the throughput on the held-out rows (absent in older bundles).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mape_holdout: Option<f64>,
 }
 
 impl Metrics {
     /// The held-out R² to three decimals, or `-` when nothing was held out.
     pub fn r2_text(&self) -> String {
-        self.r2_holdout
-            .map_or_else(|| "-".to_string(), |r| format!("{r:.3}"))
+        Self::text(self.r2_holdout, 3)
+    }
+
+    /// The held-out R² of the slowdown to three decimals, or `-`.
+    pub fn r2_slowdown_text(&self) -> String {
+        Self::text(self.r2_slowdown_holdout, 3)
+    }
+
+    /// The held-out MAPE (%) to one decimal, or `-`.
+    pub fn mape_text(&self) -> String {
+        Self::text(self.mape_holdout, 1)
+    }
+
+    fn text(value: Option<f64>, digits: usize) -> String {
+        value.map_or_else(|| "-".to_string(), |r| format!("{r:.digits$}"))
     }
 }
 
@@ -277,7 +308,7 @@ impl Bundle {
                 p.card.vram_mib
             );
         }
-        for (m, model) in self.meta.models.iter().zip(&p.models) {
+        for (i, (m, model)) in self.meta.models.iter().zip(&p.models).enumerate() {
             if m.unit != model.unit {
                 bail!(
                     "model '{}' predicts throughput in {} but scenario {} measures it in {}; {REMEDY}",
@@ -287,7 +318,8 @@ impl Bundle {
                     model.unit
                 );
             }
-            let expected = features::input_names(model);
+            let expected =
+                features::layout_names(p, i, self.meta.layout, self.meta.field_features);
             if m.features != expected {
                 bail!(
                     "model '{}' was trained on features [{}] but scenario {} gives [{}]; {REMEDY}",
@@ -296,6 +328,21 @@ impl Bundle {
                     scenario.name,
                     expected.join(", ")
                 );
+            }
+            let profile_len = m.solo_profile.as_ref().map(Vec::len);
+            match (self.meta.field_features, profile_len) {
+                (FieldFeatures::CoRunnerSolo, None) => bail!(
+                    "model '{}' has no solo profile, which the {} field it was trained on needs; {REMEDY}",
+                    m.name,
+                    self.meta.field_features
+                ),
+                (_, Some(len)) if len != model.grid_size() => bail!(
+                    "model '{}' has {len} solo profile points, scenario {} gives it {} configurations; {REMEDY}",
+                    m.name,
+                    scenario.name,
+                    model.grid_size()
+                ),
+                _ => {}
             }
             if let Some(solo) = &m.solo_throughput
                 && solo.len() != model.grid_size()
@@ -349,6 +396,21 @@ impl Bundle {
 
     /// As [`Bundle::meanfield`], on the backend `choice` asks for.
     pub fn meanfield_on(&self, problem: &Problem, choice: BackendChoice) -> Result<MeanField> {
+        if !self.meta.layout.is_meanfield() {
+            bail!(
+                "this bundle is a Joint MLP (every model's configuration in its input), which the \
+                 scheduler cannot serve; score it with `mfsched surrogate eval`"
+            );
+        }
+        if !self.meta.field_features.is_observed() {
+            // The served predictors (CPU table, GPU shader, candidate-aware
+            // field) compute the observed layout only.
+            bail!(
+                "this bundle was trained on the {} field, which the scheduler cannot serve yet; \
+                 score it with `mfsched surrogate eval`, or train a servable one with `mfsched train --field observed`",
+                self.meta.field_features
+            );
+        }
         MeanField::with_backend(problem, self.nets.iter().map(fold).collect(), choice)?
             .with_outputs(self.output_maps(problem)?)
     }
@@ -360,6 +422,16 @@ impl Bundle {
             .iter()
             .zip(&problem.models)
             .map(|(m, model)| OutputMap::new(model, self.meta.target, m.solo_throughput.as_deref()))
+            .collect()
+    }
+
+    /// Per model, its solo profile, where the bundle records every model's (the
+    /// co-runner-solo field's inputs).
+    pub fn solo_profiles(&self) -> Option<SoloProfiles> {
+        self.meta
+            .models
+            .iter()
+            .map(|m| m.solo_profile.clone())
             .collect()
     }
 

@@ -7,6 +7,8 @@
 //! the device).
 
 use mfsched_core::domain::{GpuState, Knob, KnobEncoding, Model, Problem};
+use mfsched_core::profile::Profile;
+use serde::{Deserialize, Serialize};
 
 /// Number of state features: workload one-hot (4), VRAM used / card VRAM, utilisation.
 pub const STATE_FEATURES: usize = 6;
@@ -107,6 +109,207 @@ pub fn push_state(problem: &Problem, state: &GpuState, out: &mut Vec<f32>) {
     out.push(state.utilization as f32);
 }
 
+/// Which configurations a predictor sees.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Default,
+    Serialize,
+    Deserialize,
+    clap::ValueEnum,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum Layout {
+    /// Own configuration + field (the MeanField surrogate: what the scheduler serves).
+    #[default]
+    #[serde(rename = "meanfield")]
+    #[value(name = "meanfield")]
+    MeanField,
+    /// Every model's configuration + field (the Joint-MLP baseline: its input
+    /// grows with N, so it is trained and scored, never served).
+    Joint,
+}
+
+impl Layout {
+    pub fn is_meanfield(&self) -> bool {
+        *self == Layout::MeanField
+    }
+}
+
+/// Names of model `i`'s input row under `layout` and `field`: the layout a
+/// bundle records and is checked against. The joint layout names every
+/// model's local features, prefixed with the model.
+pub fn layout_names(problem: &Problem, i: usize, layout: Layout, field: FieldFeatures) -> Vec<String> {
+    match layout {
+        Layout::MeanField => input_names_with(&problem.models[i], field),
+        Layout::Joint => {
+            let mut names: Vec<String> = problem
+                .models
+                .iter()
+                .flat_map(|m| local_names(m).into_iter().map(move |n| format!("{}.{n}", m.name)))
+                .collect();
+            names.extend(STATE_NAMES.iter().map(|s| s.to_string()));
+            if field == FieldFeatures::CoRunnerSolo {
+                names.extend(CORUNNER_NAMES.iter().map(|s| s.to_string()));
+            }
+            names
+        }
+    }
+}
+
+/// Which field features follow the local ones.
+///
+/// - [`FieldFeatures::Observed`]: the aggregate state alone (the published
+///   design; every bundle before this field existed).
+/// - [`FieldFeatures::CoRunnerSolo`]: the state, then, summed over the
+///   co-runners, their *solo* profiles (the utilisation and the VRAM fraction
+///   the profile's solo rows measured for each co-runner's configuration): what
+///   the co-runners are, not only how busy the card is, with an input size that
+///   does not grow with N.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Default,
+    Serialize,
+    Deserialize,
+    clap::ValueEnum,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum FieldFeatures {
+    #[default]
+    Observed,
+    CoRunnerSolo,
+}
+
+impl FieldFeatures {
+    pub const ALL: [FieldFeatures; 2] = [FieldFeatures::Observed, FieldFeatures::CoRunnerSolo];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            FieldFeatures::Observed => "observed",
+            FieldFeatures::CoRunnerSolo => "co-runner-solo",
+        }
+    }
+
+    pub fn is_observed(&self) -> bool {
+        *self == FieldFeatures::Observed
+    }
+
+    /// Inputs after the local features.
+    pub fn len(self) -> usize {
+        STATE_FEATURES
+            + match self {
+                FieldFeatures::Observed => 0,
+                FieldFeatures::CoRunnerSolo => CORUNNER_NAMES.len(),
+            }
+    }
+}
+
+impl std::fmt::Display for FieldFeatures {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Names of the co-runner features, parallel to [`push_corunners`]' output.
+pub const CORUNNER_NAMES: [&str; 2] = ["corunners.solo_utilization", "corunners.solo_vram/card_vram"];
+
+/// One configuration measured alone: what it demands of the card by itself.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct SoloPoint {
+    pub utilization: f64,
+    /// VRAM used / card VRAM.
+    pub vram_fraction: f64,
+}
+
+/// Per model, per configuration of its grid: its solo profile. Configurations
+/// never measured alone borrow the nearest measured one (as the relative
+/// target's solo throughput does, `target::fill_solo`).
+pub type SoloProfiles = Vec<Vec<SoloPoint>>;
+
+/// The solo profiles of every model from a profile's solo rows (the mean over a
+/// configuration's rows); `None` with the first model that has none.
+pub fn solo_profiles(problem: &Problem, profile: &Profile) -> Result<SoloProfiles, String> {
+    let card = f64::from(problem.card.vram_mib.max(1));
+    problem
+        .models
+        .iter()
+        .enumerate()
+        .map(|(i, model)| {
+            let mut sums = vec![(0.0, 0.0, 0u32); model.grid_size()];
+            for row in profile.solo.iter().filter(|r| r.model == i) {
+                if let Some(s) = sums.get_mut(row.config as usize) {
+                    s.0 += row.state.utilization;
+                    s.1 += row.state.vram_used_mib / card;
+                    s.2 += 1;
+                }
+            }
+            let mean = |pick: fn(&(f64, f64, u32)) -> f64| -> Vec<Option<f64>> {
+                sums.iter()
+                    .map(|s| (s.2 > 0).then(|| pick(s) / f64::from(s.2)))
+                    .collect()
+            };
+            let fill = |values: Vec<Option<f64>>| {
+                crate::target::fill_solo(model, &values).map(|(v, _)| v)
+            };
+            match (fill(mean(|s| s.0)), fill(mean(|s| s.1))) {
+                (Some(u), Some(v)) => Ok(u
+                    .into_iter()
+                    .zip(v)
+                    .map(|(utilization, vram_fraction)| SoloPoint {
+                        utilization,
+                        vram_fraction,
+                    })
+                    .collect()),
+                _ => Err(format!(
+                    "model '{}' has no solo rows: the {} field needs every model measured alone \
+                     (rows where only it runs; docs/profile-format.md)",
+                    model.name,
+                    FieldFeatures::CoRunnerSolo
+                )),
+            }
+        })
+        .collect()
+}
+
+/// The co-runner features of model `i` in joint configuration `joint`,
+/// appended to `out`: each co-runner's solo utilisation and VRAM fraction,
+/// summed over the co-runners.
+pub fn push_corunners(solo: &SoloProfiles, i: usize, joint: &[u32], out: &mut Vec<f32>) {
+    let (mut u, mut v) = (0.0, 0.0);
+    for (j, &c) in joint.iter().enumerate() {
+        if j != i
+            && let Some(p) = solo.get(j).and_then(|t| t.get(c as usize))
+        {
+            u += p.utilization;
+            v += p.vram_fraction;
+        }
+    }
+    out.push(u as f32);
+    out.push(v as f32);
+}
+
+/// Names of model i's full input row under `field`.
+pub fn input_names_with(model: &Model, field: FieldFeatures) -> Vec<String> {
+    let mut names = input_names(model);
+    if field == FieldFeatures::CoRunnerSolo {
+        names.extend(CORUNNER_NAMES.iter().map(|s| s.to_string()));
+    }
+    names
+}
+
 /// The local feature table of one model: `grid_size × local_len` values, row-major.
 pub fn local_table(model: &Model) -> Vec<f32> {
     let mut out = Vec::with_capacity(model.grid_size() * local_len(model));
@@ -153,6 +356,28 @@ mod tests {
             assert_eq!(row[at], 1.0);
             assert_eq!(row[names.len() - 4], 1.0, "workload=high");
             assert_eq!(row[names.len() - 2], 0.5, "vram fraction");
+            let with = input_names_with(m, FieldFeatures::CoRunnerSolo);
+            assert_eq!(with.len(), local_len(m) + FieldFeatures::CoRunnerSolo.len());
+            assert_eq!(with[..names.len()], names[..], "the observed layout first");
         }
+    }
+
+    #[test]
+    fn corunner_features_sum_the_others_solo_profiles() {
+        let p = |utilization, vram_fraction| SoloPoint {
+            utilization,
+            vram_fraction,
+        };
+        let solo = vec![
+            vec![p(0.1, 0.01), p(0.2, 0.02)],
+            vec![p(0.3, 0.03), p(0.4, 0.04)],
+            vec![p(0.5, 0.05), p(0.6, 0.06)],
+        ];
+        let mut out = Vec::new();
+        push_corunners(&solo, 0, &[1, 0, 1], &mut out);
+        assert!((out[0] - 0.9).abs() < 1e-6 && (out[1] - 0.09).abs() < 1e-6, "{out:?}");
+        out.clear();
+        push_corunners(&solo, 2, &[1, 1, 0], &mut out);
+        assert!((out[0] - 0.6).abs() < 1e-6, "own configuration left out: {out:?}");
     }
 }

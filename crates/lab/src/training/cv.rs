@@ -6,27 +6,34 @@
 //! group never straddle a split (both orders of a measured pair, the repeats of
 //! one run). Every row is predicted once per seed by predictors trained on the
 //! other folds; the metrics are computed on those out-of-fold predictions per
-//! seed, then averaged (± std) over the seeds.
+//! seed, then averaged (± std) over the seeds. A learning curve (`train_sizes`)
+//! repeats this with each split's training folds cut to n groups (nested, a
+//! seeded order per split), always scored on the whole test fold.
 //!
 //! Methods, each trained on each target (see `surrogate::target`), every
 //! prediction turned back into throughput before scoring:
 //! - **own-configuration mean**: the mean target of the model's configuration in
 //!   the training folds (falling back to its variant's, then the model's). On
 //!   the relative target this is *solo × the configuration's mean slowdown*.
+//! - **pressure** (relative target, solo rows needed): no network, two factors:
+//!   the own configuration's mean slowdown × each co-runner configuration's mean
+//!   inflicted factor.
 //! - **linear field**: ridge regression on the MeanField inputs (own
-//!   configuration + aggregate state).
-//! - **MeanField**: the surrogate itself.
+//!   configuration + field), for each field feature set asked for.
+//! - **MeanField**: the surrogate itself, for each field feature set asked for
+//!   (`features::FieldFeatures`).
 //! - **Joint MLP** (N ≤ 3): one net per model over every model's configuration
 //!   plus the state.
 //!
-//! Scores: R² of throughput, R² of the slowdown (throughput / solo; where the
-//! profile has solo rows) and MAPE of throughput (rows measuring 0 skipped), per
-//! model, per variant and overall (the mean over models; MAPE pooled).
+//! Scores (`fit::fidelity`): R² of the slowdown (throughput / solo; where the
+//! profile has solo rows) — the headline — MAPE and R² of throughput (rows
+//! measuring 0 skipped), per model, per variant and overall (the mean over
+//! models; MAPE pooled).
 
 use super::dataset::{self, Layout, ModelData};
-use super::fit::{model_seed, output_maps, train_net};
+use super::fit::{fidelity, field_data, mape, model_seed, output_maps, solo_tables, train_net};
 use super::split;
-use crate::svg::{BarChart, BarGroup};
+use crate::svg::{BarChart, BarGroup, LineChart, Series};
 use anyhow::{Result, bail};
 use mfsched_core::domain::Problem;
 use mfsched_core::fsutil::write_atomically;
@@ -34,6 +41,7 @@ use mfsched_core::profile::Profile;
 use mfsched_nn::TrainConfig;
 use mfsched_nn::metrics::{mean_std, r2};
 use mfsched_rng::Rng;
+use mfsched_surrogate::features::FieldFeatures;
 use mfsched_surrogate::target::{OutputMap, Target};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -46,30 +54,40 @@ pub const JOINT_MAX_MODELS: usize = 3;
 /// Ridge penalty of the linear field model (on standardised inputs, per row).
 const RIDGE: f64 = 1e-3;
 const STREAM_FOLDS: u64 = 0x464f_4c44; // "FOLD"
+const STREAM_SUBSET: u64 = 0x5355_4253_0000; // "SUBS" + fold
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CvConfig {
     pub folds: usize,
     pub seeds: Vec<u64>,
     pub targets: Vec<Target>,
+    /// The field features the linear field model and MeanField are run with,
+    /// each its own row of the table.
+    pub fields: Vec<FieldFeatures>,
     /// Columns whose values group rows (empty: every row its own group).
     pub group_by: Vec<String>,
     /// Run the Joint-MLP baseline (only where N ≤ [`JOINT_MAX_MODELS`]).
     pub joint: bool,
+    /// Learning curve: training sets of these many groups (rows when
+    /// ungrouped), drawn from each split's training folds, nested (each inside
+    /// the next); scored on the whole test fold. Empty: no curve.
+    pub train_sizes: Vec<usize>,
     #[serde(skip)]
     pub train: TrainConfig,
     #[serde(skip)]
     pub jobs: usize,
 }
 
+/// The discriminants seed the nets (`predict_all`): never renumber them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Method {
-    OwnConfigMean,
-    LinearField,
+    OwnConfigMean = 0,
+    LinearField = 1,
     #[serde(rename = "meanfield")]
-    MeanField,
-    JointMlp,
+    MeanField = 2,
+    JointMlp = 3,
+    Pressure = 4,
 }
 
 impl Method {
@@ -79,14 +97,19 @@ impl Method {
             Method::LinearField => "linear field",
             Method::MeanField => "MeanField",
             Method::JointMlp => "Joint MLP",
+            Method::Pressure => "pressure",
         }
     }
 
     fn trains_a_net(self) -> bool {
         matches!(self, Method::MeanField | Method::JointMlp)
     }
-}
 
+    /// Whether the field features change its inputs.
+    fn reads_the_field(self) -> bool {
+        matches!(self, Method::MeanField | Method::LinearField)
+    }
+}
 /// Mean ± std over seeds.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Stat {
@@ -133,6 +156,9 @@ pub struct VariantScores {
 pub struct MethodResult {
     pub target: Target,
     pub method: Method,
+    /// The field features its inputs carried (the observed state for methods
+    /// that read no field).
+    pub field: FieldFeatures,
     /// Mean over models (MAPE: pooled over every row and model).
     pub overall: Scores,
     pub per_model: Vec<ModelScores>,
@@ -148,22 +174,49 @@ pub struct CvReport {
     pub models: Vec<String>,
     pub config: CvConfig,
     pub results: Vec<MethodResult>,
+    /// One point per (training-set size, target, method, field).
+    pub learning_curve: Vec<CurvePoint>,
+}
+
+/// A method's overall scores trained on `n` groups per split.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CurvePoint {
+    pub n: usize,
+    pub target: Target,
+    pub method: Method,
+    pub field: FieldFeatures,
+    pub overall: Scores,
 }
 
 /// Out-of-fold throughput predictions: `[seed][model][row]`.
 type Predictions = Vec<Vec<Vec<f32>>>;
 
+/// What a table row is: a method trained on a target with a field.
+type Key = (Target, Method, FieldFeatures);
+
+/// Per seed, per fold: (training rows, test rows).
+type Splits = Vec<Vec<(Vec<usize>, Vec<usize>)>>;
+
 struct Setup<'a> {
     problem: &'a Problem,
     maps: BTreeMap<Target, Vec<OutputMap>>,
-    mf: Vec<ModelData>,
+    /// Per field: the MeanField matrices.
+    mf: BTreeMap<FieldFeatures, Vec<ModelData>>,
     joint: Option<Vec<ModelData>>,
-    /// Per seed: fold of each row.
-    folds: Vec<Vec<usize>>,
+    /// Per model, per configuration: solo throughput, where every model has solo rows.
+    solo: Option<Vec<Vec<f32>>>,
+    keys: Vec<Key>,
+}
+
+impl Setup<'_> {
+    fn observed(&self) -> &[ModelData] {
+        &self.mf[&FieldFeatures::Observed]
+    }
 }
 
 /// Runs the cross-validation. `groups` holds one key per co-location row
-/// (empty: stratified folds). `progress(done, total)` counts trained nets.
+/// (empty: stratified folds). `progress(done, total)` counts trained nets,
+/// over the full run and every learning-curve size.
 pub fn run(
     config: &CvConfig,
     problem: &Problem,
@@ -173,24 +226,50 @@ pub fn run(
     scenario_name: &str,
     progress: &(dyn Fn(usize, usize) + Sync),
 ) -> Result<CvReport> {
+    Ok(run_with_folds(config, problem, profile, groups, data_name, scenario_name, progress)?.0)
+}
+
+/// What [`run`] measured, with what `--export` writes: the fold of every row
+/// per seed and the full run's out-of-fold predictions.
+pub struct CvRun {
+    pub folds: Vec<Vec<usize>>,
+    predictions: BTreeMap<Key, Predictions>,
+}
+
+/// [`run`], keeping the folds and the out-of-fold predictions.
+pub fn run_with_folds(
+    config: &CvConfig,
+    problem: &Problem,
+    profile: &Profile,
+    groups: &[String],
+    data_name: &str,
+    scenario_name: &str,
+    progress: &(dyn Fn(usize, usize) + Sync),
+) -> Result<(CvReport, CvRun)> {
     let rows = profile.rows.len();
     if config.folds < 2 {
         bail!("--folds must be at least 2, got {}", config.folds);
     }
-    if config.seeds.is_empty() || config.targets.is_empty() {
-        bail!("give at least one seed and one target");
+    if config.seeds.is_empty() || config.targets.is_empty() || config.fields.is_empty() {
+        bail!("give at least one seed, one target and one field");
     }
     if !groups.is_empty() && groups.len() != rows {
         bail!("{} group keys for {rows} rows", groups.len());
     }
-    let group_count = if groups.is_empty() {
-        rows
+    // Every row's group as a number (each row its own without group keys).
+    let group_of: Vec<usize> = if groups.is_empty() {
+        (0..rows).collect()
     } else {
+        let mut ids: BTreeMap<&str, usize> = BTreeMap::new();
         groups
             .iter()
-            .collect::<std::collections::BTreeSet<_>>()
-            .len()
+            .map(|g| {
+                let next = ids.len();
+                *ids.entry(g.as_str()).or_insert(next)
+            })
+            .collect()
     };
+    let group_count = group_of.iter().max().map_or(0, |&g| g + 1);
     if group_count < config.folds {
         bail!(
             "{group_count} groups cannot fill {} folds: lower --folds",
@@ -201,54 +280,99 @@ pub fn run(
     for &t in &config.targets {
         maps.insert(t, output_maps(problem, profile, t)?.0);
     }
-    let strata = split::strata(problem, profile);
+    let mut mf = BTreeMap::new();
+    for field in std::iter::once(FieldFeatures::Observed).chain(config.fields.iter().copied()) {
+        if let std::collections::btree_map::Entry::Vacant(slot) = mf.entry(field) {
+            slot.insert(field_data(problem, profile, Layout::MeanField, field, None)?.0);
+        }
+    }
+    let solo = solo_tables(problem, profile);
+    let joint = config.joint && problem.models.len() <= JOINT_MAX_MODELS;
+    let mut keys = Vec::new();
+    for &target in &config.targets {
+        let observed = FieldFeatures::Observed;
+        keys.push((target, Method::OwnConfigMean, observed));
+        if target == Target::RelativeToSolo && solo.is_some() {
+            keys.push((target, Method::Pressure, observed));
+        }
+        for method in [Method::LinearField, Method::MeanField] {
+            keys.extend(config.fields.iter().map(|&f| (target, method, f)));
+        }
+        if joint {
+            keys.push((target, Method::JointMlp, observed));
+        }
+    }
     let setup = Setup {
         problem,
         maps,
-        mf: dataset::build(problem, profile, Layout::MeanField),
-        joint: (config.joint && problem.models.len() <= JOINT_MAX_MODELS)
-            .then(|| dataset::build(problem, profile, Layout::Joint)),
-        folds: config
-            .seeds
-            .iter()
-            .map(|&s| {
-                let mut rng = Rng::derive(s, STREAM_FOLDS);
-                if groups.is_empty() {
-                    split::stratified_folds(&strata, config.folds, &mut rng)
-                } else {
-                    split::group_folds(groups, config.folds, &mut rng)
-                }
-            })
-            .collect(),
+        mf,
+        joint: joint.then(|| dataset::build(problem, profile, Layout::Joint)),
+        solo,
+        keys,
     };
-    let mut methods = vec![
-        Method::OwnConfigMean,
-        Method::LinearField,
-        Method::MeanField,
-    ];
-    if setup.joint.is_some() {
-        methods.push(Method::JointMlp);
+    let strata = split::strata(problem, profile);
+    let folds: Vec<Vec<usize>> = config
+        .seeds
+        .iter()
+        .map(|&s| {
+            let mut rng = Rng::derive(s, STREAM_FOLDS);
+            if groups.is_empty() {
+                split::stratified_folds(&strata, config.folds, &mut rng)
+            } else {
+                split::group_folds(groups, config.folds, &mut rng)
+            }
+        })
+        .collect();
+    let full: Splits = folds
+        .iter()
+        .map(|f| (0..config.folds).map(|k| (0..rows).partition(|&r| f[r] != k)).collect())
+        .collect();
+    let mut curve_splits = Vec::new();
+    for &n in &config.train_sizes {
+        curve_splits.push((n, subsample(config, &full, &group_of, n)?));
     }
-    let predictions = predict_all(config, &setup, &methods, progress)?;
-    // The slowdown scale needs every model's solo table, whatever was trained.
-    let solo = output_maps(problem, profile, Target::RelativeToSolo)
-        .ok()
-        .map(|(m, _)| m);
-    let mut results = Vec::new();
-    for &target in &config.targets {
-        for &method in &methods {
-            let p = &predictions[&(target, method)];
-            results.push(score(
-                problem,
-                &setup.mf,
-                solo.as_deref(),
-                target,
-                method,
-                p,
-            ));
+    let nets_per_run = setup
+        .keys
+        .iter()
+        .filter(|k| k.1.trains_a_net())
+        .count()
+        * problem.models.len()
+        * config.seeds.len()
+        * config.folds;
+    let total = nets_per_run * (1 + curve_splits.len());
+    let done = AtomicUsize::new(0);
+    let counted = |_: usize, _: usize| progress(done.fetch_add(1, Ordering::Relaxed) + 1, total);
+    let predictions = predict_all(config, &setup, &full, 0, &counted)?;
+    let score_all = |predictions: &BTreeMap<Key, Predictions>| {
+        setup
+            .keys
+            .iter()
+            .map(|&(target, method, field)| {
+                score(
+                    problem,
+                    setup.observed(),
+                    setup.solo.as_deref(),
+                    (target, method, field),
+                    &predictions[&(target, method, field)],
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let results = score_all(&predictions);
+    let mut learning_curve = Vec::new();
+    for (n, splits) in &curve_splits {
+        let p = predict_all(config, &setup, splits, *n, &counted)?;
+        for r in score_all(&p) {
+            learning_curve.push(CurvePoint {
+                n: *n,
+                target: r.target,
+                method: r.method,
+                field: r.field,
+                overall: r.overall,
+            });
         }
     }
-    Ok(CvReport {
+    let report = CvReport {
         scenario: scenario_name.to_string(),
         data: data_name.to_string(),
         rows,
@@ -256,57 +380,94 @@ pub fn run(
         models: problem.models.iter().map(|m| m.name.clone()).collect(),
         config: config.clone(),
         results,
-    })
+        learning_curve,
+    };
+    Ok((report, CvRun { folds, predictions }))
 }
 
-/// One net to train: (seed index, fold, target, method, model).
+/// Each split's training rows cut to the rows of `n` of its groups: the
+/// groups in a seeded order (per seed and fold, the same for every n), so a
+/// smaller training set is always inside a larger one.
+fn subsample(config: &CvConfig, full: &Splits, group_of: &[usize], n: usize) -> Result<Splits> {
+    let mut out = Vec::with_capacity(full.len());
+    for (s, per_fold) in full.iter().enumerate() {
+        let mut folds = Vec::with_capacity(per_fold.len());
+        for (k, (train, test)) in per_fold.iter().enumerate() {
+            let mut order: Vec<usize> = train.iter().map(|&r| group_of[r]).collect();
+            order.sort_unstable();
+            order.dedup();
+            if n == 0 || n > order.len() {
+                bail!(
+                    "--train-sizes {n}: fold {} of seed {} has {} groups to train on \
+                     (sizes run from 1 to the smallest training folds' count)",
+                    k + 1,
+                    config.seeds[s],
+                    order.len()
+                );
+            }
+            split::shuffle(
+                &mut order,
+                &mut Rng::derive(config.seeds[s], STREAM_SUBSET + k as u64),
+            );
+            let mut keep = vec![false; group_of.len()];
+            for &g in &order[..n] {
+                keep[g] = true;
+            }
+            let train: Vec<usize> = train.iter().copied().filter(|&r| keep[group_of[r]]).collect();
+            folds.push((train, test.clone()));
+        }
+        out.push(folds);
+    }
+    Ok(out)
+}
+
+/// One net to train: (seed index, fold, table row, model).
 #[derive(Debug, Clone, Copy)]
 struct Job {
     seed: usize,
     fold: usize,
-    target: Target,
-    method: Method,
+    key: Key,
     model: usize,
 }
 
+/// Out-of-fold predictions of every table row on `splits`; `size` (0 for the
+/// full training folds) joins the nets' seeds, so the full run keeps the seeds
+/// it always had.
 fn predict_all(
     config: &CvConfig,
     setup: &Setup<'_>,
-    methods: &[Method],
+    splits: &Splits,
+    size: usize,
     progress: &(dyn Fn(usize, usize) + Sync),
-) -> Result<BTreeMap<(Target, Method), Predictions>> {
+) -> Result<BTreeMap<Key, Predictions>> {
     let n = setup.problem.models.len();
-    let rows = setup.mf.first().map_or(0, ModelData::rows);
-    let mut out: BTreeMap<(Target, Method), Predictions> = BTreeMap::new();
-    for &t in &config.targets {
-        for &m in methods {
-            out.insert(
-                (t, m),
-                vec![vec![vec![f32::NAN; rows]; n]; config.seeds.len()],
-            );
-        }
-    }
-    let split_rows = |seed: usize, fold: usize| -> (Vec<usize>, Vec<usize>) {
-        (0..rows).partition(|&r| setup.folds[seed][r] != fold)
-    };
+    let rows = setup.observed().first().map_or(0, ModelData::rows);
+    let mut out: BTreeMap<Key, Predictions> = setup
+        .keys
+        .iter()
+        .map(|&k| (k, vec![vec![vec![f32::NAN; rows]; n]; config.seeds.len()]))
+        .collect();
     // The cheap baselines, inline.
-    for seed in 0..config.seeds.len() {
-        for fold in 0..config.folds {
-            let (train, test) = split_rows(seed, fold);
-            for &target in &config.targets {
+    for (seed, per_fold) in splits.iter().enumerate() {
+        for (train, test) in per_fold {
+            for &key in setup.keys.iter().filter(|k| !k.1.trains_a_net()) {
+                let (target, method, field) = key;
                 for model in 0..n {
-                    let data = &setup.mf[model];
+                    let data = &setup.mf[&field][model];
                     let map = &setup.maps[&target][model];
-                    let (tr, te) = (data.subset(&train), data.subset(&test));
-                    let own = own_config_mean(setup.problem, model, &tr, &te, map);
-                    let linear = linear_field(&tr, &te, map);
-                    for (method, values) in
-                        [(Method::OwnConfigMean, own), (Method::LinearField, linear)]
-                    {
-                        let slot = &mut out.get_mut(&(target, method)).expect("made")[seed][model];
-                        for (&r, v) in test.iter().zip(values) {
-                            slot[r] = v;
-                        }
+                    let (tr, te) = (data.subset(train), data.subset(test));
+                    let values = match method {
+                        Method::OwnConfigMean => own_config_mean(setup.problem, model, &tr, &te, map),
+                        Method::LinearField => linear_field(&tr, &te, map),
+                        Method::Pressure => match &setup.solo {
+                            Some(solo) => pressure(setup.problem, setup.observed(), solo, model, train, test),
+                            None => continue,
+                        },
+                        Method::MeanField | Method::JointMlp => continue,
+                    };
+                    let slot = &mut out.get_mut(&key).expect("made")[seed][model];
+                    for (&r, v) in test.iter().zip(values) {
+                        slot[r] = v;
                     }
                 }
             }
@@ -316,17 +477,14 @@ fn predict_all(
     let mut jobs = Vec::new();
     for seed in 0..config.seeds.len() {
         for fold in 0..config.folds {
-            for &target in &config.targets {
-                for &method in methods.iter().filter(|m| m.trains_a_net()) {
-                    for model in 0..n {
-                        jobs.push(Job {
-                            seed,
-                            fold,
-                            target,
-                            method,
-                            model,
-                        });
-                    }
+            for &key in setup.keys.iter().filter(|k| k.1.trains_a_net()) {
+                for model in 0..n {
+                    jobs.push(Job {
+                        seed,
+                        fold,
+                        key,
+                        model,
+                    });
                 }
             }
         }
@@ -341,28 +499,31 @@ fn predict_all(
                 loop {
                     let k = next.fetch_add(1, Ordering::Relaxed);
                     let Some(&job) = jobs.get(k) else { break };
-                    let (train, test) = split_rows(job.seed, job.fold);
-                    let data = match job.method {
+                    let (train, test) = &splits[job.seed][job.fold];
+                    let (target, method, field) = job.key;
+                    let data = match method {
                         Method::JointMlp => &setup.joint.as_ref().expect("joint built")[job.model],
-                        _ => &setup.mf[job.model],
+                        _ => &setup.mf[&field][job.model],
                     };
-                    let map = &setup.maps[&job.target][job.model];
+                    let map = &setup.maps[&target][job.model];
                     let seed = Rng::derive(
                         config.seeds[job.seed],
                         ((job.fold as u64) << 40)
-                            | ((job.target as u64) << 32)
-                            | ((job.method as u64) << 24),
+                            | ((target as u64) << 32)
+                            | ((method as u64) << 24)
+                            | ((field as u64) << 20)
+                            | size as u64,
                     )
                     .next_u64();
                     let result = train_net(
-                        &data.subset(&train),
+                        &data.subset(train),
                         map,
                         &config.train,
                         model_seed(seed, job.model),
                         &setup.problem.models[job.model].name,
                         &mut |_| {},
                     )
-                    .map(|net| super::fit::predict(&net, &data.subset(&test), map));
+                    .map(|net| super::fit::predict(&net, &data.subset(test), map));
                     results.lock().expect("no poisoning").push((job, result));
                     progress(done.fetch_add(1, Ordering::Relaxed) + 1, jobs.len());
                 }
@@ -371,13 +532,56 @@ fn predict_all(
     });
     for (job, result) in results.into_inner().expect("no poisoning") {
         let values = result?;
-        let (_, test) = split_rows(job.seed, job.fold);
-        let slot = &mut out.get_mut(&(job.target, job.method)).expect("made")[job.seed][job.model];
+        let (_, test) = &splits[job.seed][job.fold];
+        let slot = &mut out.get_mut(&job.key).expect("made")[job.seed][job.model];
         for (&r, v) in test.iter().zip(values) {
             slot[r] = v;
         }
     }
     Ok(out)
+}
+
+/// Means of a value by configuration, falling back to the configuration's
+/// variant, then to every row.
+struct ConfigMeans {
+    by_config: BTreeMap<u32, (f64, u32)>,
+    by_variant: BTreeMap<usize, (f64, u32)>,
+    all: (f64, u32),
+}
+
+impl ConfigMeans {
+    fn new() -> Self {
+        Self {
+            by_config: BTreeMap::new(),
+            by_variant: BTreeMap::new(),
+            all: (0.0, 0),
+        }
+    }
+
+    fn add(&mut self, configs: &[mfsched_core::domain::LocalConfig], c: u32, v: f64) {
+        for acc in [
+            self.by_config.entry(c).or_default(),
+            self.by_variant.entry(configs[c as usize].variant).or_default(),
+            &mut self.all,
+        ] {
+            acc.0 += v;
+            acc.1 += 1;
+        }
+    }
+
+    /// The mean for configuration `c`; `None` when no row was added at all.
+    fn get(&self, configs: &[mfsched_core::domain::LocalConfig], c: u32) -> Option<f64> {
+        let mean = |acc: &(f64, u32)| acc.0 / f64::from(acc.1.max(1));
+        if self.all.1 == 0 {
+            return None;
+        }
+        Some(
+            self.by_config
+                .get(&c)
+                .or_else(|| self.by_variant.get(&configs[c as usize].variant))
+                .map_or_else(|| mean(&self.all), mean),
+        )
+    }
 }
 
 /// The mean encoded target of the test row's configuration in the training
@@ -390,29 +594,56 @@ fn own_config_mean(
     map: &OutputMap,
 ) -> Vec<f32> {
     let configs = &problem.models[model].configs;
-    let mut by_config: BTreeMap<u32, (f64, u32)> = BTreeMap::new();
-    let mut by_variant: BTreeMap<usize, (f64, u32)> = BTreeMap::new();
-    let mut all = (0.0, 0u32);
+    let mut means = ConfigMeans::new();
     for (&y, &c) in train.y.iter().zip(&train.configs) {
-        let v = f64::from(map.encode(c as usize, f64::from(y)));
-        for acc in [
-            by_config.entry(c).or_default(),
-            by_variant.entry(configs[c as usize].variant).or_default(),
-            &mut all,
-        ] {
-            acc.0 += v;
-            acc.1 += 1;
-        }
+        means.add(configs, c, f64::from(map.encode(c as usize, f64::from(y))));
     }
-    let mean = |acc: &(f64, u32)| acc.0 / f64::from(acc.1.max(1));
     test.configs
         .iter()
-        .map(|&c| {
-            let m = by_config
-                .get(&c)
-                .or_else(|| by_variant.get(&configs[c as usize].variant))
-                .map_or_else(|| mean(&all), mean);
-            map.apply(c as usize, m as f32)
+        .map(|&c| map.apply(c as usize, means.get(configs, c).unwrap_or(0.0) as f32))
+        .collect()
+}
+
+/// The two-factor pressure baseline, no network: model `i`'s slowdown is its
+/// own configuration's mean slowdown times, for each co-runner, the mean
+/// factor that co-runner's configuration inflicts (the training rows'
+/// slowdown over the own mean), all means from the training rows.
+fn pressure(
+    problem: &Problem,
+    data: &[ModelData],
+    solo: &[Vec<f32>],
+    i: usize,
+    train: &[usize],
+    test: &[usize],
+) -> Vec<f32> {
+    let configs = |m: usize| problem.models[m].configs.as_slice();
+    let c = |m: usize, r: usize| data[m].configs[r];
+    let slowdown = |r: usize| f64::from(data[i].y[r]) / f64::from(solo[i][c(i, r) as usize]);
+    let mut own = ConfigMeans::new();
+    for &r in train {
+        own.add(configs(i), c(i, r), slowdown(r));
+    }
+    let own_at = |r: usize| own.get(configs(i), c(i, r)).unwrap_or(1.0);
+    let partners: Vec<(usize, ConfigMeans)> = (0..data.len())
+        .filter(|&j| j != i)
+        .map(|j| {
+            let mut inflicted = ConfigMeans::new();
+            for &r in train {
+                let base = own_at(r);
+                if base > 0.0 {
+                    inflicted.add(configs(j), c(j, r), slowdown(r) / base);
+                }
+            }
+            (j, inflicted)
+        })
+        .collect();
+    test.iter()
+        .map(|&r| {
+            let factor: f64 = partners
+                .iter()
+                .map(|(j, m)| m.get(configs(*j), c(*j, r)).unwrap_or(1.0))
+                .product();
+            (f64::from(solo[i][c(i, r) as usize]) * own_at(r) * factor).max(0.0) as f32
         })
         .collect()
 }
@@ -502,24 +733,11 @@ fn solve(mut a: Vec<f64>, mut b: Vec<f64>, n: usize) -> Vec<f64> {
     x
 }
 
-/// Mean absolute percentage error over the rows measuring more than 0.
-fn mape(predicted: &[f32], truth: &[f32]) -> Option<f64> {
-    let (sum, n) = predicted
-        .iter()
-        .zip(truth)
-        .filter(|(_, t)| **t > 0.0)
-        .fold((0.0, 0usize), |(s, n), (p, t)| {
-            (s + f64::from((p - t).abs() / t), n + 1)
-        });
-    (n > 0).then(|| 100.0 * sum / n as f64)
-}
-
 fn score(
     problem: &Problem,
     data: &[ModelData],
-    solo: Option<&[OutputMap]>,
-    target: Target,
-    method: Method,
+    solo: Option<&[Vec<f32>]>,
+    (target, method, field): Key,
     predictions: &Predictions,
 ) -> MethodResult {
     let seeds = predictions.len();
@@ -528,23 +746,15 @@ fn score(
         let d = &data[i];
         let rows: Vec<usize> = (0..d.rows()).filter(|&r| keep(r)).collect();
         let truth: Vec<f32> = rows.iter().map(|&r| d.y[r]).collect();
-        let ratio = |values: &[f32]| -> Option<Vec<f32>> {
-            let map = &solo?[i];
-            Some(
-                rows.iter()
-                    .zip(values)
-                    .map(|(&r, &v)| v / map.solo[d.configs[r] as usize])
-                    .collect(),
-            )
-        };
+        let solo_rows: Option<Vec<f32>> =
+            solo.map(|t| rows.iter().map(|&r| t[i][d.configs[r] as usize]).collect());
         let (mut r2s, mut rel, mut mapes) = (Vec::new(), Vec::new(), Vec::new());
         for seed in predictions {
             let p: Vec<f32> = rows.iter().map(|&r| seed[i][r]).collect();
-            r2s.extend(r2(&p, &truth));
-            if let (Some(pr), Some(tr)) = (ratio(&p), ratio(&truth)) {
-                rel.extend(r2(&pr, &tr));
-            }
-            mapes.extend(mape(&p, &truth));
+            let f = fidelity(&p, &truth, solo_rows.as_deref());
+            r2s.extend(f.r2);
+            rel.extend(f.r2_slowdown);
+            mapes.extend(f.mape);
         }
         (r2s, rel, mapes)
     };
@@ -609,6 +819,7 @@ fn score(
     MethodResult {
         target,
         method,
+        field,
         overall,
         per_model,
         per_variant,
@@ -622,11 +833,50 @@ fn stat_text(s: Option<Stat>, digits: usize) -> String {
     )
 }
 
+/// A table row's name: the method, and the field where it is not the observed one.
+fn row_label(method: Method, field: FieldFeatures) -> String {
+    if field.is_observed() {
+        method.label().to_string()
+    } else {
+        format!("{} + {field}", method.label())
+    }
+}
+
+impl MethodResult {
+    pub fn label(&self) -> String {
+        row_label(self.method, self.field)
+    }
+}
+
 impl CvReport {
-    /// The summary table (also the start of the markdown report).
+    /// Whether any row has a slowdown score (the profile has solo rows).
+    fn has_slowdown(&self) -> bool {
+        self.results.iter().any(|r| r.overall.r2_relative.is_some())
+    }
+
+    /// The headline score of a row: the slowdown's R² where the profile has
+    /// solo rows, else throughput R².
+    fn headline(&self, s: &Scores) -> Option<Stat> {
+        if self.has_slowdown() {
+            s.r2_relative
+        } else {
+            s.r2
+        }
+    }
+
+    fn headline_name(&self) -> &'static str {
+        if self.has_slowdown() {
+            "R² of slowdown"
+        } else {
+            "R² of throughput"
+        }
+    }
+
+    /// The summary table (also the start of the markdown report): the slowdown
+    /// first (the score that separates methods), then MAPE and throughput R².
     pub fn table(&self) -> String {
         let mut out = format!(
-            "| target | method | R² | R² of slowdown | MAPE % | {} |\n|---|---|---|---|---|{}\n",
+            "| target | method | R² of slowdown | MAPE % | R² | {} |\n|---|---|---|---|---|{}\n",
             self.models
                 .iter()
                 .map(|m| format!("R² {m}"))
@@ -638,10 +888,10 @@ impl CvReport {
             out += &format!(
                 "| {} | {} | {} | {} | {} | {} |\n",
                 r.target,
-                r.method.label(),
-                stat_text(r.overall.r2, 4),
+                r.label(),
                 stat_text(r.overall.r2_relative, 4),
                 stat_text(r.overall.mape, 2),
+                stat_text(r.overall.r2, 4),
                 r.per_model
                     .iter()
                     .map(|m| stat_text(m.scores.r2, 4))
@@ -650,6 +900,86 @@ impl CvReport {
             );
         }
         out
+    }
+
+    /// The learning curve as a table: one row per training-set size, one column
+    /// per (target, method), the headline score.
+    pub fn curve_table(&self) -> String {
+        if self.learning_curve.is_empty() {
+            return String::new();
+        }
+        let columns: Vec<(Target, Method, FieldFeatures)> =
+            self.results.iter().map(|r| (r.target, r.method, r.field)).collect();
+        let mut out = format!(
+            "| n | {} |\n|---|{}\n",
+            columns
+                .iter()
+                .map(|&(t, m, f)| format!("{} ({t})", row_label(m, f)))
+                .collect::<Vec<_>>()
+                .join(" | "),
+            "---|".repeat(columns.len())
+        );
+        for &n in &self.config.train_sizes {
+            let cells: Vec<String> = columns
+                .iter()
+                .map(|&(t, m, f)| {
+                    self.learning_curve
+                        .iter()
+                        .find(|p| p.n == n && p.target == t && p.method == m && p.field == f)
+                        .map_or_else(|| "-".into(), |p| stat_text(self.headline(&p.overall), 3))
+                })
+                .collect();
+            out += &format!("| {n} | {} |\n", cells.join(" | "));
+        }
+        out
+    }
+
+    /// The learning curve: the headline score against the training-set size,
+    /// one line per (target, method), ± std over seeds as a band.
+    pub fn curve_chart(&self) -> String {
+        let series = self
+            .results
+            .iter()
+            .map(|r| {
+                let points: Vec<&CurvePoint> = self
+                    .learning_curve
+                    .iter()
+                    .filter(|p| p.target == r.target && p.method == r.method && p.field == r.field)
+                    .filter(|p| self.headline(&p.overall).is_some())
+                    .collect();
+                let stat = |p: &CurvePoint| self.headline(&p.overall).expect("filtered");
+                let mut s = Series::new(
+                    if self.config.targets.len() > 1 {
+                        format!("{} ({})", r.label(), r.target)
+                    } else {
+                        r.label()
+                    },
+                    points.iter().map(|p| (p.n as f64, stat(p).mean)).collect(),
+                );
+                s.band = Some(points.iter().map(|p| stat(p).std).collect());
+                s.dashed = !r.method.trains_a_net();
+                s
+            })
+            .collect();
+        LineChart {
+            title: format!(
+                "Learning curve, {} ({} folds × {} seeds, out of fold)",
+                self.scenario,
+                self.config.folds,
+                self.config.seeds.len()
+            ),
+            x_label: if self.config.group_by.is_empty() {
+                "training rows n".into()
+            } else {
+                format!("training groups n (by {})", self.config.group_by.join(", "))
+            },
+            y_label: self.headline_name().into(),
+            series,
+            references: Vec::new(),
+            log_x: true,
+            y_range: None,
+        }
+        .render()
     }
 
     /// Per variant, the R² of throughput of every method, one table per target.
@@ -665,10 +995,10 @@ impl CvReport {
                 continue;
             };
             out += &format!(
-                "\n### Per variant, trained on the {target} target (R² of throughput; MAPE %)\n\n| model | variant | rows | {} |\n|---|---|---|{}\n",
+                "\n### Per variant, trained on the {target} target (R² of slowdown; MAPE %)\n\n| model | variant | rows | {} |\n|---|---|---|{}\n",
                 results
                     .iter()
-                    .map(|r| r.method.label())
+                    .map(|r| r.label())
                     .collect::<Vec<_>>()
                     .join(" | "),
                 "---|".repeat(results.len())
@@ -678,7 +1008,11 @@ impl CvReport {
                     .iter()
                     .map(|r| {
                         let s = &r.per_variant[k].scores;
-                        format!("{}; {}", stat_text(s.r2, 3), stat_text(s.mape, 1))
+                        format!(
+                            "{}; {}",
+                            stat_text(s.r2_relative.or(s.r2), 3),
+                            stat_text(s.mape, 1)
+                        )
                     })
                     .collect();
                 out += &format!(
@@ -693,35 +1027,38 @@ impl CvReport {
         out
     }
 
-    /// Overall R² of throughput per method, grouped by target.
+    /// The headline score per method, grouped by target.
     pub fn chart(&self) -> String {
-        let mut methods: Vec<Method> = self.results.iter().map(|r| r.method).collect();
-        methods.dedup();
-        methods.sort();
-        methods.dedup();
+        let mut labels: Vec<String> = Vec::new();
+        for r in &self.results {
+            if !labels.contains(&r.label()) {
+                labels.push(r.label());
+            }
+        }
         BarChart {
             title: format!(
-                "Held-out R² of throughput, {} ({} rows, {} folds × {} seeds)",
+                "Held-out {}, {} ({} rows, {} folds × {} seeds)",
+                self.headline_name(),
                 self.scenario,
                 self.rows,
                 self.config.folds,
                 self.config.seeds.len()
             ),
-            y_label: "R² (out of fold)".into(),
-            bars: methods.iter().map(|m| m.label().to_string()).collect(),
+            y_label: format!("{} (out of fold)", self.headline_name()),
+            bars: labels.clone(),
             groups: self
                 .config
                 .targets
                 .iter()
                 .map(|t| BarGroup {
                     label: format!("trained on {t}"),
-                    values: methods
+                    values: labels
                         .iter()
-                        .map(|m| {
+                        .map(|l| {
                             self.results
                                 .iter()
-                                .find(|r| r.target == *t && r.method == *m)
-                                .and_then(|r| r.overall.r2)
+                                .find(|r| r.target == *t && r.label() == *l)
+                                .and_then(|r| self.headline(&r.overall))
                                 .map(|s| s.mean)
                         })
                         .collect(),
@@ -732,10 +1069,29 @@ impl CvReport {
     }
 
     pub fn markdown(&self, command: &str) -> String {
+        let curve = if self.learning_curve.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "\n## Learning curve ({} at each training-set size n, {})\n\n{}\n![learning curve](cv-curve.svg)\n",
+                self.headline_name(),
+                if self.config.group_by.is_empty() {
+                    "n rows drawn from each split's training folds".to_string()
+                } else {
+                    format!(
+                        "n groups by {} drawn from each split's training folds",
+                        self.config.group_by.join(", ")
+                    )
+                },
+                self.curve_table()
+            )
+        };
         format!(
             "# Surrogate cross-validation: {}\n\n`{command}`\n\nData: {} ({} co-location rows in {} groups, models {}), {} folds × seeds {:?}, \
              {} epochs per net. Every figure below is from this run: out-of-fold predictions, \
-             scored per seed, mean ± std over seeds.\n\n{}\n![R² per method](cv.svg)\n{}",
+             scored per seed, mean ± std over seeds. *R² of slowdown* is of throughput / solo \
+             throughput (where the profile has solo rows), the score that separates methods; \
+             *MAPE* and *R²* are of throughput.\n\n{}\n![scores per method](cv.svg)\n{curve}{}",
             self.scenario,
             self.data,
             self.rows,
@@ -749,7 +1105,8 @@ impl CvReport {
         )
     }
 
-    /// Writes `cv.json`, `cv.md` and `cv.svg` into `dir`, each atomically.
+    /// Writes `cv.json`, `cv.md`, `cv.svg` and, with a learning curve,
+    /// `cv-curve.svg` into `dir`, each atomically.
     pub fn write(&self, dir: &Path, command: &str) -> Result<Vec<PathBuf>> {
         std::fs::create_dir_all(dir)?;
         let json = serde_json::json!({
@@ -757,11 +1114,14 @@ impl CvReport {
             "epochs": self.config.train.epochs,
             "report": self,
         });
-        let files = [
+        let mut files = vec![
             ("cv.json", serde_json::to_string_pretty(&json)? + "\n"),
             ("cv.md", self.markdown(command)),
             ("cv.svg", self.chart()),
         ];
+        if !self.learning_curve.is_empty() {
+            files.push(("cv-curve.svg", self.curve_chart()));
+        }
         let mut written = Vec::new();
         for (name, text) in files {
             let path = dir.join(name);
@@ -772,9 +1132,246 @@ impl CvReport {
     }
 }
 
+impl CvRun {
+    /// Writes `folds.csv` (per seed, every co-location row's group and fold)
+    /// and `predictions.csv` (the full run's out-of-fold prediction of every
+    /// row, model and table row) into `dir`, each atomically. `row` numbers
+    /// the profile's co-location rows from 1 in file order, solo rows not
+    /// counted (as `surrogate eval --predictions` does); folds count from 1.
+    pub fn export(
+        &self,
+        dir: &Path,
+        config: &CvConfig,
+        problem: &Problem,
+        profile: &Profile,
+        groups: &[String],
+    ) -> Result<Vec<PathBuf>> {
+        std::fs::create_dir_all(dir)?;
+        let mut folds = csv::Writer::from_writer(Vec::new());
+        folds.write_record(["seed", "row", "group", "fold"])?;
+        for (s, per_row) in self.folds.iter().enumerate() {
+            for (r, f) in per_row.iter().enumerate() {
+                folds.write_record([
+                    config.seeds[s].to_string(),
+                    (r + 1).to_string(),
+                    groups.get(r).map_or_else(|| (r + 1).to_string(), |g| g.replace('\u{1f}', "|")),
+                    (f + 1).to_string(),
+                ])?;
+            }
+        }
+        let mut preds = csv::Writer::from_writer(Vec::new());
+        preds.write_record([
+            "seed",
+            "target",
+            "method",
+            "field",
+            "row",
+            "model",
+            "configuration",
+            "measured",
+            "predicted",
+        ])?;
+        for (&(target, method, field), per_seed) in &self.predictions {
+            let method_name = serde_json::to_value(method)?
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            for (s, per_model) in per_seed.iter().enumerate() {
+                for (r, row) in profile.rows.iter().enumerate() {
+                    for (i, m) in problem.models.iter().enumerate() {
+                        preds.write_record([
+                            config.seeds[s].to_string(),
+                            target.to_string(),
+                            method_name.clone(),
+                            field.to_string(),
+                            (r + 1).to_string(),
+                            m.name.clone(),
+                            m.knobs(row.joint[i] as usize).to_string(),
+                            row.throughput[i].to_string(),
+                            per_model[i][r].to_string(),
+                        ])?;
+                    }
+                }
+            }
+        }
+        let mut written = Vec::new();
+        for (name, w) in [("folds.csv", folds), ("predictions.csv", preds)] {
+            let bytes = w.into_inner().map_err(|e| anyhow::anyhow!("{e}"))?;
+            let path = dir.join(name);
+            write_atomically(&path, &bytes)?;
+            written.push(path);
+        }
+        Ok(written)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use mfsched_core::domain::{GpuState, WorkloadLevel};
+    use mfsched_core::profile::{ProfileRow, SoloRow};
+
+    /// paper-n2 measured on a few configurations of each model, each pair
+    /// twice (both "orders", one group), with solo rows, and a slowdown that is
+    /// exactly own factor × inflicted factor.
+    fn two_factor_profile() -> (Problem, Profile, Vec<String>) {
+        let problem = mfsched_core::scenario::load("paper-n2")
+            .expect("bundled")
+            .problem;
+        let configs = [0u32, 3, 5, 8];
+        let solo = |m: usize, c: u32| 100.0 + 10.0 * f64::from(c) + 50.0 * m as f64;
+        let own = |c: u32| 0.9 - 0.02 * f64::from(c % 7);
+        let inflicted = |c: u32| 1.0 - 0.03 * f64::from(c % 5);
+        let state = |u: f64| GpuState {
+            workload: WorkloadLevel::Medium,
+            vram_used_mib: 8000.0,
+            utilization: u,
+        };
+        let (mut rows, mut groups, mut solo_rows) = (Vec::new(), Vec::new(), Vec::new());
+        for &a in &configs {
+            for &b in &configs {
+                for repeat in 0..2 {
+                    rows.push(ProfileRow {
+                        joint: vec![a, b],
+                        workload: WorkloadLevel::Medium,
+                        state: state(0.5 + 0.01 * f64::from(a + b)),
+                        throughput: vec![
+                            solo(0, a) * own(a) * inflicted(b) * (1.0 + 0.001 * f64::from(repeat)),
+                            solo(1, b) * own(b) * inflicted(a),
+                        ],
+                    });
+                    groups.push(format!("{a}|{b}"));
+                }
+            }
+            for m in 0..2 {
+                solo_rows.push(SoloRow {
+                    model: m,
+                    config: a,
+                    state: state(0.3 + 0.01 * f64::from(a)),
+                    throughput: solo(m, a),
+                });
+            }
+        }
+        let profile = Profile {
+            scenario: "paper-n2".into(),
+            models: problem.models.iter().map(|m| m.name.clone()).collect(),
+            rows,
+            solo: solo_rows,
+        };
+        (problem, profile, groups)
+    }
+
+    fn tiny_config() -> CvConfig {
+        CvConfig {
+            folds: 2,
+            seeds: vec![1],
+            targets: vec![Target::RelativeToSolo],
+            fields: vec![FieldFeatures::Observed, FieldFeatures::CoRunnerSolo],
+            group_by: vec!["pair".into()],
+            joint: true,
+            train_sizes: vec![3, 6],
+            train: TrainConfig {
+                epochs: 5,
+                ..TrainConfig::default()
+            },
+            jobs: 2,
+        }
+    }
+
+    #[test]
+    fn the_pressure_baseline_recovers_a_two_factor_slowdown() {
+        let (problem, profile, _) = two_factor_profile();
+        let data = dataset::build(&problem, &profile, Layout::MeanField);
+        let solo = solo_tables(&problem, &profile).expect("solo rows");
+        // Every pair once (even rows; the odd ones repeat them 0.1 % faster).
+        let rows: Vec<usize> = (0..profile.rows.len()).step_by(2).collect();
+        for i in 0..2 {
+            let predicted = pressure(&problem, &data, &solo, i, &rows, &rows);
+            for (&r, p) in rows.iter().zip(predicted) {
+                let truth = data[i].y[r];
+                assert!((p - truth).abs() <= 1e-3 * truth, "model {i} row {r}: {p} vs {truth}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_learning_curve_trains_on_nested_whole_groups_and_every_row_is_scored() {
+        let (problem, profile, groups) = two_factor_profile();
+        let config = tiny_config();
+        let (report, run) =
+            run_with_folds(&config, &problem, &profile, &groups, "test", "paper-n2", &|_, _| {})
+                .expect("runs");
+        let methods: Vec<String> = report.results.iter().map(MethodResult::label).collect();
+        for m in [
+            "own-config mean",
+            "pressure",
+            "linear field",
+            "linear field + co-runner-solo",
+            "MeanField",
+            "MeanField + co-runner-solo",
+            "Joint MLP",
+        ] {
+            assert!(methods.iter().any(|l| l == m), "{m} in {methods:?}");
+        }
+        assert_eq!(report.learning_curve.len(), 2 * report.results.len());
+        for r in &report.results {
+            assert!(r.overall.r2_relative.is_some(), "{}: slowdown scored", r.label());
+        }
+        let slowdown = |method: Method| {
+            report
+                .results
+                .iter()
+                .find(|r| r.method == method)
+                .and_then(|r| r.overall.r2_relative)
+                .expect("scored")
+                .mean
+        };
+        let (pressure, own) = (slowdown(Method::Pressure), slowdown(Method::OwnConfigMean));
+        assert!(pressure > own, "the co-runner's factor explains more: {pressure} vs {own}");
+        // Nested subsets of whole groups, inside the training folds.
+        let full: Splits = run
+            .folds
+            .iter()
+            .map(|f| (0..2).map(|k| (0..f.len()).partition(|&r| f[r] != k)).collect())
+            .collect();
+        let ids: Vec<usize> = groups
+            .iter()
+            .map(|g| groups.iter().position(|h| h == g).expect("itself"))
+            .collect();
+        let small = subsample(&config, &full, &ids, 3).expect("fits");
+        let large = subsample(&config, &full, &ids, 6).expect("fits");
+        for k in 0..2 {
+            let (s, l) = (&small[0][k].0, &large[0][k].0);
+            assert_eq!(s.len(), 6, "3 groups of 2 rows");
+            assert!(s.iter().all(|r| l.contains(r)), "nested");
+            assert!(s.iter().all(|&r| run.folds[0][r] != k), "outside the test fold");
+        }
+        assert!(subsample(&config, &full, &ids, 1000).is_err());
+        // Groups never straddle the folds; the export says so too.
+        for (r, g) in groups.iter().enumerate() {
+            for (q, h) in groups.iter().enumerate() {
+                if g == h {
+                    assert_eq!(run.folds[0][r], run.folds[0][q], "group {g}");
+                }
+            }
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        let files = run
+            .export(dir.path(), &config, &problem, &profile, &groups)
+            .expect("exports");
+        let folds = std::fs::read_to_string(&files[0]).expect("folds.csv");
+        assert_eq!(folds.lines().count(), 1 + profile.rows.len());
+        let predictions = std::fs::read_to_string(&files[1]).expect("predictions.csv");
+        assert_eq!(
+            predictions.lines().count(),
+            1 + report.results.len() * profile.rows.len() * 2,
+            "one line per table row, co-location row and model"
+        );
+        assert!(!predictions.contains("NaN"), "every row predicted out of fold");
+        let written = report.write(dir.path(), "test").expect("writes");
+        assert!(written.iter().any(|p| p.ends_with("cv-curve.svg")));
+        assert!(report.curve_table().lines().count() == 4, "{}", report.curve_table());
+    }
 
     #[test]
     fn solve_recovers_a_known_solution() {
@@ -788,10 +1385,4 @@ mod tests {
         }
     }
 
-    #[test]
-    fn mape_skips_zero_truth() {
-        let m = mape(&[1.1, 5.0], &[1.0, 0.0]).expect("one row counts");
-        assert!((m - 10.0).abs() < 1e-4, "{m}");
-        assert_eq!(mape(&[1.0], &[0.0]), None);
-    }
 }

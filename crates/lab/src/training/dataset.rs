@@ -40,17 +40,27 @@ impl ModelData {
     }
 }
 
-/// Which inputs a predictor sees.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Layout {
-    /// Own configuration + aggregate state (the MeanField surrogate).
-    MeanField,
-    /// Every model's configuration + aggregate state (the Joint-MLP baseline).
-    Joint,
+/// Which inputs a predictor sees (one home: `features`, which bundles record).
+pub use mfsched_surrogate::features::Layout;
+
+/// One training matrix per model, rows in profile order, under the observed field.
+pub fn build(problem: &Problem, profile: &Profile, layout: Layout) -> Vec<ModelData> {
+    build_with(problem, profile, layout, None)
 }
 
-/// One training matrix per model, rows in profile order.
-pub fn build(problem: &Problem, profile: &Profile, layout: Layout) -> Vec<ModelData> {
+/// As [`build`]; with `corunners`, every row's state is followed by the
+/// co-runner features of `FieldFeatures::CoRunnerSolo` (`features::push_corunners`).
+pub fn build_with(
+    problem: &Problem,
+    profile: &Profile,
+    layout: Layout,
+    corunners: Option<&features::SoloProfiles>,
+) -> Vec<ModelData> {
+    let field = if corunners.is_some() {
+        features::FieldFeatures::CoRunnerSolo
+    } else {
+        features::FieldFeatures::Observed
+    };
     let tables: Vec<Vec<f32>> = problem.models.iter().map(features::local_table).collect();
     let local_lens: Vec<usize> = problem.models.iter().map(features::local_len).collect();
     let joint_local: usize = local_lens.iter().sum();
@@ -61,7 +71,7 @@ pub fn build(problem: &Problem, profile: &Profile, layout: Layout) -> Vec<ModelD
             let width = match layout {
                 Layout::MeanField => len,
                 Layout::Joint => joint_local,
-            } + features::STATE_FEATURES;
+            } + field.len();
             ModelData {
                 width,
                 x: Vec::with_capacity(profile.rows.len() * width),
@@ -87,6 +97,9 @@ pub fn build(problem: &Problem, profile: &Profile, layout: Layout) -> Vec<ModelD
                 }
             }
             data.x.extend_from_slice(&state);
+            if let Some(solo) = corunners {
+                features::push_corunners(solo, i, &row.joint, &mut data.x);
+            }
             data.y.push(row.throughput[i] as f32);
             data.configs.push(row.joint[i]);
         }

@@ -13,7 +13,7 @@ use mfsched_surrogate::bundle::{
     Architecture, Bundle, BundleMeta, FORMAT_VERSION, Metrics, ModelMeta, TrainingInfo,
     VariantRange,
 };
-use mfsched_surrogate::features;
+use mfsched_surrogate::features::{self, FieldFeatures, SoloProfiles};
 use mfsched_surrogate::fold::fold;
 use mfsched_surrogate::target::{OutputMap, Target, fill_solo};
 
@@ -65,9 +65,55 @@ pub fn predict(net: &Mlp, data: &ModelData, map: &OutputMap) -> Vec<f32> {
     out
 }
 
-/// R² of a trained net's throughput on `data` (None when undefined: constant truth).
-pub fn score(net: &Mlp, data: &ModelData, map: &OutputMap) -> Option<f64> {
-    r2(&predict(net, data, map), &data.y)
+/// How well throughput predictions match measurements: the one set of scores
+/// every accuracy report prints (`train`, `surrogate eval`, `surrogate cv`,
+/// Table I). Each is `None` where it is undefined.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Fidelity {
+    /// R² of throughput.
+    pub r2: Option<f64>,
+    /// R² of the slowdown, throughput / solo throughput in the same
+    /// configuration: the part of the variance co-location causes. Throughput R²
+    /// is dominated by which configuration runs (an own-configuration mean alone
+    /// can reach 0.95 on it), so this is the score that separates surrogates.
+    pub r2_slowdown: Option<f64>,
+    /// Mean absolute percentage error of throughput (%; rows measuring 0 skipped).
+    pub mape: Option<f64>,
+}
+
+/// Scores `predicted` against `truth`, row by row; `solo`, when known, is each
+/// row's solo throughput (the slowdown's denominator).
+pub fn fidelity(predicted: &[f32], truth: &[f32], solo: Option<&[f32]>) -> Fidelity {
+    let r2_slowdown = solo.and_then(|solo| {
+        let ratio = |v: &[f32]| -> Vec<f32> { v.iter().zip(solo).map(|(a, s)| a / s).collect() };
+        (solo.len() == truth.len()).then(|| r2(&ratio(predicted), &ratio(truth)))?
+    });
+    Fidelity {
+        r2: r2(predicted, truth),
+        r2_slowdown,
+        mape: mape(predicted, truth),
+    }
+}
+
+/// Mean absolute percentage error (%) over the rows measuring more than 0.
+pub fn mape(predicted: &[f32], truth: &[f32]) -> Option<f64> {
+    let (sum, n) = predicted
+        .iter()
+        .zip(truth)
+        .filter(|(_, t)| **t > 0.0)
+        .fold((0.0, 0usize), |(s, n), (p, t)| {
+            (s + f64::from((p - t).abs() / t), n + 1)
+        });
+    (n > 0).then(|| 100.0 * sum / n as f64)
+}
+
+/// Per model, per configuration: the solo throughput the slowdown is scored
+/// against (the profile's solo rows, configurations never measured alone
+/// borrowing the nearest measured one); `None` when a model has no solo rows.
+pub fn solo_tables(problem: &Problem, profile: &Profile) -> Option<Vec<Vec<f32>>> {
+    output_maps(problem, profile, Target::RelativeToSolo)
+        .ok()
+        .map(|(maps, _)| maps.into_iter().map(|m| m.solo).collect())
 }
 
 /// The target `train` uses unless told: relative to solo where the profile has
@@ -85,21 +131,55 @@ pub fn default_target(profile: &Profile) -> Target {
 }
 
 /// How a bundle is trained beyond the network's own settings.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct TrainOptions {
     pub target: Target,
-    /// Share of rows held out (stratified) to measure R²; 0 trains on all.
+    /// Share of rows held out to measure R²; 0 trains on all.
     pub holdout: f64,
+    /// One key per co-location row: rows sharing a key are held out together
+    /// (both orders of a measured pair), so the held-out score never sees a
+    /// row's mirror in training. Empty: a stratified row-by-row hold-out.
+    pub groups: Vec<String>,
+    /// The field features the nets see.
+    pub field: FieldFeatures,
+    /// Which configurations they see: MeanField's own, or every model's (the
+    /// Joint-MLP baseline, N ≤ `cv::JOINT_MAX_MODELS`).
+    pub layout: Layout,
 }
 
 impl TrainOptions {
-    /// The default target for `profile`, the default hold-out.
+    /// The default target for `profile`, the default hold-out, the observed field.
     pub fn for_profile(profile: &Profile) -> Self {
         Self {
             target: default_target(profile),
             holdout: HOLDOUT_FRACTION,
+            groups: Vec::new(),
+            field: FieldFeatures::Observed,
+            layout: Layout::MeanField,
         }
     }
+}
+
+/// The training matrices of `field`: the co-runner-solo field reads every
+/// model's solo profile from `solo` (a bundle's) or else the profile's solo rows.
+pub fn field_data(
+    problem: &Problem,
+    profile: &Profile,
+    layout: Layout,
+    field: FieldFeatures,
+    solo: Option<SoloProfiles>,
+) -> Result<(Vec<ModelData>, Option<SoloProfiles>)> {
+    let solo = match field {
+        FieldFeatures::Observed => None,
+        FieldFeatures::CoRunnerSolo => Some(match solo {
+            Some(s) => s,
+            None => features::solo_profiles(problem, profile).map_err(anyhow::Error::msg)?,
+        }),
+    };
+    Ok((
+        dataset::build_with(problem, profile, layout, solo.as_ref()),
+        solo,
+    ))
 }
 
 /// Per model, the output map `target` needs: the solo table (measured, the
@@ -133,10 +213,10 @@ pub fn output_maps(
     Ok((maps, borrowed))
 }
 
-/// Trains a bundle: a stratified hold-out of `options.holdout` of the rows
-/// measures each model's R² (of throughput, whatever the target); the shipped
-/// nets are the ones trained on the rest. `progress(done, total)` counts
-/// epochs over all models.
+/// Trains a bundle: a hold-out of `options.holdout` of the rows (stratified, or
+/// grouped by `options.groups`) measures each model's R² of throughput and of
+/// the slowdown and its MAPE (whatever the target); the shipped nets are the
+/// ones trained on the rest. `progress(done, total)` counts epochs over all models.
 pub fn train_bundle(
     scenario: &Scenario,
     profile: &Profile,
@@ -154,12 +234,19 @@ pub fn train_bundle(
             options.holdout
         );
     }
-    let strata = split::strata(problem, profile);
-    let (train_rows, test_rows) = split::holdout(
-        &strata,
-        options.holdout,
-        &mut Rng::derive(seed, STREAM_HOLDOUT),
-    );
+    let mut rng = Rng::derive(seed, STREAM_HOLDOUT);
+    let (train_rows, test_rows) = if options.groups.is_empty() {
+        split::holdout(&split::strata(problem, profile), options.holdout, &mut rng)
+    } else {
+        if options.groups.len() != profile.rows.len() {
+            bail!(
+                "{} group keys for {} co-location rows",
+                options.groups.len(),
+                profile.rows.len()
+            );
+        }
+        split::group_holdout(&options.groups, options.holdout, &mut rng)
+    };
     if train_rows.len() < 2 || (options.holdout > 0.0 && test_rows.is_empty()) {
         bail!(
             "the profile has {} co-location rows: too few to train on and hold {:.0} % out",
@@ -168,7 +255,14 @@ pub fn train_bundle(
         );
     }
     let (maps, _) = output_maps(problem, profile, options.target)?;
-    let data = dataset::build(problem, profile, Layout::MeanField);
+    if options.layout == Layout::Joint && n_models > super::cv::JOINT_MAX_MODELS {
+        bail!(
+            "the Joint MLP takes every model's configuration as input: at most {} models, the scenario has {n_models}",
+            super::cv::JOINT_MAX_MODELS
+        );
+    }
+    let (data, solo_profiles) = field_data(problem, profile, options.layout, options.field, None)?;
+    let solo = solo_tables(problem, profile);
     let ranges = profile.throughput_ranges(problem);
     let total = n_models * config.epochs;
     let mut nets = Vec::with_capacity(n_models);
@@ -184,22 +278,27 @@ pub fn train_bundle(
             &model.name,
             &mut |e| progress(i * config.epochs + e, total),
         )?;
-        let r2_holdout = if test_rows.is_empty() {
-            None
+        let held = if test_rows.is_empty() {
+            Fidelity::default()
         } else {
-            Some(score(&net, &test, &maps[i]).with_context(|| {
-                format!(
+            let solo_rows: Option<Vec<f32>> = solo
+                .as_ref()
+                .map(|t| test.configs.iter().map(|&c| t[i][c as usize]).collect());
+            let f = fidelity(&predict(&net, &test, &maps[i]), &test.y, solo_rows.as_deref());
+            if f.r2.is_none() {
+                bail!(
                     "model '{}': its held-out throughput is constant, R² is undefined",
                     model.name
-                )
-            })?)
+                );
+            }
+            f
         };
         models.push(ModelMeta {
             name: model.name.clone(),
             family: model.family.clone(),
             kind: model.kind.clone(),
             unit: model.unit.clone(),
-            features: features::input_names(model),
+            features: features::layout_names(problem, i, options.layout, options.field),
             input_mean: net.input.mean.clone(),
             input_std: net.input.std.clone(),
             target_offset: net.target.offset,
@@ -207,7 +306,9 @@ pub fn train_bundle(
             metrics: Metrics {
                 train_rows: train.rows(),
                 holdout_rows: test.rows(),
-                r2_holdout,
+                r2_holdout: held.r2,
+                r2_slowdown_holdout: held.r2_slowdown,
+                mape_holdout: held.mape,
             },
             sla_floor_p25: profile.throughput_quantile(i, FLOOR_QUANTILE),
             throughput_ranges: model
@@ -224,6 +325,7 @@ pub fn train_bundle(
                 .target
                 .needs_solo()
                 .then(|| maps[i].solo.iter().map(|&v| f64::from(v)).collect()),
+            solo_profile: solo_profiles.as_ref().map(|s| s[i].clone()),
         });
         nets.push(net);
     }
@@ -233,6 +335,8 @@ pub fn train_bundle(
             scenario: scenario.name.clone(),
             scenario_toml: Some(scenario.source.clone()),
             target: options.target,
+            field_features: options.field,
+            layout: options.layout,
             card_vram_mib: problem.card.vram_mib,
             architecture: Architecture {
                 hidden: config.hidden.clone(),
@@ -261,7 +365,13 @@ pub fn predictions(
     scenario: &Scenario,
     profile: &Profile,
 ) -> Result<Vec<Vec<f32>>> {
-    let data = dataset::build(&scenario.problem, profile, Layout::MeanField);
+    let (data, _) = field_data(
+        &scenario.problem,
+        profile,
+        bundle.meta.layout,
+        bundle.meta.field_features,
+        bundle.solo_profiles(),
+    )?;
     let maps = bundle.output_maps(&scenario.problem)?;
     Ok(bundle
         .nets
@@ -276,4 +386,32 @@ pub fn predictions(
             y
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mape_skips_zero_truth() {
+        let m = mape(&[1.1, 5.0], &[1.0, 0.0]).expect("one row counts");
+        assert!((m - 10.0).abs() < 1e-4, "{m}");
+        assert_eq!(mape(&[1.0], &[0.0]), None);
+    }
+
+    #[test]
+    fn slowdown_r2_removes_what_the_configuration_explains() {
+        // Two configurations (solo 10 and 100), each slowed by 0.5 or 0.9.
+        let solo = [10.0, 10.0, 100.0, 100.0];
+        let truth = [5.0, 9.0, 50.0, 90.0];
+        // Right configuration, co-runner ignored: throughput R² high, slowdown R² 0.
+        let own_mean = [7.0, 7.0, 70.0, 70.0];
+        let f = fidelity(&own_mean, &truth, Some(&solo));
+        assert!(f.r2.expect("defined") > 0.9, "{f:?}");
+        assert!(f.r2_slowdown.expect("defined").abs() < 1e-6, "{f:?}");
+        let exact = fidelity(&truth, &truth, Some(&solo));
+        assert_eq!((exact.r2, exact.r2_slowdown), (Some(1.0), Some(1.0)));
+        assert_eq!(exact.mape, Some(0.0));
+        assert_eq!(fidelity(&truth, &truth, None).r2_slowdown, None);
+    }
 }

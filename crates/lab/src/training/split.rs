@@ -29,7 +29,8 @@ pub fn strata(problem: &Problem, profile: &Profile) -> Vec<Vec<usize>> {
         .collect()
 }
 
-fn shuffle<T>(items: &mut [T], rng: &mut Rng) {
+/// Fisher–Yates, from the seeded RNG.
+pub(super) fn shuffle<T>(items: &mut [T], rng: &mut Rng) {
     for i in (1..items.len()).rev() {
         let j = rng.below(i as u64 + 1) as usize;
         items.swap(i, j);
@@ -117,6 +118,32 @@ pub fn holdout(strata: &[Vec<usize>], fraction: f64, rng: &mut Rng) -> (Vec<usiz
     (0..strata.len()).partition(|&r| !is_held[r])
 }
 
+/// A grouped (train, held-out) split: whole groups are held out, in a seeded
+/// order, until the held-out rows are as close as they get to `fraction` of
+/// all rows, so no group (both orders of a measured pair) is on both sides.
+pub fn group_holdout(groups: &[String], fraction: f64, rng: &mut Rng) -> (Vec<usize>, Vec<usize>) {
+    let mut members: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (r, g) in groups.iter().enumerate() {
+        members.entry(g).or_default().push(r);
+    }
+    let mut members: Vec<Vec<usize>> = members.into_values().collect();
+    shuffle(&mut members, rng);
+    let want = groups.len() as f64 * fraction;
+    let mut is_held = vec![false; groups.len()];
+    let mut held = 0usize;
+    for rows in members {
+        // Take the group only if that brings the count closer to the share.
+        if (held as f64 + rows.len() as f64 - want).abs() >= (held as f64 - want).abs() {
+            continue;
+        }
+        held += rows.len();
+        for r in rows {
+            is_held[r] = true;
+        }
+    }
+    (0..groups.len()).partition(|&r| !is_held[r])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -172,6 +199,18 @@ mod tests {
         for f in 0..5 {
             assert_eq!(folds.iter().filter(|&&x| x == f).count(), 20);
         }
+    }
+
+    #[test]
+    fn a_grouped_holdout_keeps_groups_whole_at_the_asked_share() {
+        let groups: Vec<String> = (0..100).map(|r| format!("g{}", r / 2)).collect();
+        let (train, test) = group_holdout(&groups, 0.2, &mut Rng::new(5));
+        assert_eq!(train.len() + test.len(), 100);
+        assert_eq!(test.len(), 20);
+        for r in &test {
+            assert!(test.contains(&(r ^ 1)), "row {r}'s mirror is held out too");
+        }
+        assert_eq!(group_holdout(&groups, 0.0, &mut Rng::new(5)).1.len(), 0);
     }
 
     #[test]

@@ -19,7 +19,7 @@
 //! index, fold, n) alone, so results do not depend on the thread count.
 
 use super::dataset::{self, Layout, ModelData};
-use super::fit::{model_seed, score, train_net};
+use super::fit::{fidelity, model_seed, predict, train_net};
 use super::regenerate::profile_on_simulator;
 use super::split;
 use crate::published;
@@ -104,12 +104,16 @@ impl Method {
 }
 
 /// One point of a learning curve: mean R² over models, then mean ± std over
-/// the seeds × folds evaluations.
+/// the seeds × folds evaluations; the same for the R² of the slowdown
+/// (throughput / the simulator's solo throughput of the configuration), the
+/// score co-location decides.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CurvePoint {
     pub n: usize,
     pub mean_r2: f64,
     pub std_r2: f64,
+    pub mean_r2_slowdown: f64,
+    pub std_r2_slowdown: f64,
     pub evaluations: usize,
 }
 
@@ -147,6 +151,8 @@ struct Pool {
     method: Method,
     rows: usize,
     data: Vec<ModelData>,
+    /// Per model, per configuration: the simulator's solo throughput.
+    solo: Vec<Vec<f32>>,
     /// Per (seed index, fold): the test rows and the stratified training order.
     splits: Vec<(Vec<usize>, Vec<usize>)>,
     scenario_index: usize,
@@ -203,8 +209,18 @@ pub fn run(config: &StudyConfig, progress: &(dyn Fn(usize, usize) + Sync)) -> Re
         } else {
             &[Method::MeanField]
         };
+        // Solo throughput is the physics' own, independent of the noise seed.
+        let sim = crate::sim::Simulator::new(problem, 0)?;
+        let solo: Vec<Vec<f32>> = (0..n_models)
+            .map(|i| {
+                (0..problem.models[i].grid_size())
+                    .map(|c| sim.solo_throughput(i, c) as f32)
+                    .collect()
+            })
+            .collect();
         for &method in methods {
             pools.push(Pool {
+                solo: solo.clone(),
                 scenario: name.clone(),
                 models: n_models,
                 method,
@@ -230,7 +246,7 @@ pub fn run(config: &StudyConfig, progress: &(dyn Fn(usize, usize) + Sync)) -> Re
     }
     // Longest first (cost ∝ models × rows) so the threads finish together.
     jobs.sort_by_key(|j| std::cmp::Reverse(pools[j.pool].models * j.size));
-    let results: Mutex<Vec<Option<Result<f64>>>> =
+    let results: Mutex<Vec<Option<Result<(f64, f64)>>>> =
         Mutex::new((0..jobs.len()).map(|_| None).collect());
     let next = AtomicUsize::new(0);
     let done = AtomicUsize::new(0);
@@ -259,6 +275,7 @@ pub fn run(config: &StudyConfig, progress: &(dyn Fn(usize, usize) + Sync)) -> Re
         let mut points = Vec::with_capacity(config.sizes.len());
         for &size in &config.sizes {
             let mut values = Vec::with_capacity(pool.splits.len());
+            let mut slowdowns = Vec::with_capacity(pool.splits.len());
             for (job, result) in jobs.iter().zip(&results) {
                 if job.pool == p && job.size == size {
                     let r = result
@@ -266,14 +283,18 @@ pub fn run(config: &StudyConfig, progress: &(dyn Fn(usize, usize) + Sync)) -> Re
                         .context("an evaluation did not run")?
                         .as_ref()
                         .map_err(|e| anyhow::anyhow!("{e:#}"))?;
-                    values.push(*r);
+                    values.push(r.0);
+                    slowdowns.push(r.1);
                 }
             }
             let (mean_r2, std_r2) = mean_std(&values);
+            let (mean_r2_slowdown, std_r2_slowdown) = mean_std(&slowdowns);
             points.push(CurvePoint {
                 n: size,
                 mean_r2,
                 std_r2,
+                mean_r2_slowdown,
+                std_r2_slowdown,
                 evaluations: values.len(),
             });
         }
@@ -299,8 +320,9 @@ pub fn run(config: &StudyConfig, progress: &(dyn Fn(usize, usize) + Sync)) -> Re
 }
 
 /// Trains one predictor per model on the first `size` rows of the split's
-/// training order and returns the R² on its test fold, averaged over models.
-fn evaluate(pool: &Pool, job: &Job, config: &StudyConfig) -> Result<f64> {
+/// training order and returns the R² of throughput and of the slowdown on its
+/// test fold, each averaged over models.
+fn evaluate(pool: &Pool, job: &Job, config: &StudyConfig) -> Result<(f64, f64)> {
     let (test, order) = &pool.splits[job.split];
     let train_rows = &order[..job.size];
     // The seed depends on what is evaluated, never on which thread runs it.
@@ -310,6 +332,7 @@ fn evaluate(pool: &Pool, job: &Job, config: &StudyConfig) -> Result<f64> {
     )
     .next_u64();
     let mut r2s = Vec::with_capacity(pool.models);
+    let mut slowdowns = Vec::with_capacity(pool.models);
     for (i, data) in pool.data.iter().enumerate() {
         let net = train_net(
             &data.subset(train_rows),
@@ -319,16 +342,29 @@ fn evaluate(pool: &Pool, job: &Job, config: &StudyConfig) -> Result<f64> {
             &format!("{} model {i}", pool.scenario),
             &mut |_| {},
         )?;
+        let test = data.subset(test);
+        let solo: Vec<f32> = test
+            .configs
+            .iter()
+            .map(|&c| pool.solo[i][c as usize])
+            .collect();
         // A constant test target has no R²; it cannot happen with a noisy simulator.
-        r2s.extend(score(&net, &data.subset(test), &OutputMap::identity()));
+        let f = fidelity(
+            &predict(&net, &test, &OutputMap::identity()),
+            &test.y,
+            Some(&solo),
+        );
+        r2s.extend(f.r2);
+        slowdowns.extend(f.r2_slowdown);
     }
-    if r2s.is_empty() {
+    if r2s.is_empty() || slowdowns.is_empty() {
         bail!(
             "{}: no model had a defined R² on a test fold",
             pool.scenario
         );
     }
-    Ok(r2s.iter().sum::<f64>() / r2s.len() as f64)
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    Ok((mean(&r2s), mean(&slowdowns)))
 }
 
 impl StudyResult {
@@ -346,18 +382,26 @@ impl StudyResult {
                 |p| format!("{:.3} ± {:.3}", p.mean_r2, p.std_r2),
             )
         };
+        let fmt_slowdown = |p: Option<&CurvePoint>| {
+            p.map_or_else(
+                || "—".to_string(),
+                |p| format!("{:.3} ± {:.3}", p.mean_r2_slowdown, p.std_r2_slowdown),
+            )
+        };
         let largest = self.largest();
         let mut t = String::new();
         let _ = writeln!(
             t,
-            "{:<10} {:>2} {:<10} {:>5} {:>11}  {:<20} {:<20}",
+            "{:<10} {:>2} {:<10} {:>5} {:>11}  {:<20} {:<20} {:<22} {:<22}",
             "scenario",
             "N",
             "method",
             "n*",
             "published",
             "R² at n = 20N",
-            format!("R² at n = {largest}")
+            format!("R² at n = {largest}"),
+            "slowdown R² at 20N",
+            format!("slowdown R² at {largest}")
         );
         for c in &self.curves {
             let published = published::N_STAR
@@ -372,16 +416,22 @@ impl StudyResult {
                 || format!("(n = {} not run)", 20 * c.models),
                 |p| fmt_point(Some(p)),
             );
+            let slowdown_20n = c.at(20 * c.models).map_or_else(
+                || format!("(n = {} not run)", 20 * c.models),
+                |p| fmt_slowdown(Some(p)),
+            );
             let _ = writeln!(
                 t,
-                "{:<10} {:>2} {:<10} {:>5} {:>11}  {:<20} {:<20}",
+                "{:<10} {:>2} {:<10} {:>5} {:>11}  {:<20} {:<20} {:<22} {:<22}",
                 c.scenario,
                 c.models,
                 c.method.label(),
                 n_star,
                 published,
                 at_20n,
-                fmt_point(c.at(largest))
+                fmt_point(c.at(largest)),
+                slowdown_20n,
+                fmt_slowdown(c.at(largest))
             );
         }
         t
@@ -553,12 +603,16 @@ mod tests {
                         n: 20,
                         mean_r2: 0.90,
                         std_r2: 0.02,
+                        mean_r2_slowdown: 0.40,
+                        std_r2_slowdown: 0.05,
                         evaluations: 2,
                     },
                     CurvePoint {
                         n: 40,
                         mean_r2: 0.96,
                         std_r2: 0.01,
+                        mean_r2_slowdown: 0.55,
+                        std_r2_slowdown: 0.04,
                         evaluations: 2,
                     },
                 ],
@@ -569,6 +623,7 @@ mod tests {
         assert!(table.contains("paper-n2"), "{table}");
         assert!(table.contains("0.960 ± 0.010"), "{table}");
         assert!(table.contains("≈40"), "{table}");
+        assert!(table.contains("0.550 ± 0.040"), "the slowdown beside it: {table}");
         assert!(result.chart().contains("N = 2"));
     }
 }

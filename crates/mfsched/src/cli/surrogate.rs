@@ -12,6 +12,7 @@ use mfsched_nn::TrainConfig;
 use mfsched_surrogate::agreement::{Agreement, TOLERANCE, check_backends};
 use mfsched_surrogate::net::FoldedNet;
 use mfsched_surrogate::synthetic::{HIDDEN_WIDTHS, synthetic_nets};
+use mfsched_surrogate::features::FieldFeatures;
 use mfsched_surrogate::target::Target;
 use mfsched_surrogate::{Bundle, bundled};
 use std::path::PathBuf;
@@ -22,7 +23,9 @@ pub enum SurrogateCommand {
     /// each) on the CPU reference and on the wgpu backend, prints the adapter and
     /// the largest differences, and fails above 1e-5 on the normalised output.
     CheckBackends(CheckBackendsArgs),
-    /// R² per model of a bundle on a profile CSV (measured by the folded
+    /// R² of the slowdown (throughput / solo, where solo throughput is known:
+    /// the profile's solo rows or a relative bundle's table), MAPE and R² of
+    /// throughput per model of a bundle on a profile CSV (measured by the folded
     /// inference nets the scheduler uses).
     Eval {
         /// A bundle directory (or a directory of `<scenario>/` bundles); default:
@@ -36,14 +39,19 @@ pub enum SurrogateCommand {
         /// bundle embeds.
         #[arg(long)]
         scenario: Option<String>,
-        /// Also write every row's measured and predicted throughput to this CSV.
+        /// Also write every row's measured and predicted throughput to this CSV:
+        /// one line per (co-location row, model); `row` numbers the profile's
+        /// co-location rows from 1 in file order, solo rows not counted (the
+        /// same numbering as `surrogate cv --export`).
         #[arg(long, value_name = "OUT.csv")]
         predictions: Option<PathBuf>,
     },
     /// Grouped k-fold cross-validation on your own profile: MeanField beside an
-    /// own-configuration mean, a linear field model and (N ≤ 3) the Joint MLP,
-    /// per target; R² and MAPE per model, per variant and overall. Writes
-    /// cv.json, cv.md and cv.svg.
+    /// own-configuration mean, the pressure baseline (relative target), a
+    /// linear field model and (N ≤ 3) the Joint MLP, per target and field; R² of
+    /// the slowdown, MAPE and R² per model, per variant and overall, and a
+    /// learning curve with --train-sizes. Writes cv.json, cv.md, cv.svg (and
+    /// cv-curve.svg).
     Cv(CvArgs),
 }
 
@@ -71,9 +79,22 @@ pub struct CvArgs {
     /// Training epochs per net.
     #[arg(long, default_value_t = TrainConfig::default().epochs)]
     epochs: usize,
+    /// Field feature sets for the linear field model and MeanField, each its
+    /// own row: `observed` (the state), `co-runner-solo` (the state plus the
+    /// co-runners' summed solo profiles; needs solo rows).
+    #[arg(long, value_delimiter = ',', value_enum, default_value = "observed")]
+    fields: Vec<FieldFeatures>,
+    /// Learning curve: also train on n groups (rows when ungrouped) of each
+    /// split's training folds, for each n given (e.g. 20,40,80,160,320).
+    #[arg(long, value_delimiter = ',', value_name = "N,...")]
+    train_sizes: Vec<usize>,
     /// Skip the Joint-MLP baseline (it runs where N ≤ 3).
     #[arg(long)]
     no_joint: bool,
+    /// Also write folds.csv (each row's fold per seed) and predictions.csv
+    /// (every out-of-fold prediction of the full run) into this directory.
+    #[arg(long, value_name = "DIR")]
+    export: Option<PathBuf>,
     /// Worker threads (default: every core).
     #[arg(long)]
     jobs: Option<usize>,
@@ -237,31 +258,71 @@ fn eval(
     let profile = profile::read_csv(&data, &scenario.problem)?;
     let predicted = fit::predictions(&bundle, &scenario, &profile)?;
     println!(
-        "{} rows of {} scored by the {} bundle (target {}, trained on data {}…)",
+        "{} rows of {} scored by the {} bundle (target {}, field {}, trained on data {}…)",
         profile.rows.len(),
         data.display(),
         scenario.name,
         bundle.meta.target,
+        bundle.meta.field_features,
         mfsched_core::digest::short(&bundle.meta.training.data_sha256)
     );
-    println!("{:<10} {:>10} {:>16}", "model", "R²", "R² at training");
-    let mut defined = Vec::new();
+    // The slowdown's reference: the file's own solo rows, else the bundle's
+    // solo table (a relative bundle's), else none.
+    let (solo, solo_from) = match fit::solo_tables(&scenario.problem, &profile) {
+        Some(t) => (Some(t), "the file's solo rows"),
+        None => match bundle.output_maps(&scenario.problem) {
+            Ok(maps) if bundle.meta.target.needs_solo() => (
+                Some(maps.into_iter().map(|m| m.solo).collect()),
+                "the bundle's solo table",
+            ),
+            _ => (None, "none: no solo rows, no solo table"),
+        },
+    };
+    println!("solo throughput (for the slowdown): {solo_from}");
+    println!(
+        "{:<10} {:>14} {:>8} {:>10} {:>16} {:>16}",
+        "model", "R² slowdown", "MAPE %", "R²", "R² at training", "slowdown at tr."
+    );
+    let text = |v: Option<f64>, digits: usize| {
+        v.map_or_else(|| "-".to_string(), |v| format!("{v:.digits$}"))
+    };
+    let mut scores = Vec::new();
     for (i, m) in bundle.meta.models.iter().enumerate() {
         let truth: Vec<f32> = profile
             .rows
             .iter()
             .map(|r| r.throughput[i] as f32)
             .collect();
-        let r2 = mfsched_nn::metrics::r2(&predicted[i], &truth);
-        let shown = r2.map_or_else(|| "undefined".to_string(), |v| format!("{v:.4}"));
-        println!("{:<10} {:>10} {:>16}", m.name, shown, m.metrics.r2_text());
-        defined.extend(r2);
-    }
-    if !defined.is_empty() {
+        let solo_rows: Option<Vec<f32>> = solo.as_ref().map(|t: &Vec<Vec<f32>>| {
+            profile
+                .rows
+                .iter()
+                .map(|r| t[i][r.joint[i] as usize])
+                .collect()
+        });
+        let f = fit::fidelity(&predicted[i], &truth, solo_rows.as_deref());
         println!(
-            "{:<10} {:>10.4}",
+            "{:<10} {:>14} {:>8} {:>10} {:>16} {:>16}",
+            m.name,
+            text(f.r2_slowdown, 4),
+            text(f.mape, 2),
+            f.r2.map_or_else(|| "undefined".to_string(), |v| format!("{v:.4}")),
+            m.metrics.r2_text(),
+            m.metrics.r2_slowdown_text()
+        );
+        scores.push(f);
+    }
+    let mean = |pick: fn(&fit::Fidelity) -> Option<f64>| {
+        let v: Vec<f64> = scores.iter().filter_map(pick).collect();
+        (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+    };
+    if let Some(r2) = mean(|f| f.r2) {
+        println!(
+            "{:<10} {:>14} {:>8} {:>10.4}",
             "mean",
-            defined.iter().sum::<f64>() / defined.len() as f64
+            text(mean(|f| f.r2_slowdown), 4),
+            text(mean(|f| f.mape), 2),
+            r2
         );
     }
     if let Some(out) = predictions {
@@ -299,8 +360,10 @@ fn cv(args: CvArgs) -> Result<()> {
         folds: args.folds,
         seeds: args.seeds.clone(),
         targets,
+        fields: args.fields.clone(),
         group_by: args.group_by.clone(),
         joint: !args.no_joint,
+        train_sizes: args.train_sizes.clone(),
         train: TrainConfig {
             epochs: args.epochs,
             ..TrainConfig::default()
@@ -324,7 +387,10 @@ fn cv(args: CvArgs) -> Result<()> {
         config.train.epochs
     );
     let bar = progress_bar(0, "training");
-    let report = mfsched_lab::training::cv::run(
+    // Without a terminal (a log, CI) the bar is hidden: a line per tenth instead.
+    let plain = bar.is_hidden();
+    let started = std::time::Instant::now();
+    let (report, run) = mfsched_lab::training::cv::run_with_folds(
         &config,
         problem,
         &profile,
@@ -334,13 +400,27 @@ fn cv(args: CvArgs) -> Result<()> {
         &|done, total| {
             bar.set_length(total as u64);
             bar.set_position(done as u64);
+            if plain && done > 0 && done * 10 / total.max(1) > (done - 1) * 10 / total.max(1) {
+                eprintln!(
+                    "trained {done} of {total} nets ({:.0} s)",
+                    started.elapsed().as_secs_f64()
+                );
+            }
         },
     )?;
     bar.finish_and_clear();
     println!("{}", report.table());
+    if !report.learning_curve.is_empty() {
+        println!("{}", report.curve_table());
+    }
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     for path in report.write(&args.out, &command)? {
         println!("wrote {}", path.display());
+    }
+    if let Some(dir) = &args.export {
+        for path in run.export(dir, &config, problem, &profile, &groups)? {
+            println!("wrote {}", path.display());
+        }
     }
     Ok(())
 }

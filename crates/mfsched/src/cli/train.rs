@@ -7,6 +7,7 @@ use mfsched_core::profile;
 use mfsched_core::scenario;
 use mfsched_lab::training::{fit, regenerate};
 use mfsched_nn::TrainConfig;
+use mfsched_surrogate::features::{FieldFeatures, Layout};
 use mfsched_surrogate::target::{OutputMap, Target};
 use std::path::PathBuf;
 
@@ -35,10 +36,27 @@ pub struct TrainArgs {
     /// docs/model-bundle.md).
     #[arg(long, value_parser = parse_target)]
     target: Option<Target>,
-    /// Share of the rows held out (stratified) to measure R²; 0 trains on every
-    /// row and reports no R².
+    /// Share of the rows held out (stratified, or whole groups with
+    /// --group-by) to measure R² of the slowdown and of throughput and MAPE; 0
+    /// trains on every row and reports none.
     #[arg(long, value_name = "F", default_value_t = fit::HOLDOUT_FRACTION)]
     holdout: f64,
+    /// Columns whose values keep rows together on one side of the hold-out
+    /// (e.g. `x-pair`: both orders of a measured pair), so the held-out score
+    /// never sees a row's mirror in training.
+    #[arg(long, value_delimiter = ',', value_name = "COLS")]
+    group_by: Vec<String>,
+    /// The field features the nets see: `observed` (the state; the only field
+    /// the scheduler serves) or `co-runner-solo` (plus the co-runners' summed
+    /// solo profiles; needs solo rows; scored by `surrogate eval`, not served yet).
+    #[arg(long, value_enum, default_value = "observed")]
+    field: FieldFeatures,
+    /// What to train: `meanfield` (one net per model on its own configuration
+    /// and the field: what the scheduler serves) or `joint` (the Joint-MLP
+    /// baseline: every model's configuration in each net's input; N ≤ 3;
+    /// scored by `surrogate eval`, never served).
+    #[arg(long, value_enum, default_value = "meanfield")]
+    model: Layout,
 }
 
 fn parse_target(text: &str) -> Result<Target> {
@@ -56,30 +74,56 @@ pub fn run(args: TrainArgs) -> Result<()> {
         ..TrainConfig::default()
     };
     eprintln!(
-        "training {} MeanField predictors ({:?} hidden, {} epochs) on {} rows of {}",
+        "training {} {} predictors ({:?} hidden, {} epochs) on {} rows of {}",
         problem.models.len(),
+        match args.model {
+            Layout::MeanField => "MeanField",
+            Layout::Joint => "Joint-MLP",
+        },
         config.hidden,
         config.epochs,
         data.rows.len(),
         args.data.display()
     );
     let target = args.target.unwrap_or_else(|| fit::default_target(&data));
+    let groups: Vec<String> = if args.group_by.is_empty() {
+        Vec::new()
+    } else {
+        profile::csv::read_columns(&args.data, problem, &args.group_by)?
+            .into_iter()
+            .map(|cells| cells.join("\u{1f}"))
+            .collect()
+    };
     let options = fit::TrainOptions {
         target,
         holdout: args.holdout,
+        groups,
+        field: args.field,
+        layout: args.model,
     };
     if target.needs_solo() {
-        let (_, borrowed) = fit::output_maps(problem, &data, target)?;
-        for (m, n) in problem.models.iter().zip(borrowed) {
-            if n > 0 {
+        // Warn only for configurations the co-location rows use: the others
+        // borrow a solo throughput too, but nothing scored or trained reads it.
+        let measured = data.solo_table(problem);
+        for (i, m) in problem.models.iter().enumerate() {
+            let mut used: Vec<u32> = data.rows.iter().map(|r| r.joint[i]).collect();
+            used.sort_unstable();
+            used.dedup();
+            let never = used
+                .iter()
+                .filter(|&&c| measured[i].get(c as usize).is_some_and(Option::is_none))
+                .count();
+            if never > 0 {
                 eprintln!(
-                    "{}: {n} of {} configurations were never measured alone; they borrow the solo \
-                     throughput of the nearest measured configuration",
+                    "{}: {never} of the {} configurations its co-location rows use were never \
+                     measured alone; they borrow the solo throughput of the nearest measured configuration",
                     m.name,
-                    m.grid_size()
+                    used.len()
                 );
             }
         }
+        // The target itself needs every model measured alone at least once.
+        fit::output_maps(problem, &data, target)?;
     }
     let bar = progress_bar(0, "training");
     let bundle = fit::train_bundle(
@@ -97,16 +141,19 @@ pub fn run(args: TrainArgs) -> Result<()> {
     bar.finish_and_clear();
     bundle.write(&args.out)?;
     println!("target    {}", bundle.meta.target);
+    println!("field     {}", bundle.meta.field_features);
     println!(
-        "{:<10} {:>8} {:>8} {:>10}",
-        "model", "train", "held out", "R²"
+        "{:<10} {:>8} {:>8} {:>13} {:>8} {:>8}",
+        "model", "train", "held out", "R² slowdown", "MAPE %", "R²"
     );
     for m in &bundle.meta.models {
         println!(
-            "{:<10} {:>8} {:>8} {:>10}",
+            "{:<10} {:>8} {:>8} {:>13} {:>8} {:>8}",
             m.name,
             m.metrics.train_rows,
             m.metrics.holdout_rows,
+            m.metrics.r2_slowdown_text(),
+            m.metrics.mape_text(),
             m.metrics.r2_text()
         );
     }
