@@ -220,6 +220,162 @@ fn on_the_gavel_pairs_meanfield_explains_more_slowdown_than_the_own_configuratio
     );
 }
 
+/// The CLI on foreign data: a grouped learning curve with the co-runner-solo
+/// field and the pressure baseline, exported folds and out-of-fold
+/// predictions; `train` with a grouped hold-out, the new field and the Joint
+/// MLP, each scored by `surrogate eval` on the slowdown. Few epochs: this
+/// checks the plumbing; docs/gavel.md has the measurement.
+#[test]
+fn on_the_gavel_pairs_the_cli_gives_learning_curves_exports_and_slowdown_scores() {
+    let test = "on_the_gavel_pairs_the_cli_gives_learning_curves_exports_and_slowdown_scores";
+    let Some(data) = gavel_inputs(test) else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = convert(&data, "v100", dir.path());
+    assert!(out.status.success(), "{}", stderr(&out));
+    let csv = dir.path().join("gavel-v100.csv");
+    let toml = dir.path().join("gavel-v100.toml");
+    let (cv, export) = (dir.path().join("cv"), dir.path().join("export"));
+    let out = mfsched(&[
+        "surrogate",
+        "cv",
+        "--data",
+        path_str(&csv),
+        "--scenario",
+        path_str(&toml),
+        "--folds",
+        "5",
+        "--group-by",
+        "x-pair",
+        "--seeds",
+        "1",
+        "--targets",
+        "relative",
+        "--fields",
+        "observed,co-runner-solo",
+        "--train-sizes",
+        "20,80",
+        "--epochs",
+        "20",
+        "--export",
+        path_str(&export),
+        "--out",
+        path_str(&cv),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    // Not a terminal: progress comes as plain lines.
+    assert!(stderr(&out).contains("nets ("), "{}", stderr(&out));
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(cv.join("cv.json")).expect("cv.json"))
+            .expect("cv.json is JSON");
+    let results = report["report"]["results"].as_array().expect("results");
+    let labels: Vec<String> = results
+        .iter()
+        .map(|r| format!("{}/{}", r["method"], r["field"]).replace('"', ""))
+        .collect();
+    for want in [
+        "own-config-mean/observed",
+        "pressure/observed",
+        "linear-field/co-runner-solo",
+        "meanfield/observed",
+        "meanfield/co-runner-solo",
+        "joint-mlp/observed",
+    ] {
+        assert!(labels.iter().any(|l| l == want), "{want} in {labels:?}");
+    }
+    let curve = report["report"]["learning_curve"].as_array().expect("curve");
+    assert_eq!(curve.len(), 2 * results.len(), "every method at n = 20 and 80");
+    let slowdown = |method: &str| {
+        results
+            .iter()
+            .find(|r| r["method"] == method)
+            .and_then(|r| r["overall"]["r2_relative"]["mean"].as_f64())
+            .unwrap_or_else(|| panic!("no slowdown R² for {method}"))
+    };
+    assert!(
+        slowdown("pressure") > slowdown("own-config-mean"),
+        "the co-runner's factor explains slowdown the own mean cannot"
+    );
+    assert!(cv.join("cv-curve.svg").is_file());
+
+    // Folds: both orders of a pair in one fold; one prediction per row and model.
+    let folds = std::fs::read_to_string(export.join("folds.csv")).expect("folds.csv");
+    let mut fold_of_group = std::collections::BTreeMap::new();
+    for line in folds.lines().skip(1) {
+        let cells: Vec<&str> = line.split(',').collect();
+        let fold = fold_of_group.entry(cells[2].to_string()).or_insert(cells[3]);
+        assert_eq!(*fold, cells[3], "group {} straddles folds", cells[2]);
+    }
+    assert_eq!(folds.lines().count(), 1 + V100_PAIR_ROWS);
+    assert_eq!(fold_of_group.len(), 330);
+    let predictions =
+        std::fs::read_to_string(export.join("predictions.csv")).expect("predictions.csv");
+    assert_eq!(
+        predictions.lines().count(),
+        1 + results.len() * V100_PAIR_ROWS * 2
+    );
+
+    // train: grouped hold-out, the co-runner-solo field; eval scores the slowdown.
+    for (name, extra) in [
+        ("solo-field", ["--field", "co-runner-solo"]),
+        ("joint", ["--model", "joint"]),
+    ] {
+        let bundle = dir.path().join(name);
+        let mut args = vec![
+            "train",
+            "--data",
+            path_str(&csv),
+            "--scenario",
+            path_str(&toml),
+            "--out",
+            path_str(&bundle),
+            "--epochs",
+            "20",
+            "--group-by",
+            "x-pair",
+        ];
+        args.extend(extra);
+        let out = mfsched(&args);
+        assert!(out.status.success(), "{name}: {}", stderr(&out));
+        assert!(stdout(&out).contains("R² slowdown"), "{}", stdout(&out));
+        let meta: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(bundle.join("bundle.json")).expect("bundle.json"),
+        )
+        .expect("bundle.json is JSON");
+        let metrics = &meta["models"][0]["metrics"];
+        assert!(metrics["r2_slowdown_holdout"].is_f64(), "{name}: {metrics}");
+        assert!(metrics["mape_holdout"].is_f64(), "{name}: {metrics}");
+        let out = mfsched(&[
+            "surrogate",
+            "eval",
+            "--model",
+            path_str(&bundle),
+            "--data",
+            path_str(&csv),
+        ]);
+        assert!(out.status.success(), "{name}: {}", stderr(&out));
+        let text = stdout(&out);
+        assert!(text.contains("solo throughput (for the slowdown): the file's solo rows"), "{text}");
+        let mean_slowdown: f64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix("mean"))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or_else(|| panic!("{name}: a mean line with the slowdown: {text}"));
+        assert!(mean_slowdown.is_finite(), "{text}");
+        // The scheduler serves neither: one clear line.
+        let out = mfsched(&[
+            "decide",
+            "--scenario",
+            path_str(&toml),
+            "--models",
+            path_str(&bundle),
+        ]);
+        assert!(!out.status.success(), "{name}: served a bundle it cannot compute");
+        assert!(stderr(&out).contains("cannot serve"), "{name}: {}", stderr(&out));
+    }
+}
+
 #[test]
 fn gavel_conversion_refuses_an_unknown_gpu_with_one_line_naming_the_known_ones() {
     let test = "gavel_conversion_refuses_an_unknown_gpu_with_one_line_naming_the_known_ones";

@@ -39,7 +39,7 @@ use mfsched_core::domain::Problem;
 use mfsched_core::fsutil::write_atomically;
 use mfsched_core::profile::Profile;
 use mfsched_nn::TrainConfig;
-use mfsched_nn::metrics::{mean_std, r2};
+use mfsched_nn::metrics::mean_std;
 use mfsched_rng::Rng;
 use mfsched_surrogate::features::FieldFeatures;
 use mfsched_surrogate::target::{OutputMap, Target};
@@ -103,11 +103,6 @@ impl Method {
 
     fn trains_a_net(self) -> bool {
         matches!(self, Method::MeanField | Method::JointMlp)
-    }
-
-    /// Whether the field features change its inputs.
-    fn reads_the_field(self) -> bool {
-        matches!(self, Method::MeanField | Method::LinearField)
     }
 }
 /// Mean ± std over seeds.
@@ -214,30 +209,18 @@ impl Setup<'_> {
     }
 }
 
-/// Runs the cross-validation. `groups` holds one key per co-location row
-/// (empty: stratified folds). `progress(done, total)` counts trained nets,
-/// over the full run and every learning-curve size.
-pub fn run(
-    config: &CvConfig,
-    problem: &Problem,
-    profile: &Profile,
-    groups: &[String],
-    data_name: &str,
-    scenario_name: &str,
-    progress: &(dyn Fn(usize, usize) + Sync),
-) -> Result<CvReport> {
-    Ok(run_with_folds(config, problem, profile, groups, data_name, scenario_name, progress)?.0)
-}
-
 /// What [`run`] measured, with what `--export` writes: the fold of every row
 /// per seed and the full run's out-of-fold predictions.
+#[derive(Debug)]
 pub struct CvRun {
     pub folds: Vec<Vec<usize>>,
     predictions: BTreeMap<Key, Predictions>,
 }
 
-/// [`run`], keeping the folds and the out-of-fold predictions.
-pub fn run_with_folds(
+/// Runs the cross-validation. `groups` holds one key per co-location row
+/// (empty: stratified folds). `progress(done, total)` counts trained nets,
+/// over the full run and every learning-curve size.
+pub fn run(
     config: &CvConfig,
     problem: &Problem,
     profile: &Profile,
@@ -1299,7 +1282,7 @@ mod tests {
         let (problem, profile, groups) = two_factor_profile();
         let config = tiny_config();
         let (report, run) =
-            run_with_folds(&config, &problem, &profile, &groups, "test", "paper-n2", &|_, _| {})
+            run(&config, &problem, &profile, &groups, "test", "paper-n2", &|_, _| {})
                 .expect("runs");
         let methods: Vec<String> = report.results.iter().map(MethodResult::label).collect();
         for m in [

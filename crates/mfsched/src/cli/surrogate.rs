@@ -390,7 +390,7 @@ fn cv(args: CvArgs) -> Result<()> {
     // Without a terminal (a log, CI) the bar is hidden: a line per tenth instead.
     let plain = bar.is_hidden();
     let started = std::time::Instant::now();
-    let (report, run) = mfsched_lab::training::cv::run_with_folds(
+    let (report, run) = mfsched_lab::training::cv::run(
         &config,
         problem,
         &profile,

@@ -187,7 +187,7 @@ pub fn bench(args: BenchTrainArgs) -> Result<()> {
     let plan = regenerate::regenerate_plan(&scenario);
     let profile =
         regenerate::profile_on_simulator("paper-n2", &scenario.problem, &plan, 1, &mut |_, _| {})?;
-    let data = &dataset::build(&scenario.problem, &profile, dataset::Layout::MeanField)[0];
+    let data = &dataset::build(&scenario.problem, &profile, Layout::MeanField)[0];
     let config = TrainConfig {
         epochs: args.epochs,
         ..TrainConfig::default()
