@@ -284,8 +284,14 @@ fn on_the_gavel_pairs_the_cli_gives_learning_curves_exports_and_slowdown_scores(
     ] {
         assert!(labels.iter().any(|l| l == want), "{want} in {labels:?}");
     }
-    let curve = report["report"]["learning_curve"].as_array().expect("curve");
-    assert_eq!(curve.len(), 2 * results.len(), "every method at n = 20 and 80");
+    let curve = report["report"]["learning_curve"]
+        .as_array()
+        .expect("curve");
+    assert_eq!(
+        curve.len(),
+        2 * results.len(),
+        "every method at n = 20 and 80"
+    );
     let slowdown = |method: &str| {
         results
             .iter()
@@ -304,7 +310,9 @@ fn on_the_gavel_pairs_the_cli_gives_learning_curves_exports_and_slowdown_scores(
     let mut fold_of_group = std::collections::BTreeMap::new();
     for line in folds.lines().skip(1) {
         let cells: Vec<&str> = line.split(',').collect();
-        let fold = fold_of_group.entry(cells[2].to_string()).or_insert(cells[3]);
+        let fold = fold_of_group
+            .entry(cells[2].to_string())
+            .or_insert(cells[3]);
         assert_eq!(*fold, cells[3], "group {} straddles folds", cells[2]);
     }
     assert_eq!(folds.lines().count(), 1 + V100_PAIR_ROWS);
@@ -356,7 +364,10 @@ fn on_the_gavel_pairs_the_cli_gives_learning_curves_exports_and_slowdown_scores(
         ]);
         assert!(out.status.success(), "{name}: {}", stderr(&out));
         let text = stdout(&out);
-        assert!(text.contains("solo throughput (for the slowdown): the file's solo rows"), "{text}");
+        assert!(
+            text.contains("solo throughput (for the slowdown): the file's solo rows"),
+            "{text}"
+        );
         let mean_slowdown: f64 = text
             .lines()
             .find_map(|l| l.strip_prefix("mean"))
@@ -371,8 +382,15 @@ fn on_the_gavel_pairs_the_cli_gives_learning_curves_exports_and_slowdown_scores(
             "--models",
             path_str(&bundle),
         ]);
-        assert!(!out.status.success(), "{name}: served a bundle it cannot compute");
-        assert!(stderr(&out).contains("cannot serve"), "{name}: {}", stderr(&out));
+        assert!(
+            !out.status.success(),
+            "{name}: served a bundle it cannot compute"
+        );
+        assert!(
+            stderr(&out).contains("cannot serve"),
+            "{name}: {}",
+            stderr(&out)
+        );
     }
 }
 

@@ -318,8 +318,7 @@ impl Bundle {
                     model.unit
                 );
             }
-            let expected =
-                features::layout_names(p, i, self.meta.layout, self.meta.field_features);
+            let expected = features::layout_names(p, i, self.meta.layout, self.meta.field_features);
             if m.features != expected {
                 bail!(
                     "model '{}' was trained on features [{}] but scenario {} gives [{}]; {REMEDY}",

@@ -145,14 +145,23 @@ impl Layout {
 /// Names of model `i`'s input row under `layout` and `field`: the layout a
 /// bundle records and is checked against. The joint layout names every
 /// model's local features, prefixed with the model.
-pub fn layout_names(problem: &Problem, i: usize, layout: Layout, field: FieldFeatures) -> Vec<String> {
+pub fn layout_names(
+    problem: &Problem,
+    i: usize,
+    layout: Layout,
+    field: FieldFeatures,
+) -> Vec<String> {
     match layout {
         Layout::MeanField => input_names_with(&problem.models[i], field),
         Layout::Joint => {
             let mut names: Vec<String> = problem
                 .models
                 .iter()
-                .flat_map(|m| local_names(m).into_iter().map(move |n| format!("{}.{n}", m.name)))
+                .flat_map(|m| {
+                    local_names(m)
+                        .into_iter()
+                        .map(move |n| format!("{}.{n}", m.name))
+                })
                 .collect();
             names.extend(STATE_NAMES.iter().map(|s| s.to_string()));
             if field == FieldFeatures::CoRunnerSolo {
@@ -224,7 +233,10 @@ impl std::fmt::Display for FieldFeatures {
 }
 
 /// Names of the co-runner features, parallel to [`push_corunners`]' output.
-pub const CORUNNER_NAMES: [&str; 2] = ["corunners.solo_utilization", "corunners.solo_vram/card_vram"];
+pub const CORUNNER_NAMES: [&str; 2] = [
+    "corunners.solo_utilization",
+    "corunners.solo_vram/card_vram",
+];
 
 /// One configuration measured alone: what it demands of the card by itself.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -261,9 +273,8 @@ pub fn solo_profiles(problem: &Problem, profile: &Profile) -> Result<SoloProfile
                     .map(|s| (s.2 > 0).then(|| pick(s) / f64::from(s.2)))
                     .collect()
             };
-            let fill = |values: Vec<Option<f64>>| {
-                crate::target::fill_solo(model, &values).map(|(v, _)| v)
-            };
+            let fill =
+                |values: Vec<Option<f64>>| crate::target::fill_solo(model, &values).map(|(v, _)| v);
             match (fill(mean(|s| s.0)), fill(mean(|s| s.1))) {
                 (Some(u), Some(v)) => Ok(u
                     .into_iter()
@@ -375,9 +386,15 @@ mod tests {
         ];
         let mut out = Vec::new();
         push_corunners(&solo, 0, &[1, 0, 1], &mut out);
-        assert!((out[0] - 0.9).abs() < 1e-6 && (out[1] - 0.09).abs() < 1e-6, "{out:?}");
+        assert!(
+            (out[0] - 0.9).abs() < 1e-6 && (out[1] - 0.09).abs() < 1e-6,
+            "{out:?}"
+        );
         out.clear();
         push_corunners(&solo, 2, &[1, 1, 0], &mut out);
-        assert!((out[0] - 0.6).abs() < 1e-6, "own configuration left out: {out:?}");
+        assert!(
+            (out[0] - 0.6).abs() < 1e-6,
+            "own configuration left out: {out:?}"
+        );
     }
 }

@@ -308,17 +308,17 @@ pub fn run(
         .collect();
     let full: Splits = folds
         .iter()
-        .map(|f| (0..config.folds).map(|k| (0..rows).partition(|&r| f[r] != k)).collect())
+        .map(|f| {
+            (0..config.folds)
+                .map(|k| (0..rows).partition(|&r| f[r] != k))
+                .collect()
+        })
         .collect();
     let mut curve_splits = Vec::new();
     for &n in &config.train_sizes {
         curve_splits.push((n, subsample(config, &full, &group_of, n)?));
     }
-    let nets_per_run = setup
-        .keys
-        .iter()
-        .filter(|k| k.1.trains_a_net())
-        .count()
+    let nets_per_run = setup.keys.iter().filter(|k| k.1.trains_a_net()).count()
         * problem.models.len()
         * config.seeds.len()
         * config.folds;
@@ -396,7 +396,11 @@ fn subsample(config: &CvConfig, full: &Splits, group_of: &[usize], n: usize) -> 
             for &g in &order[..n] {
                 keep[g] = true;
             }
-            let train: Vec<usize> = train.iter().copied().filter(|&r| keep[group_of[r]]).collect();
+            let train: Vec<usize> = train
+                .iter()
+                .copied()
+                .filter(|&r| keep[group_of[r]])
+                .collect();
             folds.push((train, test.clone()));
         }
         out.push(folds);
@@ -440,10 +444,14 @@ fn predict_all(
                     let map = &setup.maps[&target][model];
                     let (tr, te) = (data.subset(train), data.subset(test));
                     let values = match method {
-                        Method::OwnConfigMean => own_config_mean(setup.problem, model, &tr, &te, map),
+                        Method::OwnConfigMean => {
+                            own_config_mean(setup.problem, model, &tr, &te, map)
+                        }
                         Method::LinearField => linear_field(&tr, &te, map),
                         Method::Pressure => match &setup.solo {
-                            Some(solo) => pressure(setup.problem, setup.observed(), solo, model, train, test),
+                            Some(solo) => {
+                                pressure(setup.problem, setup.observed(), solo, model, train, test)
+                            }
                             None => continue,
                         },
                         Method::MeanField | Method::JointMlp => continue,
@@ -544,7 +552,9 @@ impl ConfigMeans {
     fn add(&mut self, configs: &[mfsched_core::domain::LocalConfig], c: u32, v: f64) {
         for acc in [
             self.by_config.entry(c).or_default(),
-            self.by_variant.entry(configs[c as usize].variant).or_default(),
+            self.by_variant
+                .entry(configs[c as usize].variant)
+                .or_default(),
             &mut self.all,
         ] {
             acc.0 += v;
@@ -891,8 +901,11 @@ impl CvReport {
         if self.learning_curve.is_empty() {
             return String::new();
         }
-        let columns: Vec<(Target, Method, FieldFeatures)> =
-            self.results.iter().map(|r| (r.target, r.method, r.field)).collect();
+        let columns: Vec<(Target, Method, FieldFeatures)> = self
+            .results
+            .iter()
+            .map(|r| (r.target, r.method, r.field))
+            .collect();
         let mut out = format!(
             "| n | {} |\n|---|{}\n",
             columns
@@ -1137,7 +1150,9 @@ impl CvRun {
                 folds.write_record([
                     config.seeds[s].to_string(),
                     (r + 1).to_string(),
-                    groups.get(r).map_or_else(|| (r + 1).to_string(), |g| g.replace('\u{1f}', "|")),
+                    groups
+                        .get(r)
+                        .map_or_else(|| (r + 1).to_string(), |g| g.replace('\u{1f}', "|")),
                     (f + 1).to_string(),
                 ])?;
             }
@@ -1272,7 +1287,10 @@ mod tests {
             let predicted = pressure(&problem, &data, &solo, i, &rows, &rows);
             for (&r, p) in rows.iter().zip(predicted) {
                 let truth = data[i].y[r];
-                assert!((p - truth).abs() <= 1e-3 * truth, "model {i} row {r}: {p} vs {truth}");
+                assert!(
+                    (p - truth).abs() <= 1e-3 * truth,
+                    "model {i} row {r}: {p} vs {truth}"
+                );
             }
         }
     }
@@ -1281,9 +1299,16 @@ mod tests {
     fn a_learning_curve_trains_on_nested_whole_groups_and_every_row_is_scored() {
         let (problem, profile, groups) = two_factor_profile();
         let config = tiny_config();
-        let (report, run) =
-            run(&config, &problem, &profile, &groups, "test", "paper-n2", &|_, _| {})
-                .expect("runs");
+        let (report, run) = run(
+            &config,
+            &problem,
+            &profile,
+            &groups,
+            "test",
+            "paper-n2",
+            &|_, _| {},
+        )
+        .expect("runs");
         let methods: Vec<String> = report.results.iter().map(MethodResult::label).collect();
         for m in [
             "own-config mean",
@@ -1298,7 +1323,11 @@ mod tests {
         }
         assert_eq!(report.learning_curve.len(), 2 * report.results.len());
         for r in &report.results {
-            assert!(r.overall.r2_relative.is_some(), "{}: slowdown scored", r.label());
+            assert!(
+                r.overall.r2_relative.is_some(),
+                "{}: slowdown scored",
+                r.label()
+            );
         }
         let slowdown = |method: Method| {
             report
@@ -1310,12 +1339,19 @@ mod tests {
                 .mean
         };
         let (pressure, own) = (slowdown(Method::Pressure), slowdown(Method::OwnConfigMean));
-        assert!(pressure > own, "the co-runner's factor explains more: {pressure} vs {own}");
+        assert!(
+            pressure > own,
+            "the co-runner's factor explains more: {pressure} vs {own}"
+        );
         // Nested subsets of whole groups, inside the training folds.
         let full: Splits = run
             .folds
             .iter()
-            .map(|f| (0..2).map(|k| (0..f.len()).partition(|&r| f[r] != k)).collect())
+            .map(|f| {
+                (0..2)
+                    .map(|k| (0..f.len()).partition(|&r| f[r] != k))
+                    .collect()
+            })
             .collect();
         let ids: Vec<usize> = groups
             .iter()
@@ -1327,7 +1363,10 @@ mod tests {
             let (s, l) = (&small[0][k].0, &large[0][k].0);
             assert_eq!(s.len(), 6, "3 groups of 2 rows");
             assert!(s.iter().all(|r| l.contains(r)), "nested");
-            assert!(s.iter().all(|&r| run.folds[0][r] != k), "outside the test fold");
+            assert!(
+                s.iter().all(|&r| run.folds[0][r] != k),
+                "outside the test fold"
+            );
         }
         assert!(subsample(&config, &full, &ids, 1000).is_err());
         // Groups never straddle the folds; the export says so too.
@@ -1350,10 +1389,17 @@ mod tests {
             1 + report.results.len() * profile.rows.len() * 2,
             "one line per table row, co-location row and model"
         );
-        assert!(!predictions.contains("NaN"), "every row predicted out of fold");
+        assert!(
+            !predictions.contains("NaN"),
+            "every row predicted out of fold"
+        );
         let written = report.write(dir.path(), "test").expect("writes");
         assert!(written.iter().any(|p| p.ends_with("cv-curve.svg")));
-        assert!(report.curve_table().lines().count() == 4, "{}", report.curve_table());
+        assert!(
+            report.curve_table().lines().count() == 4,
+            "{}",
+            report.curve_table()
+        );
     }
 
     #[test]
@@ -1367,5 +1413,4 @@ mod tests {
             assert!((got - want).abs() < 1e-12, "{got} vs {want}");
         }
     }
-
 }

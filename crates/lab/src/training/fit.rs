@@ -284,7 +284,11 @@ pub fn train_bundle(
             let solo_rows: Option<Vec<f32>> = solo
                 .as_ref()
                 .map(|t| test.configs.iter().map(|&c| t[i][c as usize]).collect());
-            let f = fidelity(&predict(&net, &test, &maps[i]), &test.y, solo_rows.as_deref());
+            let f = fidelity(
+                &predict(&net, &test, &maps[i]),
+                &test.y,
+                solo_rows.as_deref(),
+            );
             if f.r2.is_none() {
                 bail!(
                     "model '{}': its held-out throughput is constant, R² is undefined",

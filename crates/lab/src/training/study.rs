@@ -623,7 +623,10 @@ mod tests {
         assert!(table.contains("paper-n2"), "{table}");
         assert!(table.contains("0.960 ± 0.010"), "{table}");
         assert!(table.contains("≈40"), "{table}");
-        assert!(table.contains("0.550 ± 0.040"), "the slowdown beside it: {table}");
+        assert!(
+            table.contains("0.550 ± 0.040"),
+            "the slowdown beside it: {table}"
+        );
         assert!(result.chart().contains("N = 2"));
     }
 }
