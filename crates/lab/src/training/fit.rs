@@ -408,10 +408,10 @@ mod tests {
         // Two configurations (solo 10 and 100), each slowed by 0.5 or 0.9.
         let solo = [10.0, 10.0, 100.0, 100.0];
         let truth = [5.0, 9.0, 50.0, 90.0];
-        // Right configuration, co-runner ignored: throughput R² high, slowdown R² 0.
+        // Right configuration, co-runner ignored: throughput R² 0.83, slowdown R² 0.
         let own_mean = [7.0, 7.0, 70.0, 70.0];
         let f = fidelity(&own_mean, &truth, Some(&solo));
-        assert!(f.r2.expect("defined") > 0.9, "{f:?}");
+        assert!(f.r2.expect("defined") > 0.8, "{f:?}");
         assert!(f.r2_slowdown.expect("defined").abs() < 1e-6, "{f:?}");
         let exact = fidelity(&truth, &truth, Some(&solo));
         assert_eq!((exact.r2, exact.r2_slowdown), (Some(1.0), Some(1.0)));
