@@ -71,7 +71,7 @@ pub fn build_with(
             let width = match layout {
                 Layout::MeanField => len,
                 Layout::Joint => joint_local,
-            } + field.len();
+            } + field.width();
             ModelData {
                 width,
                 x: Vec::with_capacity(profile.rows.len() * width),
