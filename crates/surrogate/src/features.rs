@@ -368,7 +368,10 @@ mod tests {
             assert_eq!(row[names.len() - 4], 1.0, "workload=high");
             assert_eq!(row[names.len() - 2], 0.5, "vram fraction");
             let with = input_names_with(m, FieldFeatures::CoRunnerSolo);
-            assert_eq!(with.len(), local_len(m) + FieldFeatures::CoRunnerSolo.width());
+            assert_eq!(
+                with.len(),
+                local_len(m) + FieldFeatures::CoRunnerSolo.width()
+            );
             assert_eq!(with[..names.len()], names[..], "the observed layout first");
         }
     }
