@@ -91,6 +91,11 @@ const TEST_PLUGINS: &[(&str, &str, &str)] = &[
         "mfsched-test-plugin-clock-reader",
         "mfsched_test_plugin_clock_reader",
     ),
+    (
+        "fairness",
+        "mfsched-test-plugin-fairness",
+        "mfsched_test_plugin_fairness",
+    ),
 ];
 
 const TARGET: &str = "wasm32-wasip2";

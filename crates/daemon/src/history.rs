@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use super::declog::{PolicyRecord, TickRecord};
+use super::streak::{Change, Streaks};
 use mfsched_core::digest::short;
 use mfsched_core::domain::{Problem, WorkloadLevel};
 use mfsched_plugin_host::ReloadCounts;
@@ -18,7 +19,8 @@ use mfsched_plugin_host::reload::{ReloadEvent, ReloadOutcome};
 
 /// Ticks kept: a minute at 10 Hz, ten at the default 1 s period.
 pub const TICKS_KEPT: usize = 600;
-/// Events kept (policy switches, reloads, policies starting or ceasing to fail).
+/// Events kept (policy switches, shadow changes, reloads, policies starting or
+/// ceasing to fail).
 pub const EVENTS_KEPT: usize = 200;
 /// A failure reason is cut to this many characters (a plugin writes it).
 const REASON_CHARS: usize = 300;
@@ -66,7 +68,8 @@ pub struct Event {
     /// Increasing from 1, so a page asks only for what it has not seen.
     pub seq: u64,
     pub unix_ms: u64,
-    /// `switch`, `reload`, `reload-rejected`, `failing`, `recovered`.
+    /// `switch`, `shadow-added`, `shadow-removed`, `reload`,
+    /// `reload-rejected`, `failing`, `recovered`.
     pub kind: &'static str,
     pub message: String,
 }
@@ -80,9 +83,6 @@ pub struct PolicyTotals {
     pub differing: u64,
     pub failures: u64,
     pub last_failure: Option<String>,
-    /// Failures in a row up to the latest tick (0 once it answers again).
-    #[serde(skip)]
-    failing_for: u64,
 }
 
 /// What a page asks for: the ticks after `since`, the events after `events_since`.
@@ -100,6 +100,7 @@ struct Rings {
     events: VecDeque<Arc<Event>>,
     next_event: u64,
     totals: BTreeMap<String, PolicyTotals>,
+    streaks: Streaks,
     reloads: ReloadCounts,
 }
 
@@ -200,10 +201,15 @@ impl History {
                         short(sha256)
                     )),
                 ),
-                ReloadOutcome::Rejected { reason } => (
+                ReloadOutcome::Rejected { reason, running } => (
                     "reload-rejected",
                     cut(&format!(
-                        "hot reload: {file} rejected, the running plugin kept: {reason}"
+                        "hot reload: {file} rejected, {}: {reason}",
+                        if *running {
+                            "the running plugin kept"
+                        } else {
+                            "nothing added"
+                        }
                     )),
                 ),
                 ReloadOutcome::Removed => continue,
@@ -213,31 +219,33 @@ impl History {
         rings.reloads = reloads;
         for p in &point.policies {
             let totals = rings.totals.entry(p.policy.clone()).or_default();
-            let change = match &p.failure {
+            match &p.failure {
                 Some(reason) => {
                     totals.failures += 1;
-                    totals.failing_for += 1;
                     totals.last_failure = Some(reason.clone());
-                    (totals.failing_for == 1)
-                        .then(|| ("failing", format!("{} failed: {reason}", p.policy)))
                 }
                 None => {
                     totals.decisions += 1;
                     totals.cumulative_utility += p.utility.unwrap_or(0.0);
                     totals.differing += u64::from(p.differs);
-                    let after = std::mem::take(&mut totals.failing_for);
-                    (after > 0).then(|| {
-                        (
-                            "recovered",
-                            format!("{} answers again after {after} failure(s)", p.policy),
-                        )
-                    })
                 }
+            }
+            let change = match (rings.streaks.observe(&p.policy, p.failure.is_some()), &p.failure) {
+                (Some(Change::Failing), Some(reason)) => {
+                    Some(("failing", format!("{} failed: {reason}", p.policy)))
+                }
+                (Some(Change::Recovered { failed_ticks }), _) => Some((
+                    "recovered",
+                    format!("{} answers again after {failed_ticks} failure(s)", p.policy),
+                )),
+                _ => None,
             };
             if let Some((kind, message)) = change {
                 rings.event(at, kind, message);
             }
         }
+        let asked: Vec<&str> = point.policies.iter().map(|p| p.policy.as_str()).collect();
+        rings.streaks.retain(|p| asked.contains(&p));
         rings.push_tick(point);
     }
 
@@ -245,6 +253,16 @@ impl History {
     pub fn switched(&self, unix_ms: u64, from: &str, to: &str) {
         self.lock()
             .event(unix_ms, "switch", format!("active policy: {from} → {to}"));
+    }
+
+    /// Records a shadow added (or removed) through the API.
+    pub fn shadow_changed(&self, unix_ms: u64, policy: &str, added: bool) {
+        let (kind, message) = if added {
+            ("shadow-added", format!("shadow added: {policy}"))
+        } else {
+            ("shadow-removed", format!("shadow removed: {policy}"))
+        };
+        self.lock().event(unix_ms, kind, message);
     }
 
     /// The ticks after `since` and the events after `events_since` (all that
@@ -410,6 +428,7 @@ mod tests {
                     "old.wasm",
                     ReloadOutcome::Rejected {
                         reason: "before this tick".into(),
+                        running: true,
                     },
                 ),
                 event(
@@ -425,12 +444,14 @@ mod tests {
                     "broken.wasm",
                     ReloadOutcome::Rejected {
                         reason: "not a component".into(),
+                        running: false,
                     },
                 ),
                 event(
                     "live.wasm",
                     ReloadOutcome::Rejected {
                         reason: "its self-check failed".into(),
+                        running: true,
                     },
                 ),
             ]
@@ -458,9 +479,12 @@ mod tests {
         );
         assert_eq!(
             all.events[2].message,
-            "hot reload: broken.wasm rejected, the running plugin kept: not a component"
+            "hot reload: broken.wasm rejected, nothing added: not a component"
         );
-        assert!(all.events[3].message.ends_with("its self-check failed"));
+        assert_eq!(
+            all.events[3].message,
+            "hot reload: live.wasm rejected, the running plugin kept: its self-check failed"
+        );
         let other = &all.totals["other"];
         assert_eq!(
             (other.decisions, other.failures, other.differing),

@@ -63,7 +63,10 @@ impl PluginPolicies {
             CompileCache::Default,
         )?);
         let registry = Arc::new(Registry::default());
-        let utility = registry.utility_slot(registry::resolve_utility(&engine, utility, dir)?);
+        let utility = registry.utility_slot(
+            registry::resolve_utility(&engine, utility, dir)
+                .with_context(|| format!("policy.utility = '{utility}'"))?,
+        );
         // Embedded policies (a NAME.wasm in `dir` overrides one), then the
         // other files of `dir`.
         let mut candidates: Vec<(String, Result<Loaded>)> = registry::embedded_names()
