@@ -414,3 +414,32 @@ fn the_wit_says_local_memory_includes_the_runtime_overhead() {
         }
     }
 }
+
+/// `plugins check` says how far the decision is from the optimum of its own
+/// problem (exact's, with the embedded additive utility): exact is at it, and
+/// the number is there for any other search.
+#[test]
+fn plugins_check_prints_the_gap_to_the_optimum() {
+    for (stem, exact) in [("mfsched_plugin_exact", true), ("mfsched_plugin_static_budget", false)] {
+        let file = Path::new(mfsched_plugin_host::TEST_PLUGINS_DIR)
+            .join("../wasm32-wasip2/release")
+            .join(format!("{stem}.wasm"));
+        let out = mfsched(&["plugins", "check", file.to_str().expect("utf-8")]);
+        let text = process::stdout(&out);
+        assert!(out.status.success(), "{text}{}", stderr(&out));
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("ok    optimum on paper-n5: exact reaches utility "))
+            .unwrap_or_else(|| panic!("{stem}: no optimum line: {text}"));
+        let gap: f64 = line
+            .split("this decision is ")
+            .nth(1)
+            .and_then(|rest| rest.split(' ').next())
+            .and_then(|g| g.parse().ok())
+            .unwrap_or_else(|| panic!("{line}"));
+        assert!(gap >= 0.0, "{line}");
+        if exact {
+            assert_eq!(gap, 0.0, "{line}");
+        }
+    }
+}
