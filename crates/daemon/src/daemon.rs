@@ -405,6 +405,11 @@ impl Daemon {
         // The problem is prepared once for every policy of the tick; each
         // answer is validated and scored by the one pipeline.
         let inputs = Arc::new(self.shared.deciding.pipeline.prepare(&self.problem));
+        // The utility this tick is scored with, named on the dashboard.
+        let utility = {
+            let u = self.shared.deciding.pipeline.utility().load();
+            format!("{}@{}", u.info.name, u.info.short_hash())
+        };
         let (records, components) = decide_all(
             &self.shared.deciding,
             tick,
@@ -499,6 +504,7 @@ impl Daemon {
         self.shared.history.record(
             &self.problem,
             &record,
+            utility,
             &load.measured_throughput,
             self.shared.deciding.policies.reloads(),
             || self.shared.deciding.policies.reload_events(),

@@ -42,6 +42,9 @@ pub struct TickPoint {
     pub measured_throughput: Vec<Option<f64>>,
     pub kept_last_valid: bool,
     pub missed_before: u64,
+    /// The utility component every policy of the tick was scored with
+    /// (`name@hash`: a hot swap shows as a new hash).
+    pub utility: String,
     /// The active policy first, then the shadows in their configured order.
     pub policies: Vec<PolicyPoint>,
 }
@@ -149,8 +152,8 @@ impl History {
         self.rings.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Records a finished tick with the throughput the servers reported
-    /// (per model, as the load source read it). `reloads` are the policy
+    /// Records a finished tick, scored with `utility`, with the throughput the
+    /// servers reported (per model, as the load source read it). `reloads` are the policy
     /// source's totals now; when they grew, `recent_reloads` (asked only
     /// then) gives the newest attempts, oldest first, which become events
     /// naming the file and what became of it.
@@ -158,11 +161,12 @@ impl History {
         &self,
         problem: &Problem,
         record: &TickRecord,
+        utility: String,
         measured_throughput: &[Option<f64>],
         reloads: ReloadCounts,
         recent_reloads: impl FnOnce() -> Vec<ReloadEvent>,
     ) {
-        let point = Arc::new(TickPoint::of(problem, record, measured_throughput));
+        let point = Arc::new(TickPoint::of(problem, record, utility, measured_throughput));
         let new_reloads = {
             let seen = self.lock().reloads;
             let n = (reloads.loaded + reloads.rejected).saturating_sub(seen.loaded + seen.rejected);
@@ -290,7 +294,12 @@ impl History {
 }
 
 impl TickPoint {
-    fn of(problem: &Problem, record: &TickRecord, measured_throughput: &[Option<f64>]) -> Self {
+    fn of(
+        problem: &Problem,
+        record: &TickRecord,
+        utility: String,
+        measured_throughput: &[Option<f64>],
+    ) -> Self {
         let policy = |r: &PolicyRecord| match &r.outcome {
             Ok(p) => PolicyPoint {
                 policy: r.policy.clone(),
@@ -328,6 +337,7 @@ impl TickPoint {
                 .collect(),
             kept_last_valid: record.kept_last_valid,
             missed_before: record.missed_before,
+            utility,
             policies: std::iter::once(&record.active)
                 .chain(&record.shadows)
                 .map(policy)
@@ -363,6 +373,7 @@ mod tests {
                 measured_throughput: Vec::new(),
                 kept_last_valid: false,
                 missed_before: 0,
+                utility: "utility@abc".into(),
                 policies: Vec::new(),
             }));
         }
@@ -405,7 +416,15 @@ mod tests {
             .problem;
         let history = History::new(1);
         // The shadow misses its deadline, then proposes another configuration.
-        history.record(&problem, &record(0), &[], ReloadCounts::default(), Vec::new);
+        let utility = || "utility@0123456789ab".to_owned();
+        history.record(
+            &problem,
+            &record(0),
+            utility(),
+            &[],
+            ReloadCounts::default(),
+            Vec::new,
+        );
         let mut answered = record(1);
         answered.shadows[0].outcome = Ok(Proposal {
             joint: vec![0, 2],
@@ -456,8 +475,8 @@ mod tests {
                 ),
             ]
         };
-        history.record(&problem, &answered, &[], reloads, attempts);
-        history.record(&problem, &answered, &[], reloads, || {
+        history.record(&problem, &answered, utility(), &[], reloads, attempts);
+        history.record(&problem, &answered, utility(), &[], reloads, || {
             unreachable!("the counters did not grow")
         });
         let all = history.since(None, 0);
@@ -494,6 +513,7 @@ mod tests {
         assert_eq!(all.totals["hold"].decisions, 3);
         assert!(all.ticks[1].policies[1].differs && !all.ticks[1].policies[0].differs);
         assert_eq!(all.ticks[0].running.len(), problem.models.len());
+        assert_eq!(all.ticks[0].utility, "utility@0123456789ab");
     }
 
     #[test]

@@ -164,7 +164,7 @@
     const last = view.ticks[view.ticks.length - 1];
     const info = $("tick-info");
     info.textContent = last
-      ? `tick ${last.tick} · ${view.ticks.length} shown · ${LEVELS.indexOf(last.level) >= 0 ? last.level : "?"} load`
+      ? `tick ${last.tick} · ${view.ticks.length} shown · ${LEVELS.indexOf(last.level) >= 0 ? last.level : "?"} load · scored with ${last.utility}`
       : "no tick yet";
     info.dataset.ticks = String(view.ticks.length);
     renderFallback(meta, last);
