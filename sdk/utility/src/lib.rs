@@ -78,6 +78,12 @@ pub trait Additive {
 /// over for a table; both come from [`Additive::term`], so they agree.
 pub struct Terms<T>(std::marker::PhantomData<T>);
 
+impl<T> std::fmt::Debug for Terms<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Terms")
+    }
+}
+
 impl<T: Additive> Guest for Terms<T> {
     fn name() -> String {
         T::name()
