@@ -53,7 +53,9 @@ fn terminate(child: &mut std::process::Child) -> std::process::ExitStatus {
 }
 
 /// The daemon's stderr lines, read on a thread so the pipe never fills.
-fn collect_lines(err: impl BufRead + Send + 'static) -> (Arc<Mutex<Vec<String>>>, std::thread::JoinHandle<()>) {
+fn collect_lines(
+    err: impl BufRead + Send + 'static,
+) -> (Arc<Mutex<Vec<String>>>, std::thread::JoinHandle<()>) {
     let lines = Arc::new(Mutex::new(Vec::new()));
     let sink = Arc::clone(&lines);
     let reader = std::thread::spawn(move || {
@@ -85,7 +87,11 @@ fn a_policy_failing_every_tick_is_one_warn_line_then_one_recovery_line() {
     let (child, err, addr) = process::start_daemon(&config);
     let mut daemon = process::Killed(child);
     let (lines, reader) = collect_lines(err);
-    let totals = |key: &str| history(addr)["totals"]["turncoat"][key].as_u64().unwrap_or(0);
+    let totals = |key: &str| {
+        history(addr)["totals"]["turncoat"][key]
+            .as_u64()
+            .unwrap_or(0)
+    };
     wait_until("turncoat failed 12 ticks", || totals("failures") >= 12);
     let tmp = plugins.join("turncoat.wasm.tmp");
     std::fs::write(&tmp, embedded("exhaustive")).expect("write");
@@ -102,12 +108,20 @@ fn a_policy_failing_every_tick_is_one_warn_line_then_one_recovery_line() {
         .take_while(|r| r.active.outcome.is_err())
         .count();
     assert!(failed >= 12, "{failed} failed ticks");
-    assert!(log.records[failed..].iter().any(|r| r.active.outcome.is_ok()));
+    assert!(
+        log.records[failed..]
+            .iter()
+            .any(|r| r.active.outcome.is_ok())
+    );
     let about: Vec<&String> = lines
         .iter()
         .filter(|l| l.contains("policy turncoat"))
         .collect();
-    assert_eq!(about.len(), 2, "one line per edge, none per tick: {about:#?}");
+    assert_eq!(
+        about.len(),
+        2,
+        "one line per edge, none per tick: {about:#?}"
+    );
     let (warn, recovered) = (about[0], about[1]);
     assert!(
         warn.contains("WARN")
@@ -149,7 +163,10 @@ fn a_configuration_that_cannot_decide_is_refused_at_start_up_naming_the_key() {
         ),
         (
             "active = \"nonesuch\"",
-            &["policy.active: policy 'nonesuch' is not loaded", "available are"],
+            &[
+                "policy.active: policy 'nonesuch' is not loaded",
+                "available are",
+            ],
         ),
         (
             "active = \"ga\"\nshadows = [\"nonesuch\"]",
@@ -167,7 +184,15 @@ fn a_configuration_that_cannot_decide_is_refused_at_start_up_naming_the_key() {
         std::fs::copy(test_plugin("fairness"), plugins.join("fairness.wasm")).expect("copy");
         let config = common::daemon_config(dir.path(), "paper-n2", 400, policy, "");
         let config = config.to_str().expect("utf-8");
-        let out = mfsched(&["--log-level", "error", "run", "--config", config, "--max-ticks", "1"]);
+        let out = mfsched(&[
+            "--log-level",
+            "error",
+            "run",
+            "--config",
+            config,
+            "--max-ticks",
+            "1",
+        ]);
         let line = fails_in_one_line(&out, policy);
         for part in expected {
             assert!(line.contains(part), "{policy}: {line}");
@@ -188,7 +213,13 @@ fn a_configuration_that_cannot_decide_is_refused_at_start_up_naming_the_key() {
         "active = \"ga\"\nutility = \"fairness\"\nplugin_dir = \"plugins\"",
         "",
     );
-    let out = mfsched(&["run", "--config", config.to_str().expect("utf-8"), "--max-ticks", "2"]);
+    let out = mfsched(&[
+        "run",
+        "--config",
+        config.to_str().expect("utf-8"),
+        "--max-ticks",
+        "2",
+    ]);
     assert!(out.status.success(), "{}", stderr(&out));
 }
 
@@ -218,7 +249,10 @@ fn shadows_are_added_and_removed_at_run_time_with_the_token() {
     let (status, body) = change("POST", "exhaustive", &[(auth, &token)]);
     assert_eq!(status, 200, "{body}");
     assert!(body.contains(r#""shadows":["exhaustive"]"#), "{body}");
-    for (policy, why) in [("ga", "the active one"), ("nonesuch", "no policy 'nonesuch'")] {
+    for (policy, why) in [
+        ("ga", "the active one"),
+        ("nonesuch", "no policy 'nonesuch'"),
+    ] {
         let (status, body) = change("POST", policy, &[(auth, &token)]);
         assert_eq!(status, 400, "{body}");
         assert!(body.contains(why), "{body}");
@@ -234,7 +268,9 @@ fn shadows_are_added_and_removed_at_run_time_with_the_token() {
             })
             .unwrap_or(0)
     };
-    wait_until("exhaustive shadowed 3 ticks", || shadow_ticks(&history(addr)) >= 3);
+    wait_until("exhaustive shadowed 3 ticks", || {
+        shadow_ticks(&history(addr)) >= 3
+    });
     let (status, body) = change("DELETE", "exhaustive", &[(auth, &token)]);
     assert_eq!(status, 200, "{body}");
     assert!(body.contains(r#""shadows":[]"#), "{body}");
@@ -267,7 +303,10 @@ fn shadows_are_added_and_removed_at_run_time_with_the_token() {
     let last = log.records.last().expect("ticks");
     assert!(last.shadows.is_empty(), "removed from the next tick on");
     let lines = lines.lock().expect("lines").clone();
-    let changes: Vec<&String> = lines.iter().filter(|l| l.contains("shadow policy")).collect();
+    let changes: Vec<&String> = lines
+        .iter()
+        .filter(|l| l.contains("shadow policy"))
+        .collect();
     assert_eq!(changes.len(), 2, "{lines:#?}");
     assert!(changes[0].contains("shadow policy added: exhaustive"));
     assert!(changes[1].contains("shadow policy removed: exhaustive"));
@@ -275,8 +314,9 @@ fn shadows_are_added_and_removed_at_run_time_with_the_token() {
 
 /// The README's `curl` lines (continuations joined), for the API.
 fn readme_curls() -> Vec<String> {
-    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"))
-        .expect("README.md");
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"))
+            .expect("README.md");
     let mut commands = Vec::new();
     let mut current = String::new();
     for line in readme.lines() {
@@ -302,7 +342,11 @@ fn readme_curls() -> Vec<String> {
 fn the_readme_api_examples_work_as_written() {
     let curls = readme_curls();
     assert!(curls.len() >= 3, "{curls:#?}");
-    if std::process::Command::new("curl").arg("--version").output().is_err() {
+    if std::process::Command::new("curl")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
         assert!(
             std::env::var_os("MFSCHED_REQUIRE_CURL").is_none(),
             "MFSCHED_REQUIRE_CURL is set and curl is missing"
@@ -326,7 +370,10 @@ fn the_readme_api_examples_work_as_written() {
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
     for command in &curls {
-        assert!(command.contains("-H 'Content-Type: application/json'"), "{command}");
+        assert!(
+            command.contains("-H 'Content-Type: application/json'"),
+            "{command}"
+        );
         assert_eq!(run(command), "200", "{command}");
     }
     let bare = curls[0].replace("-H 'Content-Type: application/json'", "");
@@ -343,7 +390,14 @@ fn the_readme_api_examples_work_as_written() {
 #[test]
 fn bench_policies_lists_the_reference_once_when_it_is_asked_for() {
     let out = mfsched(&[
-        "bench", "policies", "--scenario", "scale-n16", "--decisions", "1", "--policy", "exact",
+        "bench",
+        "policies",
+        "--scenario",
+        "scale-n16",
+        "--decisions",
+        "1",
+        "--policy",
+        "exact",
         "--json",
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
@@ -385,7 +439,11 @@ fn decide_aligns_its_table_columns() {
             );
             let before: String = row.chars().take(decision_at).collect();
             assert!(
-                before.ends_with(' ') && !row.chars().nth(decision_at).is_some_and(char::is_whitespace),
+                before.ends_with(' ')
+                    && !row
+                        .chars()
+                        .nth(decision_at)
+                        .is_some_and(char::is_whitespace),
                 "{row:?} does not start its decision at column {decision_at}:\n{text}"
             );
         }
@@ -402,15 +460,24 @@ fn the_wit_says_local_memory_includes_the_runtime_overhead() {
     let wit = process::stdout(&out);
     let at = wit.find("vram-mib: u32,").expect("local-config.vram-mib");
     assert!(
-        wit[..at].rsplit("///").take(5).any(|l| l.contains("`runtime-overhead-mib` included")),
+        wit[..at]
+            .rsplit("///")
+            .take(5)
+            .any(|l| l.contains("`runtime-overhead-mib` included")),
         "{}",
         &wit[at.saturating_sub(400)..at]
     );
-    let problem = mfsched_core::scenario::load("paper-n2").expect("bundled").problem;
+    let problem = mfsched_core::scenario::load("paper-n2")
+        .expect("bundled")
+        .problem;
     for m in &problem.models {
         let least_weights = m.variants.iter().map(|v| v.weights_mib).min().unwrap_or(0);
         for c in &m.configs {
-            assert!(c.vram_mib >= m.runtime_overhead_mib + least_weights, "{}", m.name);
+            assert!(
+                c.vram_mib >= m.runtime_overhead_mib + least_weights,
+                "{}",
+                m.name
+            );
         }
     }
 }
@@ -420,7 +487,10 @@ fn the_wit_says_local_memory_includes_the_runtime_overhead() {
 /// the number is there for any other search.
 #[test]
 fn plugins_check_prints_the_gap_to_the_optimum() {
-    for (stem, exact) in [("mfsched_plugin_exact", true), ("mfsched_plugin_static_budget", false)] {
+    for (stem, exact) in [
+        ("mfsched_plugin_exact", true),
+        ("mfsched_plugin_static_budget", false),
+    ] {
         let file = Path::new(mfsched_plugin_host::TEST_PLUGINS_DIR)
             .join("../wasm32-wasip2/release")
             .join(format!("{stem}.wasm"));

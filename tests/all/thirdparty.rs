@@ -673,8 +673,14 @@ fn a_utility_from_the_template_builds_passes_check_decides_with_exact_and_ga_and
         ]);
         let text = stdout(&out);
         assert!(out.status.success(), "{policy}: {text}{}", stderr(&out));
-        assert!(text.contains("my-utility (quality times throughput share)"), "{text}");
-        assert!(text.contains("outcome            accepted"), "{policy}: {text}");
+        assert!(
+            text.contains("my-utility (quality times throughput share)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("outcome            accepted"),
+            "{policy}: {text}"
+        );
     }
 
     // Hot-swapped under exact in a running daemon: the file that held the
@@ -717,7 +723,10 @@ fn a_utility_from_the_template_builds_passes_check_decides_with_exact_and_ga_and
         at.is_some() && h["totals"]["exact"]["decisions"].as_u64() >= Some(3)
     };
     while !swapped_and_decided() {
-        assert!(start.elapsed() < std::time::Duration::from_secs(60), "no swap");
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(60),
+            "no swap"
+        );
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
     let kill = Command::new("kill")

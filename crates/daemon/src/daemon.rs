@@ -523,19 +523,27 @@ impl Daemon {
     /// `info` with the count of failed ticks when it answers again.
     fn log_edges(&mut self, tick: u64, active: &PolicyRecord, shadows: &[PolicyRecord]) {
         use mfsched_plugin_host::output::printable;
-        let asked = std::iter::once((active, "active")).chain(shadows.iter().map(|s| (s, "shadow")));
+        let asked =
+            std::iter::once((active, "active")).chain(shadows.iter().map(|s| (s, "shadow")));
         for (record, role) in asked {
             let failure = record.outcome.as_ref().err();
             let policy = printable(&record.policy, 100);
-            match (self.streaks.observe(&record.policy, failure.is_some()), failure) {
+            match (
+                self.streaks.observe(&record.policy, failure.is_some()),
+                failure,
+            ) {
                 (Some(Change::Failing), Some(f)) => {
-                    let reason = printable(&format!("{}: {}", f.kind.as_str(), f.message), REASON_BYTES);
+                    let reason =
+                        printable(&format!("{}: {}", f.kind.as_str(), f.message), REASON_BYTES);
                     let what = if role == "active" {
                         "the last valid configuration is kept until it answers again"
                     } else {
                         "recorded, never applied"
                     };
-                    tracing::warn!(tick = tick, "{role} policy {policy} is failing ({what}): {reason}");
+                    tracing::warn!(
+                        tick = tick,
+                        "{role} policy {policy} is failing ({what}): {reason}"
+                    );
                 }
                 (Some(Change::Recovered { failed_ticks }), _) => tracing::info!(
                     tick = tick,

@@ -234,7 +234,10 @@ impl History {
                     totals.differing += u64::from(p.differs);
                 }
             }
-            let change = match (rings.streaks.observe(&p.policy, p.failure.is_some()), &p.failure) {
+            let change = match (
+                rings.streaks.observe(&p.policy, p.failure.is_some()),
+                &p.failure,
+            ) {
                 (Some(Change::Failing), Some(reason)) => {
                     Some(("failing", format!("{} failed: {reason}", p.policy)))
                 }

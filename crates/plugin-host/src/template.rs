@@ -232,12 +232,18 @@ mod tests {
         );
         let lib = std::fs::read_to_string(root.join("src/lib.rs")).expect("written");
         assert!(!lib.contains("{{"), "a placeholder was left: {lib}");
-        assert!(lib.contains("mfsched_utility_sdk::export_additive!"), "{lib}");
+        assert!(
+            lib.contains("mfsched_utility_sdk::export_additive!"),
+            "{lib}"
+        );
         let Sdk::Path(checkout) = Sdk::default_source(Kind::Utility) else {
             panic!("the tests run in a checkout");
         };
         let manifest = std::fs::read_to_string(checkout.join("Cargo.toml")).expect("the SDK");
-        assert!(manifest.contains("name = \"mfsched-utility-sdk\""), "{manifest}");
+        assert!(
+            manifest.contains("name = \"mfsched-utility-sdk\""),
+            "{manifest}"
+        );
     }
 
     #[test]

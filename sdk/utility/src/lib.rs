@@ -133,10 +133,12 @@ pub fn table_terms<T: Additive>(problem: &Problem, table: &[f32]) -> Vec<f64> {
     let space = Space::new(problem);
     (0..space.models())
         .flat_map(|i| (0..space.radix(i)).map(move |l| (i, l)))
-        .map(|(i, l)| match table.get(space.table_offset(i) + l as usize) {
-            Some(&t) => T::term(problem, i, l, t),
-            None => f64::NEG_INFINITY,
-        })
+        .map(
+            |(i, l)| match table.get(space.table_offset(i) + l as usize) {
+                Some(&t) => T::term(problem, i, l, t),
+                None => f64::NEG_INFINITY,
+            },
+        )
         .collect()
 }
 

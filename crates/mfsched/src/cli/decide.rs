@@ -219,7 +219,10 @@ fn print_text(o: &Output) {
     let wide = |header: &str, cells: &mut dyn Iterator<Item = usize>| {
         cells.fold(header.chars().count(), usize::max)
     };
-    let name_w = wide("model", &mut o.models.iter().map(|m| m.model.chars().count()));
+    let name_w = wide(
+        "model",
+        &mut o.models.iter().map(|m| m.model.chars().count()),
+    );
     let decision_w = wide("decision", &mut decisions.iter().map(|d| d.chars().count()));
     println!(
         "{:<name_w$} {:<decision_w$} {:>8} {:>11} {:>11}",

@@ -30,7 +30,12 @@ impl Guest for Fairness {
         let most: Vec<f64> = problem
             .throughput_ranges
             .iter()
-            .map(|variants| variants.iter().map(|r| r.max).fold(f64::MIN_POSITIVE, f64::max))
+            .map(|variants| {
+                variants
+                    .iter()
+                    .map(|r| r.max)
+                    .fold(f64::MIN_POSITIVE, f64::max)
+            })
             .collect();
         predictions
             .chunks(problem.models.len().max(1))
