@@ -101,6 +101,11 @@ const TEST_PLUGINS: &[(&str, &str, &str)] = &[
         "mfsched-test-plugin-panic-name",
         "mfsched_test_plugin_panic_name",
     ),
+    (
+        "fairness",
+        "mfsched-test-plugin-fairness",
+        "mfsched_test_plugin_fairness",
+    ),
 ];
 
 const TARGET: &str = "wasm32-wasip2";

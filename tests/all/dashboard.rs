@@ -167,6 +167,25 @@ fn the_dashboard_charts_live_ticks_and_switches_the_policy_with_the_token() {
              && Number(cells[2].textContent) + Number(cells[5].textContent) > 0; })()",
         WAIT,
     );
+    // The policy switched away from stays listed while its ticks are shown,
+    // a shadow added through the API joins the table, and the tick line names
+    // the utility the ticks were scored with.
+    let (status, body) = common::http_with(
+        addr,
+        "POST",
+        "/v1/policies/shadows",
+        Some(r#"{"policy":"exhaustive"}"#),
+        &[(auth, &bearer)],
+    );
+    assert_eq!(status, 200, "{body}");
+    browser.wait_for(
+        "(() => { const rows = [...document.querySelectorAll('#policies tbody tr')]              .map(r => r.cells[0].textContent + ' ' + r.cells[1].textContent);          return rows.includes('was active hold') && rows.includes('shadow exhaustive')              && rows.includes('active ga') && rows.includes('shadow static-budget'); })()",
+        WAIT,
+    );
+    browser.wait_for(
+        "document.getElementById('tick-info').textContent.includes('scored with utility@')",
+        WAIT,
+    );
     browser.screenshot(&std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("dashboard.png"));
     browser.settle();
     assert!(browser.errors.is_empty(), "{:#?}", browser.errors);

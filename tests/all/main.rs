@@ -10,6 +10,7 @@
 //! - [`gavel`]: public co-location measurements, converted and cross-validated.
 //! - [`hostile`]: hostile components and files against the sandbox promise.
 //! - [`layering`]: no product crate depends on the lab.
+//! - [`operators`]: what the daemon logs, refuses at start-up, and shadows at run time.
 //! - [`pipeline`]: the same invalid answers rejected alike by decide, ab and the daemon.
 //! - [`plugin_host`]: the plugin host against real (and hostile) components.
 //! - [`production`]: sim serve, a real Prometheus and the daemon, end to end.
@@ -26,6 +27,7 @@ mod fuzz;
 mod gavel;
 mod hostile;
 mod layering;
+mod operators;
 mod pipeline;
 mod plugin_host;
 mod production;

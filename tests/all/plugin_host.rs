@@ -505,7 +505,11 @@ fn a_corrupt_or_hostile_file_keeps_the_old_plugin_and_says_why() {
         );
         let event = reload.events()[before].clone();
         match &event.outcome {
-            ReloadOutcome::Rejected { reason: why } => {
+            ReloadOutcome::Rejected {
+                reason: why,
+                running,
+            } => {
+                assert!(*running, "{what}: the policy of that name was loaded");
                 assert!(why.contains(reason), "{what}: {why}")
             }
             other => panic!("{what}: {other:?}"),

@@ -627,3 +627,121 @@ fn the_daemon_api_and_log_show_the_metadata_a_component_declares() {
     );
     assert_eq!(replayed["replayed_components"][0]["policy"], "exact");
 }
+
+#[test]
+#[ignore = "builds the utility template crate with cargo (minutes on 2 cores); run by .ci/run"]
+fn a_utility_from_the_template_builds_passes_check_decides_with_exact_and_ga_and_hot_swaps() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let crate_dir = dir.path().join("my-utility");
+    let out = mfsched(&[
+        "plugins",
+        "new",
+        "my-utility",
+        "--utility",
+        "--dir",
+        path_str(&crate_dir),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let sdk = std::fs::canonicalize(workspace_root().join("sdk/utility")).expect("the SDK");
+    let manifest = std::fs::read_to_string(crate_dir.join("Cargo.toml")).expect("written");
+    assert!(
+        manifest.contains(&format!(
+            "mfsched-utility-sdk = {{ path = \"{}\" }}",
+            sdk.display()
+        )),
+        "{manifest}"
+    );
+    let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("template-target");
+    let built = guest_cargo(&crate_dir, &target);
+    assert!(built.status.success(), "{}", stderr(&built));
+    let component = target.join("wasm32-wasip2/release/my_utility.wasm");
+
+    let out = mfsched(&["plugins", "check", path_str(&component)]);
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}{}", stderr(&out));
+    assert!(text.contains("ok    utility world"), "{text}");
+    assert!(text.contains("terms: additive"), "{text}");
+    for policy in ["exact", "ga"] {
+        let out = mfsched(&[
+            "decide",
+            "--scenario",
+            "paper-n5",
+            "--policy",
+            policy,
+            "--utility",
+            path_str(&component),
+        ]);
+        let text = stdout(&out);
+        assert!(out.status.success(), "{policy}: {text}{}", stderr(&out));
+        assert!(
+            text.contains("my-utility (quality times throughput share)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("outcome            accepted"),
+            "{policy}: {text}"
+        );
+    }
+
+    // Hot-swapped under exact in a running daemon: the file that held the
+    // embedded utility is replaced by the template's build.
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir(&plugins).expect("plugin dir");
+    let file = plugins.join("my_utility.wasm");
+    let embedded = mfsched_plugin_host::registry::EMBEDDED_PLUGINS
+        .iter()
+        .find(|(n, _)| *n == "utility")
+        .map(|(_, b)| *b)
+        .expect("the embedded utility");
+    std::fs::write(&file, embedded).expect("write");
+    let config = crate::common::daemon_config(
+        dir.path(),
+        "paper-n3",
+        300,
+        "active = \"exact\"\nutility = \"my_utility\"\nplugin_dir = \"plugins\"",
+        "",
+    );
+    let (child, err, addr) = crate::common::process::start_daemon(&config);
+    let mut daemon = crate::common::process::Killed(child);
+    let reader = std::thread::spawn(move || {
+        use std::io::BufRead;
+        err.lines().map_while(Result::ok).collect::<Vec<String>>()
+    });
+    let tmp = plugins.join("my_utility.wasm.tmp");
+    std::fs::copy(&component, &tmp).expect("copy");
+    std::fs::rename(&tmp, &file).expect("rename");
+    let start = std::time::Instant::now();
+    let swapped_and_decided = || {
+        let (_, body) = crate::common::http(addr, "GET", "/v1/history", None);
+        let h: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+        let events = h["events"].as_array().cloned().unwrap_or_default();
+        let at = events.iter().position(|e| {
+            e["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("my_utility replaced by my_utility.wasm"))
+        });
+        at.is_some() && h["totals"]["exact"]["decisions"].as_u64() >= Some(3)
+    };
+    while !swapped_and_decided() {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(60),
+            "no swap"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let kill = Command::new("kill")
+        .args(["-TERM", &daemon.0.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(kill.success());
+    assert!(daemon.0.wait().expect("exits").success());
+    let lines = reader.join().expect("reader");
+    assert!(
+        lines.iter().any(|l| l.contains("swapped in 'my_utility'")),
+        "{lines:#?}"
+    );
+    assert!(
+        !lines.iter().any(|l| l.contains("is failing")),
+        "exact decides with the template's utility: {lines:#?}"
+    );
+}

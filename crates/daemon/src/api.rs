@@ -3,7 +3,9 @@
 //!
 //! `GET /healthz`, `GET /v1/state`, `GET /v1/decision`, `GET /v1/policies`
 //! (each policy's component hash and declared metadata),
-//! `POST /v1/policies/active` (`{"policy": "name"}`), `GET /metrics`,
+//! `POST /v1/policies/active` (`{"policy": "name"}`), `POST` and `DELETE
+//! /v1/policies/shadows` (`{"policy": "name"}`: a shadow added or removed at
+//! run time), `GET /metrics`,
 //! `GET /v1/history?since=TICK&events_since=SEQ` (the newest ticks and events
 //! the dashboard charts, from bounded rings: [`crate::history`]), and the
 //! dashboard itself: `GET /`, `/dashboard.js`, `/dashboard.css`
@@ -187,6 +189,10 @@ pub fn router(shared: Arc<Shared>, guard_config: Guard) -> Router {
         .route("/v1/decision", get(decision))
         .route("/v1/policies", get(policies))
         .route("/v1/policies/active", post(set_active))
+        .route(
+            "/v1/policies/shadows",
+            post(add_shadow).delete(remove_shadow),
+        )
         .route("/metrics", get(metrics))
         .route("/v1/history", get(history))
         .merge(dashboard::routes())
@@ -328,9 +334,9 @@ async fn decision(State(shared): State<Arc<Shared>>) -> Response {
 }
 
 #[derive(Debug, Serialize)]
-struct Policies<'a> {
+struct Policies {
     active: String,
-    shadows: &'a [String],
+    shadows: Vec<String>,
     available: Vec<String>,
     /// SHA-256 of the component behind each available policy (not `hold`).
     components: BTreeMap<String, String>,
@@ -368,6 +374,33 @@ async fn set_active(State(shared): State<Arc<Shared>>, Json(body): Json<SetActiv
     match shared.set_active(&body.policy) {
         Ok(()) => Json(json!({ "active": body.policy })).into_response(),
         Err(error) => (StatusCode::BAD_REQUEST, Json(json!({ "error": error }))).into_response(),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ShadowChange {
+    policy: String,
+}
+
+/// `POST /v1/policies/shadows` (`{"policy": "name"}`): decided beside the
+/// active policy from the next tick on; answers the shadows now.
+async fn add_shadow(State(shared): State<Arc<Shared>>, Json(body): Json<ShadowChange>) -> Response {
+    match shared.add_shadow(&body.policy) {
+        Ok(shadows) => Json(json!({ "shadows": shadows })).into_response(),
+        Err(error) => refuse(StatusCode::BAD_REQUEST, &error),
+    }
+}
+
+/// `DELETE /v1/policies/shadows` (`{"policy": "name"}`): no longer asked
+/// from the next tick on; answers the shadows now.
+async fn remove_shadow(
+    State(shared): State<Arc<Shared>>,
+    Json(body): Json<ShadowChange>,
+) -> Response {
+    match shared.remove_shadow(&body.policy) {
+        Ok(shadows) => Json(json!({ "shadows": shadows })).into_response(),
+        Err(error) => refuse(StatusCode::NOT_FOUND, &error),
     }
 }
 

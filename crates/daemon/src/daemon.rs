@@ -15,6 +15,7 @@ use super::load::{LoadMonitor, LoadReading};
 use super::metrics::{Metrics, Role};
 use super::outcome::{DecideOutcome, Failure, FailureKind, from_verdict};
 use super::sampler::{Sample, Sampler};
+use super::streak::{Change, Streaks};
 use mfsched_core::domain::{GpuState, Problem, WorkloadLevel};
 use mfsched_plugin_host::bindings::wit;
 use mfsched_plugin_host::precheck::ComponentIdentity;
@@ -87,8 +88,9 @@ pub struct Shared {
     pub period: Duration,
     /// What the dashboard charts (bounded).
     pub history: History,
-    active: RwLock<String>,
-    shadows: Vec<String>,
+    /// The active policy and the shadows, under one lock so a switch and a
+    /// shadow change never both take the same policy.
+    roles: RwLock<Roles>,
     last: RwLock<Option<Arc<TickRecord>>>,
     last_at: RwLock<Instant>,
 }
@@ -96,19 +98,18 @@ pub struct Shared {
 impl std::fmt::Debug for Shared {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Shared")
-            .field("active", &self.active_policy())
-            .field("shadows", &self.shadows)
+            .field("roles", &*read(&self.roles))
             .finish_non_exhaustive()
     }
 }
 
 impl Shared {
     pub fn active_policy(&self) -> String {
-        read(&self.active).clone()
+        read(&self.roles).active.clone()
     }
 
-    pub fn shadows(&self) -> &[String] {
-        &self.shadows
+    pub fn shadows(&self) -> Vec<String> {
+        read(&self.roles).shadows.clone()
     }
 
     pub fn last_record(&self) -> Option<Arc<TickRecord>> {
@@ -122,27 +123,99 @@ impl Shared {
 
     /// Makes `policy` the active one from the next tick on.
     pub fn set_active(&self, policy: &str) -> Result<(), String> {
-        let available = self.deciding.policies.policies();
-        if !available.iter().any(|p| p == policy) {
-            return Err(format!(
-                "no policy '{policy}': available are {}",
-                available.join(", ")
-            ));
-        }
-        if self.shadows.iter().any(|s| s == policy) {
-            return Err(format!(
-                "policy '{policy}' runs as a shadow; remove it from policy.shadows first"
-            ));
-        }
-        let from = std::mem::replace(
-            &mut *self.active.write().unwrap_or_else(|p| p.into_inner()),
-            policy.to_owned(),
-        );
+        self.loaded(policy)?;
+        let from = {
+            let mut roles = write(&self.roles);
+            if roles.shadows.iter().any(|s| s == policy) {
+                return Err(format!(
+                    "policy '{policy}' runs as a shadow; remove it from the shadows first"
+                ));
+            }
+            std::mem::replace(&mut roles.active, policy.to_owned())
+        };
         self.metrics.policy_swapped();
         if from != policy {
+            tracing::info!("active policy: {from} → {policy} (through the API)");
             self.history.switched(unix_ms_now(), &from, policy);
         }
         Ok(())
+    }
+
+    /// Adds `policy` as a shadow from the next tick on: decided on the same
+    /// state beside the active one, recorded, never applied. The shadows now.
+    pub fn add_shadow(&self, policy: &str) -> Result<Vec<String>, String> {
+        self.loaded(policy)?;
+        let shadows = {
+            let mut roles = write(&self.roles);
+            if roles.active == policy {
+                return Err(format!("policy '{policy}' is the active one"));
+            }
+            if roles.shadows.iter().any(|s| s == policy) {
+                return Ok(roles.shadows.clone());
+            }
+            if roles.shadows.len() >= MAX_SHADOWS {
+                return Err(format!(
+                    "already {MAX_SHADOWS} shadows, the most a tick decides beside the active policy: remove one first"
+                ));
+            }
+            roles.shadows.push(policy.to_owned());
+            roles.shadows.clone()
+        };
+        tracing::info!("shadow policy added: {policy} (through the API)");
+        self.history.shadow_changed(unix_ms_now(), policy, true);
+        Ok(shadows)
+    }
+
+    /// Stops asking the shadow `policy` from the next tick on. The shadows now.
+    pub fn remove_shadow(&self, policy: &str) -> Result<Vec<String>, String> {
+        let shadows = {
+            let mut roles = write(&self.roles);
+            let Some(at) = roles.shadows.iter().position(|s| s == policy) else {
+                let name = mfsched_plugin_host::output::printable(policy, 100);
+                return Err(format!(
+                    "policy '{name}' is not a shadow: the shadows are {}",
+                    list_or_none(&roles.shadows)
+                ));
+            };
+            roles.shadows.remove(at);
+            roles.shadows.clone()
+        };
+        tracing::info!("shadow policy removed: {policy} (through the API)");
+        self.history.shadow_changed(unix_ms_now(), policy, false);
+        Ok(shadows)
+    }
+
+    /// `Ok` when a policy of that name is loaded; else the error naming the
+    /// loaded ones (the name escaped and cut: it comes from a request).
+    fn loaded(&self, policy: &str) -> Result<(), String> {
+        let available = self.deciding.policies.policies();
+        if available.iter().any(|p| p == policy) {
+            return Ok(());
+        }
+        Err(format!(
+            "no policy '{}': available are {}",
+            mfsched_plugin_host::output::printable(policy, 100),
+            available.join(", ")
+        ))
+    }
+}
+
+/// The most shadows the API lets a tick decide beside the active policy (each
+/// is one more blocking thread per tick).
+pub const MAX_SHADOWS: usize = 8;
+
+/// Who decides: the active policy, applied, and the shadows, only recorded.
+#[derive(Debug, Clone)]
+struct Roles {
+    active: String,
+    shadows: Vec<String>,
+}
+
+fn list_or_none(names: &[String]) -> String {
+    if names.is_empty() {
+        "none".to_owned()
+    } else {
+        names.join(", ")
     }
 }
 
@@ -155,6 +228,30 @@ fn unix_ms_now() -> u64 {
 /// The lock only guards plain values replaced whole, so a poisoned one is still sound.
 fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
     lock.read().unwrap_or_else(|p| p.into_inner())
+}
+
+fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    lock.write().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The most of a failure's reason one log line carries (a plugin writes it).
+const REASON_BYTES: usize = 300;
+
+/// Every configured policy is loaded, or the error naming the key and the
+/// policies that are.
+pub fn check_loaded(policies: &dyn PolicySource, active: &str, shadows: &[String]) -> Result<()> {
+    let available = policies.policies();
+    let keys = std::iter::once(("policy.active", active))
+        .chain(shadows.iter().map(|s| ("policy.shadows", s.as_str())));
+    for (key, p) in keys {
+        if !available.iter().any(|a| a == p) {
+            anyhow::bail!(
+                "{key}: policy '{p}' is not loaded: available are {}",
+                available.join(", ")
+            );
+        }
+    }
+    Ok(())
 }
 
 /// How a bounded or interrupted run ended.
@@ -177,6 +274,8 @@ pub struct Daemon {
     last_valid: LastValid,
     /// The last append failed (the next failure is not logged again).
     log_failing: bool,
+    /// Each policy's run of failed ticks, for the log's one line per edge.
+    streaks: Streaks,
 }
 
 impl Daemon {
@@ -191,23 +290,21 @@ impl Daemon {
         metrics: Arc<Metrics>,
     ) -> Result<Self> {
         let first_tick = log.last_tick().map_or(0, |t| t + 1);
-        let available = deciding.policies.policies();
-        for p in std::iter::once(&settings.active).chain(&settings.shadows) {
-            if !available.contains(p) {
-                anyhow::bail!(
-                    "policy '{p}' is not loaded: available are {}",
-                    available.join(", ")
-                );
-            }
-        }
+        check_loaded(
+            deciding.policies.as_ref(),
+            &settings.active,
+            &settings.shadows,
+        )?;
         let shared = Arc::new(Shared {
             metrics,
             deciding,
             problem: problem.clone(),
             period: settings.period,
             history: History::new(unix_ms_now()),
-            active: RwLock::new(settings.active.clone()),
-            shadows: settings.shadows.clone(),
+            roles: RwLock::new(Roles {
+                active: settings.active.clone(),
+                shadows: settings.shadows.clone(),
+            }),
             last: RwLock::new(None),
             last_at: RwLock::new(Instant::now()),
         });
@@ -221,6 +318,7 @@ impl Daemon {
             next_tick: first_tick,
             last_valid: LastValid::default(),
             log_failing: false,
+            streaks: Streaks::default(),
         })
     }
 
@@ -302,13 +400,16 @@ impl Daemon {
                 .unwrap_or(self.settings.unknown_utilization),
         };
 
-        let active = self.shared.active_policy();
-        let policies: Vec<String> = std::iter::once(active.clone())
-            .chain(self.settings.shadows.iter().cloned())
-            .collect();
+        let Roles { active, shadows } = read(&self.shared.roles).clone();
+        let policies: Vec<String> = std::iter::once(active).chain(shadows).collect();
         // The problem is prepared once for every policy of the tick; each
         // answer is validated and scored by the one pipeline.
         let inputs = Arc::new(self.shared.deciding.pipeline.prepare(&self.problem));
+        // The utility this tick is scored with, named on the dashboard.
+        let utility = {
+            let u = self.shared.deciding.pipeline.utility().load();
+            format!("{}@{}", u.info.name, u.info.short_hash())
+        };
         let (records, components) = decide_all(
             &self.shared.deciding,
             tick,
@@ -326,6 +427,7 @@ impl Daemon {
         for r in &shadows {
             self.count(r, Role::Shadow);
         }
+        self.log_edges(tick, &active_record, &shadows);
         // Only the active policy's valid proposal is applied; else the one
         // fallback rule of the pipeline.
         let (applied, kept_last_valid) = match &active_record.outcome {
@@ -402,6 +504,7 @@ impl Daemon {
         self.shared.history.record(
             &self.problem,
             &record,
+            utility,
             &load.measured_throughput,
             self.shared.deciding.policies.reloads(),
             || self.shared.deciding.policies.reload_events(),
@@ -413,6 +516,47 @@ impl Daemon {
             .write()
             .unwrap_or_else(|p| p.into_inner()) = Instant::now();
         Ok(())
+    }
+
+    /// One log line per edge of a policy's run of failures (never one per
+    /// tick): `warn` with the reason, escaped and cut, when it starts failing;
+    /// `info` with the count of failed ticks when it answers again.
+    fn log_edges(&mut self, tick: u64, active: &PolicyRecord, shadows: &[PolicyRecord]) {
+        use mfsched_plugin_host::output::printable;
+        let asked =
+            std::iter::once((active, "active")).chain(shadows.iter().map(|s| (s, "shadow")));
+        for (record, role) in asked {
+            let failure = record.outcome.as_ref().err();
+            let policy = printable(&record.policy, 100);
+            match (
+                self.streaks.observe(&record.policy, failure.is_some()),
+                failure,
+            ) {
+                (Some(Change::Failing), Some(f)) => {
+                    let reason =
+                        printable(&format!("{}: {}", f.kind.as_str(), f.message), REASON_BYTES);
+                    let what = if role == "active" {
+                        "the last valid configuration is kept until it answers again"
+                    } else {
+                        "recorded, never applied"
+                    };
+                    tracing::warn!(
+                        tick = tick,
+                        "{role} policy {policy} is failing ({what}): {reason}"
+                    );
+                }
+                (Some(Change::Recovered { failed_ticks }), _) => tracing::info!(
+                    tick = tick,
+                    "{role} policy {policy} answers again after {failed_ticks} failed tick(s)"
+                ),
+                _ => {}
+            }
+        }
+        let names: Vec<&str> = std::iter::once(active)
+            .chain(shadows)
+            .map(|r| r.policy.as_str())
+            .collect();
+        self.streaks.retain(|p| names.contains(&p));
     }
 
     /// Counts a policy's answer in the metrics.

@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use super::declog::{PolicyRecord, TickRecord};
+use super::streak::{Change, Streaks};
 use mfsched_core::digest::short;
 use mfsched_core::domain::{Problem, WorkloadLevel};
 use mfsched_plugin_host::ReloadCounts;
@@ -18,7 +19,8 @@ use mfsched_plugin_host::reload::{ReloadEvent, ReloadOutcome};
 
 /// Ticks kept: a minute at 10 Hz, ten at the default 1 s period.
 pub const TICKS_KEPT: usize = 600;
-/// Events kept (policy switches, reloads, policies starting or ceasing to fail).
+/// Events kept (policy switches, shadow changes, reloads, policies starting or
+/// ceasing to fail).
 pub const EVENTS_KEPT: usize = 200;
 /// A failure reason is cut to this many characters (a plugin writes it).
 const REASON_CHARS: usize = 300;
@@ -40,6 +42,9 @@ pub struct TickPoint {
     pub measured_throughput: Vec<Option<f64>>,
     pub kept_last_valid: bool,
     pub missed_before: u64,
+    /// The utility component every policy of the tick was scored with
+    /// (`name@hash`: a hot swap shows as a new hash).
+    pub utility: String,
     /// The active policy first, then the shadows in their configured order.
     pub policies: Vec<PolicyPoint>,
 }
@@ -66,7 +71,8 @@ pub struct Event {
     /// Increasing from 1, so a page asks only for what it has not seen.
     pub seq: u64,
     pub unix_ms: u64,
-    /// `switch`, `reload`, `reload-rejected`, `failing`, `recovered`.
+    /// `switch`, `shadow-added`, `shadow-removed`, `reload`,
+    /// `reload-rejected`, `failing`, `recovered`.
     pub kind: &'static str,
     pub message: String,
 }
@@ -80,9 +86,6 @@ pub struct PolicyTotals {
     pub differing: u64,
     pub failures: u64,
     pub last_failure: Option<String>,
-    /// Failures in a row up to the latest tick (0 once it answers again).
-    #[serde(skip)]
-    failing_for: u64,
 }
 
 /// What a page asks for: the ticks after `since`, the events after `events_since`.
@@ -100,6 +103,7 @@ struct Rings {
     events: VecDeque<Arc<Event>>,
     next_event: u64,
     totals: BTreeMap<String, PolicyTotals>,
+    streaks: Streaks,
     reloads: ReloadCounts,
 }
 
@@ -148,8 +152,8 @@ impl History {
         self.rings.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Records a finished tick with the throughput the servers reported
-    /// (per model, as the load source read it). `reloads` are the policy
+    /// Records a finished tick, scored with `utility`, with the throughput the
+    /// servers reported (per model, as the load source read it). `reloads` are the policy
     /// source's totals now; when they grew, `recent_reloads` (asked only
     /// then) gives the newest attempts, oldest first, which become events
     /// naming the file and what became of it.
@@ -157,11 +161,12 @@ impl History {
         &self,
         problem: &Problem,
         record: &TickRecord,
+        utility: String,
         measured_throughput: &[Option<f64>],
         reloads: ReloadCounts,
         recent_reloads: impl FnOnce() -> Vec<ReloadEvent>,
     ) {
-        let point = Arc::new(TickPoint::of(problem, record, measured_throughput));
+        let point = Arc::new(TickPoint::of(problem, record, utility, measured_throughput));
         let new_reloads = {
             let seen = self.lock().reloads;
             let n = (reloads.loaded + reloads.rejected).saturating_sub(seen.loaded + seen.rejected);
@@ -200,10 +205,15 @@ impl History {
                         short(sha256)
                     )),
                 ),
-                ReloadOutcome::Rejected { reason } => (
+                ReloadOutcome::Rejected { reason, running } => (
                     "reload-rejected",
                     cut(&format!(
-                        "hot reload: {file} rejected, the running plugin kept: {reason}"
+                        "hot reload: {file} rejected, {}: {reason}",
+                        if *running {
+                            "the running plugin kept"
+                        } else {
+                            "nothing added"
+                        }
                     )),
                 ),
                 ReloadOutcome::Removed => continue,
@@ -213,31 +223,36 @@ impl History {
         rings.reloads = reloads;
         for p in &point.policies {
             let totals = rings.totals.entry(p.policy.clone()).or_default();
-            let change = match &p.failure {
+            match &p.failure {
                 Some(reason) => {
                     totals.failures += 1;
-                    totals.failing_for += 1;
                     totals.last_failure = Some(reason.clone());
-                    (totals.failing_for == 1)
-                        .then(|| ("failing", format!("{} failed: {reason}", p.policy)))
                 }
                 None => {
                     totals.decisions += 1;
                     totals.cumulative_utility += p.utility.unwrap_or(0.0);
                     totals.differing += u64::from(p.differs);
-                    let after = std::mem::take(&mut totals.failing_for);
-                    (after > 0).then(|| {
-                        (
-                            "recovered",
-                            format!("{} answers again after {after} failure(s)", p.policy),
-                        )
-                    })
                 }
+            }
+            let change = match (
+                rings.streaks.observe(&p.policy, p.failure.is_some()),
+                &p.failure,
+            ) {
+                (Some(Change::Failing), Some(reason)) => {
+                    Some(("failing", format!("{} failed: {reason}", p.policy)))
+                }
+                (Some(Change::Recovered { failed_ticks }), _) => Some((
+                    "recovered",
+                    format!("{} answers again after {failed_ticks} failure(s)", p.policy),
+                )),
+                _ => None,
             };
             if let Some((kind, message)) = change {
                 rings.event(at, kind, message);
             }
         }
+        let asked: Vec<&str> = point.policies.iter().map(|p| p.policy.as_str()).collect();
+        rings.streaks.retain(|p| asked.contains(&p));
         rings.push_tick(point);
     }
 
@@ -245,6 +260,16 @@ impl History {
     pub fn switched(&self, unix_ms: u64, from: &str, to: &str) {
         self.lock()
             .event(unix_ms, "switch", format!("active policy: {from} → {to}"));
+    }
+
+    /// Records a shadow added (or removed) through the API.
+    pub fn shadow_changed(&self, unix_ms: u64, policy: &str, added: bool) {
+        let (kind, message) = if added {
+            ("shadow-added", format!("shadow added: {policy}"))
+        } else {
+            ("shadow-removed", format!("shadow removed: {policy}"))
+        };
+        self.lock().event(unix_ms, kind, message);
     }
 
     /// The ticks after `since` and the events after `events_since` (all that
@@ -272,7 +297,12 @@ impl History {
 }
 
 impl TickPoint {
-    fn of(problem: &Problem, record: &TickRecord, measured_throughput: &[Option<f64>]) -> Self {
+    fn of(
+        problem: &Problem,
+        record: &TickRecord,
+        utility: String,
+        measured_throughput: &[Option<f64>],
+    ) -> Self {
         let policy = |r: &PolicyRecord| match &r.outcome {
             Ok(p) => PolicyPoint {
                 policy: r.policy.clone(),
@@ -310,6 +340,7 @@ impl TickPoint {
                 .collect(),
             kept_last_valid: record.kept_last_valid,
             missed_before: record.missed_before,
+            utility,
             policies: std::iter::once(&record.active)
                 .chain(&record.shadows)
                 .map(policy)
@@ -348,6 +379,7 @@ mod tests {
                 measured_throughput: Vec::new(),
                 kept_last_valid: false,
                 missed_before: 0,
+                utility: "utility@abc".into(),
                 policies: Vec::new(),
             }));
         }
@@ -390,7 +422,15 @@ mod tests {
             .problem;
         let history = History::new(1);
         // The shadow misses its deadline, then proposes another configuration.
-        history.record(&problem, &record(0), &[], ReloadCounts::default(), Vec::new);
+        let utility = || "utility@0123456789ab".to_owned();
+        history.record(
+            &problem,
+            &record(0),
+            utility(),
+            &[],
+            ReloadCounts::default(),
+            Vec::new,
+        );
         let mut answered = record(1);
         answered.shadows[0].outcome = Ok(Proposal {
             joint: vec![0, 2],
@@ -413,6 +453,7 @@ mod tests {
                     "old.wasm",
                     ReloadOutcome::Rejected {
                         reason: "before this tick".into(),
+                        running: true,
                     },
                 ),
                 event(
@@ -428,18 +469,20 @@ mod tests {
                     "broken.wasm",
                     ReloadOutcome::Rejected {
                         reason: "not a component".into(),
+                        running: false,
                     },
                 ),
                 event(
                     "live.wasm",
                     ReloadOutcome::Rejected {
                         reason: "its self-check failed".into(),
+                        running: true,
                     },
                 ),
             ]
         };
-        history.record(&problem, &answered, &[], reloads, attempts);
-        history.record(&problem, &answered, &[], reloads, || {
+        history.record(&problem, &answered, utility(), &[], reloads, attempts);
+        history.record(&problem, &answered, utility(), &[], reloads, || {
             unreachable!("the counters did not grow")
         });
         let all = history.since(None, 0);
@@ -461,9 +504,12 @@ mod tests {
         );
         assert_eq!(
             all.events[2].message,
-            "hot reload: broken.wasm rejected, the running plugin kept: not a component"
+            "hot reload: broken.wasm rejected, nothing added: not a component"
         );
-        assert!(all.events[3].message.ends_with("its self-check failed"));
+        assert_eq!(
+            all.events[3].message,
+            "hot reload: live.wasm rejected, the running plugin kept: its self-check failed"
+        );
         let other = &all.totals["other"];
         assert_eq!(
             (other.decisions, other.failures, other.differing),
@@ -473,6 +519,7 @@ mod tests {
         assert_eq!(all.totals["hold"].decisions, 3);
         assert!(all.ticks[1].policies[1].differs && !all.ticks[1].policies[0].differs);
         assert_eq!(all.ticks[0].running.len(), problem.models.len());
+        assert_eq!(all.ticks[0].utility, "utility@0123456789ab");
     }
 
     #[test]

@@ -21,6 +21,7 @@ pub mod outcome;
 pub mod policies;
 pub mod replay;
 pub mod sampler;
+pub mod streak;
 
 use anyhow::{Context, Result, bail};
 use mfsched_surrogate::backend::BackendChoice;
@@ -153,6 +154,13 @@ pub async fn run(
     if let Some(note) = note {
         tracing::warn!("{note}");
     }
+    let deciding = daemon::Deciding {
+        pipeline: policies.pipeline(),
+        params: policies.params().to_vec(),
+        policies: Arc::new(policies),
+    };
+    // Refused before anything is written: a configuration that cannot decide.
+    can_decide(&deciding, &problem, &config).await?;
     // Refused before anything runs: an unguarded API off loopback.
     let guard = api::Guard::from_config(&config.api)?;
     let metrics = Arc::new(Metrics::default());
@@ -173,11 +181,6 @@ pub async fn run(
         shadows: config.policy.shadows.clone(),
         unknown_utilization: config.sampler.unknown_utilization,
         workload,
-    };
-    let deciding = daemon::Deciding {
-        pipeline: policies.pipeline(),
-        params: policies.params().to_vec(),
-        policies: Arc::new(policies),
     };
     let daemon = Daemon::new(
         settings,
@@ -237,6 +240,66 @@ pub async fn run(
         .map_err(|_| anyhow::anyhow!("the API thread panicked"))?
         .context("the API server")?;
     summary
+}
+
+/// Refuses a configuration whose active policy cannot decide: one trial
+/// decision at start-up (medium load, the running configuration's memory),
+/// through the one pipeline with the configured utility, off the async runtime
+/// as every decision is. A policy that refuses, traps or misuses the host (exact
+/// with a utility that is not additive) stops the daemon here, naming the keys;
+/// a rejected decision (a floor missed at this state), a deadline or a host
+/// failure may be the state's or the moment's, so the daemon starts and the
+/// ticks tell.
+async fn can_decide(
+    deciding: &daemon::Deciding,
+    problem: &mfsched_core::domain::Problem,
+    config: &DaemonConfig,
+) -> Result<()> {
+    use mfsched_plugin_host::{DecisionFailure, PluginFailure};
+    let active = config.policy.active.clone();
+    daemon::check_loaded(deciding.policies.as_ref(), &active, &config.policy.shadows)?;
+    let (deciding, problem, policy) = (deciding.clone(), problem.clone(), active.clone());
+    let deadline = config.tick.deadline();
+    let verdict = tokio::task::spawn_blocking(move || {
+        let inputs = deciding.pipeline.prepare(&problem);
+        let state = mfsched_plugin_host::setup::default_state(&problem);
+        let verdict = deciding.pipeline.evaluate(
+            &inputs,
+            deciding.policies.as_ref(),
+            &policy,
+            &state,
+            &deciding.params,
+            deadline,
+        );
+        verdict.output.log(&policy, 0);
+        verdict
+    })
+    .await
+    .context("the start-up decision")?;
+    let failure = match verdict.result {
+        Ok(_) => return Ok(()),
+        Err(DecisionFailure::Plugin(
+            f @ (PluginFailure::Refused(_)
+            | PluginFailure::Trap(_)
+            | PluginFailure::Misuse(_)
+            | PluginFailure::Utility(_)
+            | PluginFailure::Instantiate(_)
+            | PluginFailure::Memory { .. }
+            | PluginFailure::Unknown(_)),
+        )) => f,
+        Err(other) => {
+            tracing::warn!(
+                "policy.active = '{active}': its start-up decision was not used ({}); starting anyway",
+                mfsched_plugin_host::output::printable(&other.to_string(), 300)
+            );
+            return Ok(());
+        }
+    };
+    bail!(
+        "policy.active = '{active}' cannot decide with policy.utility = '{}': the policy {}",
+        config.policy.utility.as_deref().unwrap_or("utility"),
+        mfsched_plugin_host::output::printable(&failure.to_string(), 300)
+    )
 }
 
 /// Resolves on SIGINT or SIGTERM.

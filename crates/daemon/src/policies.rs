@@ -151,7 +151,10 @@ fn load_and_check(
         params,
         checkpoint,
     } = inputs;
-    let utility = registry.utility_slot(registry::resolve_utility(engine, utility, dir)?);
+    let utility = registry.utility_slot(
+        registry::resolve_utility(engine, utility, dir)
+            .with_context(|| format!("policy.utility = '{utility}'"))?,
+    );
     // Embedded policies (a NAME.wasm in `dir` overrides one), then the
     // other files of `dir`.
     let mut candidates: Vec<(String, Result<Loaded>)> = registry::embedded_names()

@@ -167,6 +167,7 @@ fn check_policy(inputs: &CheckInputs<'_>, policy: Arc<LoadedPolicy>, out: &mut V
             return;
         }
     }
+    out.push(gap_to_optimum(inputs, &utility, first.utility));
     let second = run_once(inputs, &policy, &utility, &params);
     if second.outcome == DecisionOutcome::Accepted && second.config == first.config {
         out.push(Finding::ok(
@@ -182,6 +183,45 @@ fn check_policy(inputs: &CheckInputs<'_>, policy: Arc<LoadedPolicy>, out: &mut V
                 DecisionOutcome::Kept(why) => why.to_string(),
             }
         )));
+    }
+}
+
+/// How far the decision's utility is from the optimum of the same problem,
+/// which the embedded `exact` finds with an additive utility (the embedded one
+/// is): an author reads the quality of a search beside its answer.
+fn gap_to_optimum(
+    inputs: &CheckInputs<'_>,
+    utility: &Arc<LoadedUtility>,
+    found: Option<f64>,
+) -> Finding {
+    let exact = match registry::resolve_policy(&inputs.engine, "exact", None) {
+        Ok(p) => p,
+        Err(e) => return Finding::fail(format!("the embedded exact policy: {e:#}")),
+    };
+    let seed: Vec<(String, String)> = inputs
+        .params
+        .iter()
+        .filter(|(k, _)| k == "seed")
+        .cloned()
+        .collect();
+    let params = super::setup::with_declared_params(&exact.info, seed).unwrap_or_default();
+    let optimum = run_once(inputs, &exact, utility, &params);
+    match (&optimum.outcome, optimum.utility, found) {
+        (DecisionOutcome::Accepted, Some(best), Some(found)) => {
+            let gap = (best - found) / best.abs().max(f64::MIN_POSITIVE) * 100.0;
+            Finding::ok(format!(
+                "optimum on {}: exact reaches utility {best:.4}; this decision is {gap:.2} % below it",
+                inputs.problem_name
+            ))
+        }
+        (DecisionOutcome::Kept(why), _, _) => Finding::ok(format!(
+            "optimum on {}: not computed (exact: {why})",
+            inputs.problem_name
+        )),
+        _ => Finding::ok(format!(
+            "optimum on {}: not computed (a utility is unavailable)",
+            inputs.problem_name
+        )),
     }
 }
 

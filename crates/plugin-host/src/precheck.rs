@@ -76,8 +76,15 @@ pub fn check_shape(bytes: &[u8]) -> Result<ComponentMetadata> {
                         continue;
                     }
                     if !LINKED.iter().any(|p| name.starts_with(p)) {
+                        // componentize-js adds the HTTP world unless told not to.
+                        let hint = if name.starts_with("wasi:http/") {
+                            "; a JavaScript component built with componentize-js: \
+                             disable it with `-d http fetch-event`"
+                        } else {
+                            ""
+                        };
                         bail!(
-                            "imports `{}`, which the host does not provide (it links {})",
+                            "imports `{}`, which the host does not provide (it links {}){hint}",
                             crate::output::printable(name, 200),
                             LINKED.join(", ")
                         );
@@ -242,6 +249,7 @@ mod tests {
                 .contains("imports `wasi:http/types@0.2.10`, which the host does not provide"),
             "{err}"
         );
+        assert!(err.to_string().contains("`-d http fetch-event`"), "{err}");
         let empty = wat::parse_str("(component)").expect("wat");
         let err = check_shape(&empty).expect_err("no world");
         assert!(err.to_string().contains("exports neither"), "{err}");

@@ -53,8 +53,9 @@ pub enum ReloadOutcome {
         world: World,
         sha256: String,
     },
-    /// Left the running plugin in place.
-    Rejected { reason: String },
+    /// Not installed. `running`: a plugin is loaded under the file's name and
+    /// stays in use; else none was, and none is added.
+    Rejected { reason: String, running: bool },
     /// The file went away; the loaded copy stays in use.
     Removed,
 }
@@ -162,6 +163,7 @@ impl HotReload {
                                     path: PathBuf::new(),
                                     outcome: ReloadOutcome::Rejected {
                                         reason: format!("file watcher error: {e}"),
+                                        running: false,
                                     },
                                 },
                             ),
@@ -234,9 +236,14 @@ fn push(log: &Mutex<History>, event: ReloadEvent) {
             h.loaded += 1;
             tracing::info!(target: "mfsched::reload", %path, %sha256, "added '{name}'");
         }
-        ReloadOutcome::Rejected { reason } => {
+        ReloadOutcome::Rejected { reason, running } => {
             h.rejected += 1;
-            tracing::warn!(target: "mfsched::reload", %path, "rejected, the running plugin stays: {reason}");
+            let kept = if *running {
+                "the running plugin stays"
+            } else {
+                "no plugin of that name runs, none is added"
+            };
+            tracing::warn!(target: "mfsched::reload", %path, "rejected, {kept}: {reason}");
         }
         ReloadOutcome::Removed => {
             tracing::info!(target: "mfsched::reload", %path, "file removed; the loaded copy stays in use");
@@ -264,11 +271,19 @@ pub fn reload(ctx: &ReloadContext, path: &Path) -> ReloadOutcome {
     if !path.exists() {
         return ReloadOutcome::Removed;
     }
+    // A plugin's registry name is its file stem (registry::load_file).
+    let running = path
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .is_some_and(|name| {
+            ctx.registry.find_policy(name).is_some() || ctx.registry.find_utility(name).is_some()
+        });
     let loaded = match load_file(&ctx.engine, path) {
         Ok(l) => l,
         Err(e) => {
             return ReloadOutcome::Rejected {
                 reason: format!("{e:#}"),
+                running,
             };
         }
     };
@@ -281,6 +296,7 @@ pub fn reload(ctx: &ReloadContext, path: &Path) -> ReloadOutcome {
     if let Err(reason) = self_check(ctx, &loaded, &check) {
         return ReloadOutcome::Rejected {
             reason: format!("{}: self-check failed: {reason}", path.display()),
+            running,
         };
     }
     let name = loaded.info().name.clone();

@@ -1,17 +1,42 @@
 //! `mfsched plugins new`: a standalone Rust policy crate from the files of
-//! `templates/policy/`, embedded in the binary so the command works wherever
-//! the binary is. The crate depends on the SDK (`sdk/`, `mfsched-sdk`), which
-//! carries the WIT bindings: the new crate copies no WIT and runs no
-//! wit-bindgen of its own.
+//! `templates/policy/` (or, with `--utility`, a utility crate from
+//! `templates/utility/`), embedded in the binary so the command works wherever
+//! the binary is. The crate depends on the SDK of its world (`sdk/`,
+//! `mfsched-sdk`, or `sdk/utility/`, `mfsched-utility-sdk`), which carries the
+//! WIT bindings: the new crate copies no WIT and runs no wit-bindgen of its own.
 
 use crate::bindings::VERSION;
 use anyhow::{Context as _, Result, bail};
 use mfsched_core::fsutil::write_atomically;
 use std::path::{Path, PathBuf};
 
-/// (path in the new crate, template text). `{{name}}`, `{{artifact}}`,
-/// `{{wit_version}}` and `{{sdk}}` are filled in.
-const FILES: &[(&str, &str)] = &[
+/// What `plugins new` writes: a policy or a utility crate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Policy,
+    Utility,
+}
+
+impl Kind {
+    /// (path in the new crate, template text). `{{name}}`, `{{artifact}}`,
+    /// `{{wit_version}}` and `{{sdk}}` are filled in.
+    fn files(self) -> &'static [(&'static str, &'static str)] {
+        match self {
+            Kind::Policy => POLICY_FILES,
+            Kind::Utility => UTILITY_FILES,
+        }
+    }
+
+    /// The SDK's directory in a checkout, from the workspace root.
+    fn sdk_dir(self) -> &'static str {
+        match self {
+            Kind::Policy => "sdk",
+            Kind::Utility => "sdk/utility",
+        }
+    }
+}
+
+const POLICY_FILES: &[(&str, &str)] = &[
     (
         "Cargo.toml",
         include_str!("../../../templates/policy/Cargo.toml.tmpl"),
@@ -30,6 +55,25 @@ const FILES: &[(&str, &str)] = &[
     ),
 ];
 
+const UTILITY_FILES: &[(&str, &str)] = &[
+    (
+        "Cargo.toml",
+        include_str!("../../../templates/utility/Cargo.toml.tmpl"),
+    ),
+    (
+        "src/lib.rs",
+        include_str!("../../../templates/utility/src/lib.rs"),
+    ),
+    (
+        "README.md",
+        include_str!("../../../templates/utility/README.md"),
+    ),
+    (
+        ".gitignore",
+        include_str!("../../../templates/utility/gitignore"),
+    ),
+];
+
 /// Where the new crate gets the SDK from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Sdk {
@@ -40,10 +84,13 @@ pub enum Sdk {
 }
 
 impl Sdk {
-    /// The SDK of the checkout this binary was built from when it is still
-    /// there (an author working from a clone), else the repository by git.
-    pub fn default_source() -> Self {
-        let checkout = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../sdk");
+    /// The SDK of `kind` in the checkout this binary was built from when it is
+    /// still there (an author working from a clone), else the repository by
+    /// git (cargo finds the package by its name there).
+    pub fn default_source(kind: Kind) -> Self {
+        let checkout = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../..")
+            .join(kind.sdk_dir());
         match std::fs::canonicalize(&checkout) {
             Ok(dir) if dir.join("Cargo.toml").is_file() => Sdk::Path(dir),
             _ => Sdk::Git(env!("CARGO_PKG_REPOSITORY").to_owned()),
@@ -100,9 +147,9 @@ pub fn component_path(name: &str) -> PathBuf {
     Path::new("target/wasm32-wasip2/release").join(format!("{}.wasm", artifact(name)))
 }
 
-/// Writes the policy crate `name`, depending on `sdk`, into `dir`, which must
+/// Writes the `kind` crate `name`, depending on `sdk`, into `dir`, which must
 /// not exist or be empty. Returns the files written.
-pub fn write_policy(name: &str, dir: &Path, sdk: &Sdk) -> Result<Vec<PathBuf>> {
+pub fn write(kind: Kind, name: &str, dir: &Path, sdk: &Sdk) -> Result<Vec<PathBuf>> {
     check_name(name)?;
     let sdk_entry = sdk.manifest_entry()?;
     if dir.exists() {
@@ -115,8 +162,9 @@ pub fn write_policy(name: &str, dir: &Path, sdk: &Sdk) -> Result<Vec<PathBuf>> {
             );
         }
     }
-    let mut written = Vec::with_capacity(FILES.len());
-    for (relative, text) in FILES {
+    let files = kind.files();
+    let mut written = Vec::with_capacity(files.len());
+    for (relative, text) in files {
         let path = dir.join(relative);
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent)
@@ -153,8 +201,8 @@ mod tests {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let root = dir.path().join("my-policy");
         let sdk = Sdk::Path(PathBuf::from("/src/mf \"sched\"/sdk"));
-        let files = write_policy("my-policy", &root, &sdk).expect("writes the crate");
-        assert_eq!(files.len(), FILES.len());
+        let files = write(Kind::Policy, "my-policy", &root, &sdk).expect("writes the crate");
+        assert_eq!(files.len(), POLICY_FILES.len());
         let manifest = std::fs::read_to_string(root.join("Cargo.toml")).expect("written");
         assert!(manifest.contains("name = \"my-policy\""), "{manifest}");
         assert!(manifest.contains("[workspace]"), "{manifest}");
@@ -166,13 +214,41 @@ mod tests {
         let lib = std::fs::read_to_string(root.join("src/lib.rs")).expect("written");
         assert!(!lib.contains("{{"), "a placeholder was left: {lib}");
         assert!(lib.contains("mfsched_sdk::export_policy!"), "{lib}");
-        let again = write_policy("my-policy", &root, &sdk).expect_err("the directory is not empty");
+        let again =
+            write(Kind::Policy, "my-policy", &root, &sdk).expect_err("the directory is not empty");
         assert!(again.to_string().contains("not empty"), "{again}");
     }
 
     #[test]
+    fn a_utility_crate_depends_on_the_utility_sdk() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let root = dir.path().join("fair-share");
+        let sdk = Sdk::Path(PathBuf::from("/src/sdk/utility"));
+        write(Kind::Utility, "fair-share", &root, &sdk).expect("writes the crate");
+        let manifest = std::fs::read_to_string(root.join("Cargo.toml")).expect("written");
+        assert!(
+            manifest.contains(r#"mfsched-utility-sdk = { path = "/src/sdk/utility" }"#),
+            "{manifest}"
+        );
+        let lib = std::fs::read_to_string(root.join("src/lib.rs")).expect("written");
+        assert!(!lib.contains("{{"), "a placeholder was left: {lib}");
+        assert!(
+            lib.contains("mfsched_utility_sdk::export_additive!"),
+            "{lib}"
+        );
+        let Sdk::Path(checkout) = Sdk::default_source(Kind::Utility) else {
+            panic!("the tests run in a checkout");
+        };
+        let manifest = std::fs::read_to_string(checkout.join("Cargo.toml")).expect("the SDK");
+        assert!(
+            manifest.contains("name = \"mfsched-utility-sdk\""),
+            "{manifest}"
+        );
+    }
+
+    #[test]
     fn the_default_sdk_is_this_checkouts() {
-        let Sdk::Path(dir) = Sdk::default_source() else {
+        let Sdk::Path(dir) = Sdk::default_source(Kind::Policy) else {
             panic!("the tests run in a checkout");
         };
         let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).expect("the SDK's manifest");

@@ -164,7 +164,7 @@
     const last = view.ticks[view.ticks.length - 1];
     const info = $("tick-info");
     info.textContent = last
-      ? `tick ${last.tick} · ${view.ticks.length} shown · ${LEVELS.indexOf(last.level) >= 0 ? last.level : "?"} load`
+      ? `tick ${last.tick} · ${view.ticks.length} shown · ${LEVELS.indexOf(last.level) >= 0 ? last.level : "?"} load · scored with ${last.utility}`
       : "no tick yet";
     info.dataset.ticks = String(view.ticks.length);
     renderFallback(meta, last);
@@ -219,16 +219,25 @@
   function renderPolicies(meta, last) {
     const body = $("policies").tBodies[0];
     body.replaceChildren();
-    const names = [meta.active].concat(meta.shadows);
-    names.forEach((name, i) => {
+    // Now active, now shadows, then every other policy the shown ticks asked,
+    // with the role it had when last asked: a switch or a removed shadow does
+    // not drop a policy from the table while its ticks are on the charts.
+    const roles = new Map([[meta.active, "active"]]);
+    meta.shadows.forEach((name) => roles.set(name, "shadow"));
+    for (let t = view.ticks.length - 1; t >= 0; t--) {
+      view.ticks[t].policies.forEach((p, i) => {
+        if (!roles.has(p.policy)) roles.set(p.policy, i === 0 ? "was active" : "was shadow");
+      });
+    }
+    roles.forEach((role, name) => {
       const totals = meta.totals[name] || {};
       const point = last ? last.policies.find((p) => p.policy === name) : null;
       const row = body.insertRow();
-      cell(row, i === 0 ? "active" : "shadow");
+      cell(row, role);
       cell(row, name);
       cell(row, String(totals.decisions || 0), "num");
       cell(row, fmt(totals.cumulative_utility, 2), "num");
-      cell(row, i === 0 ? "—" : String(totals.differing || 0), "num");
+      cell(row, role === "shadow" || role === "was shadow" ? String(totals.differing || 0) : "—", "num");
       cell(row, String(totals.failures || 0), "num" + (totals.failures ? " bad" : ""));
       cell(row, totals.last_failure || "—", totals.last_failure ? "bad" : "");
       cell(row, point ? fmt(point.latency_us / 1000, 2) : "—", "num");

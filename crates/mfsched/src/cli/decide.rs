@@ -213,18 +213,25 @@ fn print_text(o: &Output) {
     );
     println!("utility    {}", o.utility);
     println!();
+    // Columns as wide as their widest cell: model names and knob settings are
+    // data of any length.
+    let decisions: Vec<String> = o.models.iter().map(|m| m.knobs.to_string()).collect();
+    let wide = |header: &str, cells: &mut dyn Iterator<Item = usize>| {
+        cells.fold(header.chars().count(), usize::max)
+    };
+    let name_w = wide(
+        "model",
+        &mut o.models.iter().map(|m| m.model.chars().count()),
+    );
+    let decision_w = wide("decision", &mut decisions.iter().map(|d| d.chars().count()));
     println!(
-        "{:<10} {:<24} {:>8} {:>11} {:>11}",
+        "{:<name_w$} {:<decision_w$} {:>8} {:>11} {:>11}",
         "model", "decision", "VRAM MiB", "predicted", "SLA floor"
     );
-    for m in &o.models {
+    for (m, decision) in o.models.iter().zip(&decisions) {
         println!(
-            "{:<10} {:<24} {:>8} {:>11.1} {:>11.1}",
-            m.model,
-            m.knobs.to_string(),
-            m.vram_mib,
-            m.predicted,
-            m.floor
+            "{:<name_w$} {:<decision_w$} {:>8} {:>11.1} {:>11.1}",
+            m.model, decision, m.vram_mib, m.predicted, m.floor
         );
     }
     println!();

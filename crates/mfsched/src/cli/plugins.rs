@@ -213,7 +213,8 @@ pub enum PluginsCommand {
         run: PolicyRun,
     },
     /// Writes a new Rust policy crate (standalone, depending on the mfsched-sdk
-    /// crate, which carries the WIT bindings) that builds to a component with
+    /// crate, which carries the WIT bindings), or with --utility a utility
+    /// crate (on mfsched-utility-sdk), that builds to a component with
     /// `cargo build --target wasm32-wasip2 --release`.
     New {
         /// Crate name: lowercase letters, digits, '-' or '_'.
@@ -221,11 +222,15 @@ pub enum PluginsCommand {
         /// Directory to create (default: ./NAME); it must not exist or be empty.
         #[arg(long, value_name = "PATH")]
         dir: Option<PathBuf>,
-        /// The SDK's directory (`sdk/` of an mfsched checkout). Default: the
-        /// checkout this binary was built from when it is still there, else
-        /// the repository by git.
+        /// The SDK's directory (`sdk/` of an mfsched checkout, `sdk/utility/`
+        /// with --utility). Default: the checkout this binary was built from
+        /// when it is still there, else the repository by git.
         #[arg(long, value_name = "DIR")]
         sdk: Option<PathBuf>,
+        /// Write a utility crate (the objective policies maximise, additive:
+        /// one term per model) instead of a policy.
+        #[arg(long)]
+        utility: bool,
     },
     /// The WIT package policies and utilities are built against: printed, or
     /// with --out written as files (the .wit text, and the package encoded as
@@ -276,7 +281,21 @@ pub fn run(cmd: PluginsCommand) -> Result<()> {
             seed: run.seed,
             opts: &run.opts,
         }),
-        PluginsCommand::New { name, dir, sdk } => new_policy(&name, dir, sdk),
+        PluginsCommand::New {
+            name,
+            dir,
+            sdk,
+            utility,
+        } => new_crate(
+            if utility {
+                template::Kind::Utility
+            } else {
+                template::Kind::Policy
+            },
+            &name,
+            dir,
+            sdk,
+        ),
         PluginsCommand::Wit { out: None } => {
             for (_, text) in wit_package::FILES {
                 print!("{text}");
@@ -417,10 +436,15 @@ fn check(
     Ok(())
 }
 
-fn new_policy(name: &str, dir: Option<PathBuf>, sdk: Option<PathBuf>) -> Result<()> {
+fn new_crate(
+    kind: template::Kind,
+    name: &str,
+    dir: Option<PathBuf>,
+    sdk: Option<PathBuf>,
+) -> Result<()> {
     let dir = dir.unwrap_or_else(|| PathBuf::from(name));
     let sdk = match sdk {
-        None => template::Sdk::default_source(),
+        None => template::Sdk::default_source(kind),
         Some(path) => {
             let path = std::fs::canonicalize(&path)
                 .with_context(|| format!("--sdk {}", path.display()))?;
@@ -433,7 +457,7 @@ fn new_policy(name: &str, dir: Option<PathBuf>, sdk: Option<PathBuf>) -> Result<
             template::Sdk::Path(path)
         }
     };
-    let written = template::write_policy(name, &dir, &sdk)?;
+    let written = template::write(kind, name, &dir, &sdk)?;
     for path in &written {
         println!("wrote {}", path.display());
     }
@@ -444,7 +468,19 @@ fn new_policy(name: &str, dir: Option<PathBuf>, sdk: Option<PathBuf>) -> Result<
     println!("  cd {}", dir.display());
     println!("  cargo build --target wasm32-wasip2 --release");
     println!("  mfsched plugins check {}", component.display());
-    println!("  mfsched plugins test {}", component.display());
-    println!("  mfsched ab --a {} --b ga", component.display());
+    match kind {
+        template::Kind::Policy => {
+            println!("  mfsched plugins test {}", component.display());
+            println!("  mfsched ab --a {} --b ga", component.display());
+        }
+        template::Kind::Utility => {
+            for policy in ["exact", "ga"] {
+                println!(
+                    "  mfsched decide --scenario paper-n5 --policy {policy} --utility {}",
+                    component.display()
+                );
+            }
+        }
+    }
     Ok(())
 }

@@ -1,0 +1,152 @@
+//! The mfsched utility SDK: what a utility component written in Rust needs,
+//! with the bindings of the `utility` world of `mfsched:scheduler` already
+//! generated, so a utility crate neither copies the WIT nor runs wit-bindgen.
+//!
+//! A utility is a `cdylib` built for `wasm32-wasip2`. An additive one (a
+//! candidate's utility is the sum of one term per model, as the published one
+//! is) implements [`Additive`] and exports it:
+//!
+//! ```ignore
+//! use mfsched_utility_sdk::types::Problem;
+//! use mfsched_utility_sdk::{Additive, Terms};
+//!
+//! struct Quality;
+//!
+//! impl Additive for Quality {
+//!     fn name() -> String {
+//!         "quality where the floor is met".into()
+//!     }
+//!
+//!     fn term(problem: &Problem, model: usize, config: u32, throughput: f32) -> f64 {
+//!         if f64::from(throughput) < problem.sla_floors[model] {
+//!             return f64::NEG_INFINITY;
+//!         }
+//!         problem.models[model].configs[config as usize].quality
+//!     }
+//! }
+//!
+//! mfsched_utility_sdk::export_additive!(Quality);
+//! ```
+//!
+//! A utility that is not additive implements the world's [`Guest`] itself
+//! (`score`, and `terms` answering `None`) and exports it with
+//! [`export_utility!`]; [`Space`] decodes the candidates' joint indices.
+//!
+//! Only the `utility` world is generated here (the policy world is
+//! `mfsched-sdk`'s): a crate linking one world's bindings carries its type
+//! section, and would be asked for that world's exports.
+
+pub mod space;
+
+pub use space::{Best, Odometer, Space};
+
+/// The generated `utility` world of the WIT package in `wit/` (a link to the
+/// repository's `wit/`). wit-bindgen's glue is FFI, hence unsafe; the lowered
+/// `terms` export takes the flattened problem and table as many scalars.
+#[allow(unsafe_code, clippy::too_many_arguments)]
+pub mod bindings {
+    wit_bindgen::generate!({
+        world: "utility",
+        path: "wit",
+        pub_export_macro: true,
+        export_macro_name: "export_utility",
+        default_bindings_module: "mfsched_utility_sdk::bindings",
+    });
+}
+
+pub use bindings::mfsched::scheduler::types;
+pub use bindings::{Guest, export_utility};
+
+use types::Problem;
+
+/// An additive utility: one term per model, from the model's local
+/// configuration and its predicted throughput. [`Terms`] derives the world's
+/// two exports from it.
+pub trait Additive {
+    /// A short human-readable name.
+    fn name() -> String;
+
+    /// Model `model`'s term when it runs local configuration `config` at
+    /// `throughput` (its unit); negative infinity excludes the configuration
+    /// on its own (an SLA floor broken). Called only with `config` in range.
+    fn term(problem: &Problem, model: usize, config: u32, throughput: f32) -> f64;
+}
+
+/// The world's exports of an [`Additive`] utility: `score` sums the terms of a
+/// candidate's models (negative infinity for a candidate over the card's
+/// memory or an index outside the joint space), `terms` hands the same terms
+/// over for a table; both come from [`Additive::term`], so they agree.
+pub struct Terms<T>(std::marker::PhantomData<T>);
+
+impl<T> std::fmt::Debug for Terms<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Terms")
+    }
+}
+
+impl<T: Additive> Guest for Terms<T> {
+    fn name() -> String {
+        T::name()
+    }
+
+    fn score(problem: Problem, candidates: Vec<u64>, predictions: Vec<f32>) -> Vec<f64> {
+        scores::<T>(&problem, &candidates, &predictions)
+    }
+
+    fn terms(problem: Problem, table: Vec<f32>) -> Option<Vec<f64>> {
+        Some(table_terms::<T>(&problem, &table))
+    }
+}
+
+/// One utility per candidate, predictions N per candidate (row-major).
+pub fn scores<T: Additive>(problem: &Problem, candidates: &[u64], predictions: &[f32]) -> Vec<f64> {
+    let space = Space::new(problem);
+    let n = space.models();
+    let mut tuple = vec![0u32; n];
+    candidates
+        .iter()
+        .enumerate()
+        .map(|(c, &index)| {
+            let row = predictions.get(c * n..(c + 1) * n);
+            match row {
+                Some(row) if index < space.size() => {
+                    space.decode(index, &mut tuple);
+                    if !space.fits(&tuple) {
+                        return f64::NEG_INFINITY;
+                    }
+                    tuple
+                        .iter()
+                        .zip(row)
+                        .enumerate()
+                        .map(|(i, (&l, &t))| T::term(problem, i, l, t))
+                        .sum()
+                }
+                _ => f64::NEG_INFINITY,
+            }
+        })
+        .collect()
+}
+
+/// The terms of a prediction table (laid out as `predict-table` returns it:
+/// model 0's grid first, in grid order).
+pub fn table_terms<T: Additive>(problem: &Problem, table: &[f32]) -> Vec<f64> {
+    let space = Space::new(problem);
+    (0..space.models())
+        .flat_map(|i| (0..space.radix(i)).map(move |l| (i, l)))
+        .map(
+            |(i, l)| match table.get(space.table_offset(i) + l as usize) {
+                Some(&t) => T::term(problem, i, l, t),
+                None => f64::NEG_INFINITY,
+            },
+        )
+        .collect()
+}
+
+/// Exports an [`Additive`] utility: `export_additive!(MyUtility);`.
+#[macro_export]
+macro_rules! export_additive {
+    ($t:ty) => {
+        type __MfschedAdditive = $crate::Terms<$t>;
+        $crate::export_utility!(__MfschedAdditive);
+    };
+}

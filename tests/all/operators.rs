@@ -1,0 +1,515 @@
+//! What an operator lives with: the daemon's stderr tells the story of a run
+//! in a few lines (one per edge of a policy's run of failures, never one per
+//! tick), a configuration that cannot decide is refused at start-up naming
+//! its key, and shadows are added and removed at run time through the API.
+
+use std::io::BufRead;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::common::process::{self, fails_in_one_line, mfsched, stderr};
+use crate::common::{self, bearer};
+
+fn test_plugin(name: &str) -> PathBuf {
+    Path::new(mfsched_plugin_host::TEST_PLUGINS_DIR).join(format!("{name}.wasm"))
+}
+
+fn embedded(name: &str) -> &'static [u8] {
+    mfsched_plugin_host::registry::EMBEDDED_PLUGINS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, b)| *b)
+        .expect("embedded plugin")
+}
+
+fn history(addr: SocketAddr) -> serde_json::Value {
+    let (status, body) = common::http(addr, "GET", "/v1/history", None);
+    assert_eq!(status, 200, "{body}");
+    serde_json::from_str(&body).expect("history JSON")
+}
+
+/// Polls `done` until it holds; a minute at most (the assertion names `what`).
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "timed out waiting until {what}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// SIGTERM, then the exit: the daemon stops after its tick in progress.
+fn terminate(child: &mut std::process::Child) -> std::process::ExitStatus {
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success());
+    child.wait().expect("the daemon exits")
+}
+
+/// The daemon's stderr lines, read on a thread so the pipe never fills.
+fn collect_lines(
+    err: impl BufRead + Send + 'static,
+) -> (Arc<Mutex<Vec<String>>>, std::thread::JoinHandle<()>) {
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    let sink = Arc::clone(&lines);
+    let reader = std::thread::spawn(move || {
+        for line in err.lines().map_while(Result::ok) {
+            sink.lock().expect("lines").push(line);
+        }
+    });
+    (lines, reader)
+}
+
+/// The policy refuses with a 20 MiB reason (forged lines and ANSI escapes in
+/// it) on every burst tick, until a good build replaces its file: its run of
+/// failures is one escaped, bounded `warn` line and one `info` line with the
+/// count of failed ticks the decision log holds, and nothing per tick.
+#[test]
+fn a_policy_failing_every_tick_is_one_warn_line_then_one_recovery_line() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir(&plugins).expect("plugin dir");
+    let file = plugins.join("turncoat.wasm");
+    std::fs::copy(test_plugin("hostile-decide"), &file).expect("copy");
+    let config = common::daemon_config(
+        dir.path(),
+        "paper-n3",
+        200,
+        "active = \"turncoat\"\nplugin_dir = \"plugins\"",
+        "[workload]\nlevel = \"burst\"",
+    );
+    let (child, err, addr) = process::start_daemon(&config);
+    let mut daemon = process::Killed(child);
+    let (lines, reader) = collect_lines(err);
+    let totals = |key: &str| {
+        history(addr)["totals"]["turncoat"][key]
+            .as_u64()
+            .unwrap_or(0)
+    };
+    wait_until("turncoat failed 12 ticks", || totals("failures") >= 12);
+    let tmp = plugins.join("turncoat.wasm.tmp");
+    std::fs::write(&tmp, embedded("exhaustive")).expect("write");
+    std::fs::rename(&tmp, &file).expect("rename");
+    wait_until("turncoat answered 3 ticks", || totals("decisions") >= 3);
+    assert!(terminate(&mut daemon.0).success());
+    reader.join().expect("the reader ends with the daemon");
+    let lines = lines.lock().expect("lines").clone();
+
+    let log = mfsched_daemon::declog::read(&dir.path().join("decisions.log")).expect("log");
+    let failed = log
+        .records
+        .iter()
+        .take_while(|r| r.active.outcome.is_err())
+        .count();
+    assert!(failed >= 12, "{failed} failed ticks");
+    assert!(
+        log.records[failed..]
+            .iter()
+            .any(|r| r.active.outcome.is_ok())
+    );
+    let about: Vec<&String> = lines
+        .iter()
+        .filter(|l| l.contains("policy turncoat"))
+        .collect();
+    assert_eq!(
+        about.len(),
+        2,
+        "one line per edge, none per tick: {about:#?}"
+    );
+    let (warn, recovered) = (about[0], about[1]);
+    assert!(
+        warn.contains("WARN")
+            && warn.contains("active policy turncoat is failing")
+            && warn.contains("the last valid configuration is kept")
+            && warn.contains("refused to decide"),
+        "{warn}"
+    );
+    assert!(warn.len() < 1000, "the reason is cut: {} bytes", warn.len());
+    assert!(!warn.contains('\u{1b}'), "escapes are escaped: {warn}");
+    assert!(
+        recovered.contains("INFO")
+            && recovered.contains(&format!(
+                "active policy turncoat answers again after {failed} failed tick(s)"
+            )),
+        "{recovered}"
+    );
+    assert!(
+        lines.len() < log.records.len(),
+        "{} lines for {} ticks: {lines:#?}",
+        lines.len(),
+        log.records.len()
+    );
+}
+
+/// Configurations that cannot decide stop `mfsched run` before it writes
+/// anything, in one line naming the key: exact with a utility that is not
+/// additive, an unknown policy (active or shadow), an unknown utility. The
+/// same utility with ga decides.
+#[test]
+fn a_configuration_that_cannot_decide_is_refused_at_start_up_naming_the_key() {
+    let cases: [(&str, &[&str]); 4] = [
+        (
+            "active = \"exact\"\nutility = \"fairness\"\nplugin_dir = \"plugins\"",
+            &[
+                "policy.active = 'exact' cannot decide with policy.utility = 'fairness'",
+                "additive",
+            ],
+        ),
+        (
+            "active = \"nonesuch\"",
+            &[
+                "policy.active: policy 'nonesuch' is not loaded",
+                "available are",
+            ],
+        ),
+        (
+            "active = \"ga\"\nshadows = [\"nonesuch\"]",
+            &["policy.shadows: policy 'nonesuch' is not loaded"],
+        ),
+        (
+            "active = \"ga\"\nutility = \"nonesuch\"",
+            &["policy.utility = 'nonesuch'", "unknown plugin 'nonesuch'"],
+        ),
+    ];
+    for (policy, expected) in cases {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let plugins = dir.path().join("plugins");
+        std::fs::create_dir(&plugins).expect("plugin dir");
+        std::fs::copy(test_plugin("fairness"), plugins.join("fairness.wasm")).expect("copy");
+        let config = common::daemon_config(dir.path(), "paper-n2", 400, policy, "");
+        let config = config.to_str().expect("utf-8");
+        let out = mfsched(&[
+            "--log-level",
+            "error",
+            "run",
+            "--config",
+            config,
+            "--max-ticks",
+            "1",
+        ]);
+        let line = fails_in_one_line(&out, policy);
+        for part in expected {
+            assert!(line.contains(part), "{policy}: {line}");
+        }
+        assert!(
+            !dir.path().join("decisions.log").exists(),
+            "{policy}: nothing written"
+        );
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir(&plugins).expect("plugin dir");
+    std::fs::copy(test_plugin("fairness"), plugins.join("fairness.wasm")).expect("copy");
+    let config = common::daemon_config(
+        dir.path(),
+        "paper-n2",
+        400,
+        "active = \"ga\"\nutility = \"fairness\"\nplugin_dir = \"plugins\"",
+        "",
+    );
+    let out = mfsched(&[
+        "run",
+        "--config",
+        config.to_str().expect("utf-8"),
+        "--max-ticks",
+        "2",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+/// `POST` and `DELETE /v1/policies/shadows`: with the token only, a shadow
+/// is asked from the next tick on and recorded in each tick's record, the
+/// change is one log line and a history event, and a removed shadow stays in
+/// the history the dashboard lists.
+#[test]
+fn shadows_are_added_and_removed_at_run_time_with_the_token() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = common::daemon_config(dir.path(), "paper-n2", 200, "active = \"ga\"", "");
+    let (child, err, addr) = process::start_daemon(&config);
+    let mut daemon = process::Killed(child);
+    let (lines, reader) = collect_lines(err);
+    let (auth, token) = bearer();
+    let change = |method: &str, policy: &str, headers: &[(&str, &str)]| {
+        common::http_with(
+            addr,
+            method,
+            "/v1/policies/shadows",
+            Some(&format!(r#"{{"policy":"{policy}"}}"#)),
+            headers,
+        )
+    };
+    let (status, _) = change("POST", "exhaustive", &[]);
+    assert_eq!(status, 401, "changes need the token");
+    let (status, body) = change("POST", "exhaustive", &[(auth, &token)]);
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains(r#""shadows":["exhaustive"]"#), "{body}");
+    for (policy, why) in [
+        ("ga", "the active one"),
+        ("nonesuch", "no policy 'nonesuch'"),
+    ] {
+        let (status, body) = change("POST", policy, &[(auth, &token)]);
+        assert_eq!(status, 400, "{body}");
+        assert!(body.contains(why), "{body}");
+    }
+    let shadow_ticks = |h: &serde_json::Value| {
+        h["ticks"]
+            .as_array()
+            .map(|ticks| {
+                ticks
+                    .iter()
+                    .filter(|t| t["policies"].as_array().is_some_and(|p| p.len() == 2))
+                    .count()
+            })
+            .unwrap_or(0)
+    };
+    wait_until("exhaustive shadowed 3 ticks", || {
+        shadow_ticks(&history(addr)) >= 3
+    });
+    let (status, body) = change("DELETE", "exhaustive", &[(auth, &token)]);
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains(r#""shadows":[]"#), "{body}");
+    let (status, body) = change("DELETE", "exhaustive", &[(auth, &token)]);
+    assert_eq!(status, 404, "{body}");
+    let after = history(addr)["ticks"].as_array().map_or(0, Vec::len);
+    wait_until("two ticks without the shadow", || {
+        history(addr)["ticks"].as_array().map_or(0, Vec::len) >= after + 2
+    });
+    let h = history(addr);
+    let kinds: Vec<&str> = h["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .filter_map(|e| e["kind"].as_str())
+        .collect();
+    assert_eq!(kinds, ["shadow-added", "shadow-removed"], "{h}");
+    assert_eq!(h["shadows"], serde_json::json!([]));
+    assert!(h["totals"]["exhaustive"]["decisions"].as_u64() >= Some(3));
+    assert!(terminate(&mut daemon.0).success());
+    reader.join().expect("the reader ends with the daemon");
+
+    let log = mfsched_daemon::declog::read(&dir.path().join("decisions.log")).expect("log");
+    let shadowed = log
+        .records
+        .iter()
+        .filter(|r| r.shadows.iter().any(|s| s.policy == "exhaustive"))
+        .count();
+    assert!(shadowed >= 3, "the decision log records the shadow's ticks");
+    let last = log.records.last().expect("ticks");
+    assert!(last.shadows.is_empty(), "removed from the next tick on");
+    let lines = lines.lock().expect("lines").clone();
+    let changes: Vec<&String> = lines
+        .iter()
+        .filter(|l| l.contains("shadow policy"))
+        .collect();
+    assert_eq!(changes.len(), 2, "{lines:#?}");
+    assert!(changes[0].contains("shadow policy added: exhaustive"));
+    assert!(changes[1].contains("shadow policy removed: exhaustive"));
+}
+
+/// The README's `curl` lines (continuations joined), for the API.
+fn readme_curls() -> Vec<String> {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"))
+            .expect("README.md");
+    let mut commands = Vec::new();
+    let mut current = String::new();
+    for line in readme.lines() {
+        let line = line.trim();
+        if current.is_empty() && !line.starts_with("curl ") {
+            continue;
+        }
+        match line.strip_suffix('\\') {
+            Some(head) => current.push_str(head),
+            None => {
+                current.push_str(line);
+                commands.push(std::mem::take(&mut current));
+            }
+        }
+    }
+    commands
+}
+
+/// Every `curl` of the README works as written against a running daemon
+/// (with its port): the JSON content type is there, and without it the API
+/// answers 415.
+#[test]
+fn the_readme_api_examples_work_as_written() {
+    let curls = readme_curls();
+    assert!(curls.len() >= 3, "{curls:#?}");
+    if std::process::Command::new("curl")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        assert!(
+            std::env::var_os("MFSCHED_REQUIRE_CURL").is_none(),
+            "MFSCHED_REQUIRE_CURL is set and curl is missing"
+        );
+        eprintln!("skipped: curl is not installed (apt-get install curl)");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = common::daemon_config(dir.path(), "paper-n2", 300, "active = \"ga\"", "");
+    let (child, err, addr) = process::start_daemon(&config);
+    let _daemon = process::Killed(child);
+    let (_lines, _reader) = collect_lines(err);
+    let run = |command: &str| {
+        let command = command.replace("127.0.0.1:9464", &addr.to_string());
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("{command} -s -o /dev/null -w '%{{http_code}}'"))
+            .env("MFSCHED_API_TOKEN", common::TOKEN)
+            .output()
+            .expect("sh runs");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    for command in &curls {
+        assert!(
+            command.contains("-H 'Content-Type: application/json'"),
+            "{command}"
+        );
+        assert_eq!(run(command), "200", "{command}");
+    }
+    let bare = curls[0].replace("-H 'Content-Type: application/json'", "");
+    assert_eq!(run(&bare), "415", "{bare}");
+    let (status, policies) = common::http(addr, "GET", "/v1/policies", None);
+    assert_eq!(status, 200);
+    let policies: serde_json::Value = serde_json::from_str(&policies).expect("JSON");
+    assert_eq!(policies["active"], "exhaustive", "{policies}");
+    assert_eq!(policies["shadows"], serde_json::json!([]), "{policies}");
+}
+
+/// `bench policies --policy exact` beyond exhaustive search's reach: exact is
+/// the reference, measured once and listed once.
+#[test]
+fn bench_policies_lists_the_reference_once_when_it_is_asked_for() {
+    let out = mfsched(&[
+        "bench",
+        "policies",
+        "--scenario",
+        "scale-n16",
+        "--decisions",
+        "1",
+        "--policy",
+        "exact",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let names: Vec<&str> = v["policies"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .filter_map(|r| r["policy"].as_str())
+        .collect();
+    assert_eq!(names, ["exact"], "{v}");
+}
+
+/// `decide`'s table: every column starts where its header does, whatever
+/// the length of the model names and knob settings.
+#[test]
+fn decide_aligns_its_table_columns() {
+    for scenario in ["paper-n3", "paper-n5"] {
+        let out = mfsched(&["decide", "--scenario", scenario, "--policy", "exact"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let text = process::stdout(&out);
+        let lines: Vec<&str> = text.lines().collect();
+        let header = lines
+            .iter()
+            .position(|l| l.starts_with("model "))
+            .expect("the table header");
+        let rows: Vec<&str> = lines[header..]
+            .iter()
+            .take_while(|l| !l.is_empty())
+            .copied()
+            .collect();
+        assert!(rows.len() > 2, "{text}");
+        let decision_at = rows[0].find("decision").expect("decision column");
+        for row in &rows {
+            assert_eq!(
+                row.chars().count(),
+                rows[0].chars().count(),
+                "right-aligned numbers end together:\n{text}"
+            );
+            let before: String = row.chars().take(decision_at).collect();
+            assert!(
+                before.ends_with(' ')
+                    && !row
+                        .chars()
+                        .nth(decision_at)
+                        .is_some_and(char::is_whitespace),
+                "{row:?} does not start its decision at column {decision_at}:\n{text}"
+            );
+        }
+    }
+}
+
+/// The WIT says whether a local configuration's memory includes the model's
+/// runtime overhead, and the host's numbers agree: the running configuration's
+/// memory is the sum of its local configurations' `vram-mib`.
+#[test]
+fn the_wit_says_local_memory_includes_the_runtime_overhead() {
+    let out = mfsched(&["plugins", "wit"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let wit = process::stdout(&out);
+    let at = wit.find("vram-mib: u32,").expect("local-config.vram-mib");
+    assert!(
+        wit[..at]
+            .rsplit("///")
+            .take(5)
+            .any(|l| l.contains("`runtime-overhead-mib` included")),
+        "{}",
+        &wit[at.saturating_sub(400)..at]
+    );
+    let problem = mfsched_core::scenario::load("paper-n2")
+        .expect("bundled")
+        .problem;
+    for m in &problem.models {
+        let least_weights = m.variants.iter().map(|v| v.weights_mib).min().unwrap_or(0);
+        for c in &m.configs {
+            assert!(
+                c.vram_mib >= m.runtime_overhead_mib + least_weights,
+                "{}",
+                m.name
+            );
+        }
+    }
+}
+
+/// `plugins check` says how far the decision is from the optimum of its own
+/// problem (exact's, with the embedded additive utility): exact is at it, and
+/// the number is there for any other search.
+#[test]
+fn plugins_check_prints_the_gap_to_the_optimum() {
+    for (stem, exact) in [
+        ("mfsched_plugin_exact", true),
+        ("mfsched_plugin_static_budget", false),
+    ] {
+        let file = Path::new(mfsched_plugin_host::TEST_PLUGINS_DIR)
+            .join("../wasm32-wasip2/release")
+            .join(format!("{stem}.wasm"));
+        let out = mfsched(&["plugins", "check", file.to_str().expect("utf-8")]);
+        let text = process::stdout(&out);
+        assert!(out.status.success(), "{text}{}", stderr(&out));
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("ok    optimum on paper-n5: exact reaches utility "))
+            .unwrap_or_else(|| panic!("{stem}: no optimum line: {text}"));
+        let gap: f64 = line
+            .split("this decision is ")
+            .nth(1)
+            .and_then(|rest| rest.split(' ').next())
+            .and_then(|g| g.parse().ok())
+            .unwrap_or_else(|| panic!("{line}"));
+        assert!(gap >= 0.0, "{line}");
+        if exact {
+            assert_eq!(gap, 0.0, "{line}");
+        }
+    }
+}
