@@ -354,7 +354,7 @@ fn real_servers_are_profiled_and_reconfigured_through_v2_repository_and_process(
         }
         let loads: Vec<_> = bodies
             .iter()
-            .map(|(m, body, ports)| load_loop(ports.http(), m, body.clone(), Arc::clone(&stop)))
+            .map(|(m, body, ports)| load_loop(ports.http(), *m, body.clone(), Arc::clone(&stop)))
             .collect();
         let extra = format!(
             "{}\n[actuator.v2_repository]\nready_timeout_ms = 30000\n{}\n{}",
@@ -368,7 +368,7 @@ fn real_servers_are_profiled_and_reconfigured_through_v2_repository_and_process(
         for level in ["low", "high"] {
             let o = common::process::mfsched(&[
                 "profile", "--live", "--config", config.to_str().expect("utf-8"), "--workload", level,
-                "--samples", "32", "--seed", "1", "--settle-ms", "400", "--window-ms", "700",
+                "--samples", "32", "--seed", "1", "--settle-ms", "1000", "--window-ms", "700",
                 "--out", profile_csv.to_str().expect("utf-8"),
             ]);
             assert!(o.status.success(), "profile --live at {level}: {}", common::process::stderr(&o));
@@ -470,7 +470,7 @@ fn real_servers_are_profiled_and_reconfigured_through_v2_repository_and_process(
     wait_for("both models serve", &logs, || observe(&mut seen));
     let loads: Vec<_> = bodies
         .iter()
-        .map(|(m, body, ports)| load_loop(ports.http(), m, body.clone(), Arc::clone(&stop)))
+        .map(|(m, body, ports)| load_loop(ports.http(), *m, body.clone(), Arc::clone(&stop)))
         .collect();
     wait_for("8 ticks", &logs, || ticks().filter(|t| *t >= 8.0));
     observe(&mut seen);

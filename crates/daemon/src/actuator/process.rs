@@ -14,11 +14,11 @@
 //! is stopped when the actuators shut down, and killed if they are dropped.
 
 use anyhow::{Context, Result, bail};
-use std::process::Stdio;
+use std::io::{BufRead, BufReader, Read};
+use std::os::unix::process::CommandExt;
+use std::process::{Command, ExitStatus, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, BufReader};
-use tokio::process::{Child, Command};
 use tokio::sync::watch;
 
 use super::template::{self, Values};
@@ -39,6 +39,46 @@ pub(super) struct Supervisor {
     key: String,
     config: ProcessModelConfig,
     common: ProcessConfig,
+}
+
+/// How often a supervisor looks whether its process exited (std's child
+/// handle, polled: no second process-reaping runtime beside the std one).
+const EXIT_POLL: Duration = Duration::from_millis(50);
+
+/// A started process, in a process group of its own; SIGKILLed with its
+/// group when dropped while still running (the daemon's exit, a panic).
+#[derive(Debug)]
+struct Child {
+    child: std::process::Child,
+    group: Option<rustix::process::Pid>,
+}
+
+impl Child {
+    /// Resolves when the process exits (reaping it).
+    async fn wait(&mut self) -> std::io::Result<ExitStatus> {
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                return Ok(status);
+            }
+            tokio::time::sleep(EXIT_POLL).await;
+        }
+    }
+
+    fn signal(&self, signal: rustix::process::Signal) {
+        if let Some(group) = self.group {
+            // The group may be gone already: nothing left to signal.
+            let _ = rustix::process::kill_process_group(group, signal);
+        }
+    }
+}
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            self.signal(rustix::process::Signal::KILL);
+            let _ = self.child.wait();
+        }
+    }
 }
 
 /// A started process and the configuration it serves.
@@ -115,7 +155,14 @@ impl Supervisor {
                         Ok(child) => {
                             running = Some(Running { child, job: job.clone() });
                             crashes_in_a_row = 0;
-                            None
+                            tracing::info!(
+                        model = %self.name,
+                        "{}: {} serves, {:.1} ms after it was asked for",
+                        self.key,
+                        job.setting,
+                        downtime.as_secs_f64() * 1e3
+                    );
+                    None
                         }
                         Err(e) => {
                             tracing::warn!(
@@ -234,7 +281,6 @@ impl Supervisor {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .kill_on_drop(true)
             .process_group(0);
         for name in &self.config.env_allow {
             if let Some(v) = std::env::var_os(name) {
@@ -250,61 +296,71 @@ impl Supervisor {
         let mut child = command
             .spawn()
             .with_context(|| format!("{}.argv: cannot start {}", self.key, argv[0]))?;
-        tracing::info!(model = %self.name, pid = child.id(), "{}: started {}", self.key, argv.join(" "));
+        let pid = child.id();
+        tracing::info!(model = %self.name, pid, "{}: started {}", self.key, argv.join(" "));
         let budget = Arc::new(std::sync::atomic::AtomicUsize::new(self.common.max_output_bytes));
-        if let Some(out) = child.stdout.take() {
-            tokio::spawn(drain(out, self.name.clone(), "stdout", Arc::clone(&budget)));
+        let streams: [(&'static str, Option<Box<dyn Read + Send>>); 2] = [
+            ("stdout", child.stdout.take().map(|s| Box::new(s) as Box<dyn Read + Send>)),
+            ("stderr", child.stderr.take().map(|s| Box::new(s) as Box<dyn Read + Send>)),
+        ];
+        for (which, stream) in streams {
+            let Some(stream) = stream else { continue };
+            let (model, budget) = (self.name.clone(), Arc::clone(&budget));
+            // A blocking reader per pipe: it ends when the process closes it.
+            std::thread::Builder::new()
+                .name(format!("mfsched-{which}"))
+                .spawn(move || drain(stream, &model, which, &budget))
+                .with_context(|| format!("{}: cannot start the output reader", self.key))?;
         }
-        if let Some(err) = child.stderr.take() {
-            tokio::spawn(drain(err, self.name.clone(), "stderr", budget));
-        }
-        Ok(child)
+        Ok(Child {
+            child,
+            group: i32::try_from(pid).ok().and_then(rustix::process::Pid::from_raw),
+        })
     }
 
     /// SIGTERM to the process group, `grace_ms` to exit, then SIGKILL.
     async fn stop(&self, mut child: Child) {
-        let group = child
-            .id()
-            .and_then(|id| rustix::process::Pid::from_raw(id as i32));
-        let Some(group) = group else {
-            // Already reaped: nothing runs under that id any more.
+        if matches!(child.child.try_wait(), Ok(Some(_))) {
+            // Already exited; what it left in its group goes too.
+            child.signal(rustix::process::Signal::KILL);
             return;
-        };
-        let _ = rustix::process::kill_process_group(group, rustix::process::Signal::TERM);
+        }
+        child.signal(rustix::process::Signal::TERM);
         let grace = Duration::from_millis(self.common.grace_ms);
         if tokio::time::timeout(grace, child.wait()).await.is_err() {
             tracing::warn!(model = %self.name, "{}: no exit within grace_ms ({} ms) of SIGTERM: SIGKILL", self.key, grace.as_millis());
-            let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
+            child.signal(rustix::process::Signal::KILL);
             let _ = child.wait().await;
         } else {
             // The server may have left children in its group (worker pools).
-            let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
+            child.signal(rustix::process::Signal::KILL);
         }
     }
 }
 
 /// Resolves when the running process exits; never while none runs.
-async fn exited(running: &mut Option<Running>) -> std::io::Result<std::process::ExitStatus> {
+async fn exited(running: &mut Option<Running>) -> std::io::Result<ExitStatus> {
     match running {
         Some(r) => r.child.wait().await,
         None => std::future::pending().await,
     }
 }
 
-fn describe(status: std::io::Result<std::process::ExitStatus>) -> String {
+fn describe(status: std::io::Result<ExitStatus>) -> String {
     match status {
         Ok(s) => s.to_string(),
         Err(e) => format!("cannot wait for it: {e}"),
     }
 }
 
-/// Logs a stream's lines (in pieces of at most [`MAX_LINE`] bytes) while the shared budget
-/// lasts, then drains the rest unlogged so the process never blocks on a full pipe.
-async fn drain(
-    stream: impl AsyncRead + Unpin,
-    model: String,
+/// Logs a stream's lines (in pieces of at most [`MAX_LINE`] bytes) while the
+/// shared budget lasts, then reads the rest unlogged so the process never
+/// blocks on a full pipe.
+fn drain(
+    stream: Box<dyn Read + Send>,
+    model: &str,
     which: &'static str,
-    budget: Arc<std::sync::atomic::AtomicUsize>,
+    budget: &std::sync::atomic::AtomicUsize,
 ) {
     use std::sync::atomic::Ordering;
     let mut reader = BufReader::new(stream);
@@ -312,7 +368,7 @@ async fn drain(
     let mut dropped = 0usize;
     loop {
         line.clear();
-        let n = match (&mut reader).take(MAX_LINE as u64).read_until(b'\n', &mut line).await {
+        let n = match (&mut reader).take(MAX_LINE as u64).read_until(b'\n', &mut line) {
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
