@@ -457,6 +457,7 @@ async fn webhooks_get_only_changes_and_failures_are_counted() {
             timeout_ms: 300,
             retries: 1,
         }),
+        ..ActuatorConfig::default()
     };
     let h = harness(
         Duration::from_millis(30),

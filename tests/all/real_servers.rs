@@ -104,7 +104,10 @@ fn pinned(argv: &[&str]) -> Vec<String> {
 /// the server process (no worker pool), metrics in a folder of its own.
 fn mlserver_env(ports: Ports, metrics_dir: &Path) -> Vec<(String, String)> {
     [
-        ("PYTHONPATH", root().join("rig/mlserver").display().to_string()),
+        (
+            "PYTHONPATH",
+            root().join("rig/mlserver").display().to_string(),
+        ),
         ("MLSERVER_HOST", "127.0.0.1".to_owned()),
         ("MLSERVER_HTTP_PORT", ports.http.to_string()),
         ("MLSERVER_GRPC_PORT", ports.grpc.to_string()),
@@ -120,7 +123,11 @@ fn start_mlserver(venv: &Path, repo: &Path, ports: Ports, log: &Path) -> Killed 
     let metrics_dir = repo.join(".metrics");
     std::fs::create_dir_all(&metrics_dir).expect("metrics dir");
     let mlserver = venv.join("bin/mlserver");
-    let argv = pinned(&[mlserver.to_str().expect("utf-8"), "start", repo.to_str().expect("utf-8")]);
+    let argv = pinned(&[
+        mlserver.to_str().expect("utf-8"),
+        "start",
+        repo.to_str().expect("utf-8"),
+    ]);
     let err = std::fs::File::create(log).expect("log file");
     Killed(
         Command::new(&argv[0])
@@ -149,7 +156,11 @@ fn wait_for<T>(what: &str, logs: &[&Path], mut check: impl FnMut() -> Option<T>)
                 .map(|p| {
                     let text = std::fs::read_to_string(p).unwrap_or_default();
                     let tail: Vec<&str> = text.lines().rev().take(20).collect();
-                    format!("--- {}:\n{}", p.display(), tail.into_iter().rev().collect::<Vec<_>>().join("\n"))
+                    format!(
+                        "--- {}:\n{}",
+                        p.display(),
+                        tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                    )
                 })
                 .collect();
             panic!("{what}: not within {LIMIT:?}\n{}", tails.join("\n"));
@@ -166,7 +177,13 @@ fn get(addr: SocketAddr, path: &str) -> Option<String> {
 }
 
 fn post(addr: SocketAddr, path: &str, body: &str) -> Option<String> {
-    match common::try_http(addr, "POST", path, Some(body), &[("content-type", "application/json")]) {
+    match common::try_http(
+        addr,
+        "POST",
+        path,
+        Some(body),
+        &[("content-type", "application/json")],
+    ) {
         Ok((200, body)) => Some(body),
         _ => None,
     }
@@ -185,15 +202,21 @@ fn metric(page: &str, line_start: &str) -> Option<f64> {
 /// What a server reports serving for `model`: (version from the repository
 /// index, the ONNX file and threads from the runtime's metadata).
 fn serving(addr: SocketAddr, model: &str) -> Option<(String, String, i64)> {
-    let index: serde_json::Value = serde_json::from_str(&post(addr, "/v2/repository/index", "{}")?).ok()?;
+    let index: serde_json::Value =
+        serde_json::from_str(&post(addr, "/v2/repository/index", "{}")?).ok()?;
     let entry = index
         .as_array()?
         .iter()
         .find(|e| e["name"] == model && e["state"] == "READY")?;
     let version = entry["version"].as_str()?.to_owned();
-    let meta: serde_json::Value = serde_json::from_str(&get(addr, &format!("/v2/models/{model}"))?).ok()?;
+    let meta: serde_json::Value =
+        serde_json::from_str(&get(addr, &format!("/v2/models/{model}"))?).ok()?;
     let p = &meta["parameters"];
-    Some((version, p["uri"].as_str()?.to_owned(), p["threads"].as_i64()?))
+    Some((
+        version,
+        p["uri"].as_str()?.to_owned(),
+        p["threads"].as_i64()?,
+    ))
 }
 
 /// A configuration as (variant, threads).
@@ -207,7 +230,12 @@ fn as_served(server: &(String, String, i64), model: &str) -> Option<Served> {
 
 /// Closed-loop inference requests to one server until `stop`, bounded by
 /// `LIMIT`: fast and slow phases of 4 s so the load regime moves.
-fn load_loop(addr: SocketAddr, model: &'static str, body: String, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
+fn load_loop(
+    addr: SocketAddr,
+    model: &'static str,
+    body: String,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<u64> {
     std::thread::spawn(move || {
         let start = Instant::now();
         let mut ok = 0;
@@ -224,7 +252,9 @@ fn load_loop(addr: SocketAddr, model: &'static str, body: String, stop: Arc<Atom
 
 fn infer_body(shape: &[usize]) -> String {
     let n: usize = shape.iter().product();
-    let data: Vec<String> = (0..n).map(|i| format!("{:.2}", (i % 7) as f64 / 7.0)).collect();
+    let data: Vec<String> = (0..n)
+        .map(|i| format!("{:.2}", (i % 7) as f64 / 7.0))
+        .collect();
     format!(
         "{{\"inputs\":[{{\"name\":\"input\",\"shape\":{shape:?},\"datatype\":\"FP32\",\"data\":[{}]}}]}}",
         data.join(",")
@@ -280,7 +310,8 @@ fn settings_table(key: &str, model: &str, repo: &Path) -> String {
 }
 
 fn load_section(servers: &[(&str, Ports)]) -> String {
-    let mut s = "[workload]\nsource = \"prometheus\"\n\n[workload.prometheus]\ntimeout_ms = 400\n".to_owned();
+    let mut s = "[workload]\nsource = \"prometheus\"\n\n[workload.prometheus]\ntimeout_ms = 400\n"
+        .to_owned();
     for (model, ports) in servers {
         s.push_str(&format!(
             "\n[workload.prometheus.models.{model}]\nmetric = \"model_infer_request_success_total\"\n\
@@ -326,10 +357,22 @@ fn real_servers_are_profiled_and_reconfigured_through_v2_repository_and_process(
         let out = repo.join(model);
         let made = Command::new(venv.join("bin/python"))
             .arg(root().join("rig/models/make_onnx.py"))
-            .args(["--out", out.to_str().expect("utf-8"), "--family", model, "--size", "s", "--int8"])
+            .args([
+                "--out",
+                out.to_str().expect("utf-8"),
+                "--family",
+                model,
+                "--size",
+                "s",
+                "--int8",
+            ])
             .output()
             .expect("make_onnx.py runs");
-        assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+        assert!(
+            made.status.success(),
+            "{}",
+            String::from_utf8_lossy(&made.stderr)
+        );
         // The generator's listing would look like a model folder to MLServer.
         std::fs::remove_file(out.join("models.json")).expect("listing");
     }
@@ -342,7 +385,10 @@ fn real_servers_are_profiled_and_reconfigured_through_v2_repository_and_process(
     let (log_a, log_b) = (d.join("mlserver-a.log"), d.join("mlserver-b.log"));
     let server_a = start_mlserver(&venv, &repo_a, ports_a, &log_a);
     let stop = Arc::new(AtomicBool::new(false));
-    let bodies = [("mlp", infer_body(&[4, 256]), ports_a), ("conv", infer_body(&[1, 3, 32, 32]), ports_b)];
+    let bodies = [
+        ("mlp", infer_body(&[4, 256]), ports_a),
+        ("conv", infer_body(&[1, 3, 32, 32]), ports_b),
+    ];
 
     // 1. A small live profile, both models through the v2-repository actuator
     //    (conv on an MLServer the test starts for it).
@@ -350,7 +396,9 @@ fn real_servers_are_profiled_and_reconfigured_through_v2_repository_and_process(
     {
         let server_b = start_mlserver(&venv, &repo_b, ports_b, &log_b);
         for (_, _, ports) in &bodies {
-            wait_for("an MLServer answers", &[&log_a, &log_b], || get(ports.http(), "/v2/health/ready"));
+            wait_for("an MLServer answers", &[&log_a, &log_b], || {
+                get(ports.http(), "/v2/health/ready")
+            });
         }
         let loads: Vec<_> = bodies
             .iter()
@@ -364,14 +412,37 @@ fn real_servers_are_profiled_and_reconfigured_through_v2_repository_and_process(
         );
         let profile_dir = d.join("profile");
         std::fs::create_dir_all(&profile_dir).expect("dir");
-        let config = common::daemon_config(&profile_dir, scenario.to_str().expect("utf-8"), PERIOD_MS, "active = \"hold\"", &extra);
+        let config = common::daemon_config(
+            &profile_dir,
+            scenario.to_str().expect("utf-8"),
+            PERIOD_MS,
+            "active = \"hold\"",
+            &extra,
+        );
         for level in ["low", "high"] {
             let o = common::process::mfsched(&[
-                "profile", "--live", "--config", config.to_str().expect("utf-8"), "--workload", level,
-                "--samples", "32", "--seed", "1", "--settle-ms", "1000", "--window-ms", "700",
-                "--out", profile_csv.to_str().expect("utf-8"),
+                "profile",
+                "--live",
+                "--config",
+                config.to_str().expect("utf-8"),
+                "--workload",
+                level,
+                "--samples",
+                "32",
+                "--seed",
+                "1",
+                "--settle-ms",
+                "1000",
+                "--window-ms",
+                "700",
+                "--out",
+                profile_csv.to_str().expect("utf-8"),
             ]);
-            assert!(o.status.success(), "profile --live at {level}: {}", common::process::stderr(&o));
+            assert!(
+                o.status.success(),
+                "profile --live at {level}: {}",
+                common::process::stderr(&o)
+            );
         }
         stop.store(true, Ordering::Relaxed);
         for l in loads {
@@ -379,17 +450,32 @@ fn real_servers_are_profiled_and_reconfigured_through_v2_repository_and_process(
         }
         drop(server_b);
     }
-    let measured = mfsched_core::profile::read_csv(&profile_csv, &problem).expect("the live profile");
+    let measured =
+        mfsched_core::profile::read_csv(&profile_csv, &problem).expect("the live profile");
     assert_eq!(measured.rows.len(), 16, "8 points per regime");
     for row in &measured.rows {
-        assert!(row.throughput.iter().all(|t| *t > 0.0), "every model served: {row:?}");
+        assert!(
+            row.throughput.iter().all(|t| *t > 0.0),
+            "every model served: {row:?}"
+        );
     }
 
     // 2. A bundle trained on it.
     let bundle = d.join("bundle");
     let o = common::process::mfsched(&[
-        "train", "--data", profile_csv.to_str().expect("utf-8"), "--scenario", scenario.to_str().expect("utf-8"),
-        "--out", bundle.to_str().expect("utf-8"), "--seed", "1", "--epochs", "100", "--holdout", "0",
+        "train",
+        "--data",
+        profile_csv.to_str().expect("utf-8"),
+        "--scenario",
+        scenario.to_str().expect("utf-8"),
+        "--out",
+        bundle.to_str().expect("utf-8"),
+        "--seed",
+        "1",
+        "--epochs",
+        "100",
+        "--holdout",
+        "0",
     ]);
     assert!(o.status.success(), "train: {}", common::process::stderr(&o));
 
@@ -419,8 +505,17 @@ fn real_servers_are_profiled_and_reconfigured_through_v2_repository_and_process(
     );
     let run_dir = d.join("run");
     std::fs::create_dir_all(&run_dir).expect("dir");
-    let policy = format!("active = \"exact\"\nbundle_dir = {:?}", bundle.display().to_string());
-    let config = common::daemon_config(&run_dir, scenario.to_str().expect("utf-8"), PERIOD_MS, &policy, &extra);
+    let policy = format!(
+        "active = \"exact\"\nbundle_dir = {:?}",
+        bundle.display().to_string()
+    );
+    let config = common::daemon_config(
+        &run_dir,
+        scenario.to_str().expect("utf-8"),
+        PERIOD_MS,
+        &policy,
+        &extra,
+    );
     let daemon_log = run_dir.join("daemon.log");
     let err = std::fs::File::create(&daemon_log).expect("log");
     let daemon = Killed(
@@ -447,7 +542,10 @@ fn real_servers_are_profiled_and_reconfigured_through_v2_repository_and_process(
             .iter()
             .map(|m| {
                 let k = &v["applied_knobs"][m];
-                Some((k["variant"].as_str()?.to_owned(), k["knobs"]["threads"].as_i64()?))
+                Some((
+                    k["variant"].as_str()?.to_owned(),
+                    k["knobs"]["threads"].as_i64()?,
+                ))
             })
             .collect()
     };
@@ -460,7 +558,8 @@ fn real_servers_are_profiled_and_reconfigured_through_v2_repository_and_process(
             .collect();
         for (i, (m, p)) in servers.iter().enumerate() {
             if let Some(s) = serving(p.http(), m) {
-                let served = as_served(&s, m).unwrap_or_else(|| panic!("{m}: the settings and the file disagree: {s:?}"));
+                let served = as_served(&s, m)
+                    .unwrap_or_else(|| panic!("{m}: the settings and the file disagree: {s:?}"));
                 seen[i].insert(served);
             }
         }
@@ -477,13 +576,19 @@ fn real_servers_are_profiled_and_reconfigured_through_v2_repository_and_process(
 
     // Kill conv's server: the process actuator restarts and counts it.
     let repo_b_text = repo_b.display().to_string();
-    let victims = wait_for("conv's server process", &logs, || Some(pids_with(&repo_b_text)).filter(|p| !p.is_empty()));
+    let victims = wait_for("conv's server process", &logs, || {
+        Some(pids_with(&repo_b_text)).filter(|p| !p.is_empty())
+    });
     for pid in &victims {
-        let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+        let _ = Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status();
     }
     let ticks_at_kill = ticks().expect("ticks");
     wait_for("the restart is counted", &logs, || {
-        get(api, "/metrics").and_then(|p| metric(&p, "mfsched_actuator_restarts_total{model=\"conv\"}")).filter(|c| *c >= 1.0)
+        get(api, "/metrics")
+            .and_then(|p| metric(&p, "mfsched_actuator_restarts_total{model=\"conv\"}"))
+            .filter(|c| *c >= 1.0)
     });
     wait_for("conv serves again", &logs, || {
         observe(&mut seen);
@@ -501,29 +606,51 @@ fn real_servers_are_profiled_and_reconfigured_through_v2_repository_and_process(
     });
     let page = get(api, "/metrics").expect("metrics");
     for m in ["mlp", "conv"] {
-        let t = metric(&page, &format!("mfsched_measured_throughput{{model=\"{m}\""));
-        assert!(t.is_some_and(|t| t > 0.0), "{m}'s measured throughput: {page}");
+        let t = metric(
+            &page,
+            &format!("mfsched_measured_throughput{{model=\"{m}\""),
+        );
+        assert!(
+            t.is_some_and(|t| t > 0.0),
+            "{m}'s measured throughput: {page}"
+        );
     }
     stop.store(true, Ordering::Relaxed);
     for l in loads {
-        assert!(l.join().expect("load loop") > 0, "the load loop got answers");
+        assert!(
+            l.join().expect("load loop") > 0,
+            "the load loop got answers"
+        );
     }
 
     // The daemon's exit stops the server it started.
     let mut daemon = daemon;
-    let _ = Command::new("kill").args(["-TERM", &daemon.0.id().to_string()]).status();
-    let status = wait_for("the daemon exits", &logs, || daemon.0.try_wait().ok().flatten());
+    let _ = Command::new("kill")
+        .args(["-TERM", &daemon.0.id().to_string()])
+        .status();
+    let status = wait_for("the daemon exits", &logs, || {
+        daemon.0.try_wait().ok().flatten()
+    });
     assert!(status.success(), "{status}");
-    assert!(pids_with(&repo_b_text).is_empty(), "conv's server outlived the daemon");
+    assert!(
+        pids_with(&repo_b_text).is_empty(),
+        "conv's server outlived the daemon"
+    );
     drop(server_a);
 
     // The log: every applied configuration valid, every server-reported one
     // applied at some tick, each reconfiguration's downtime measured.
-    let log = mfsched_daemon::declog::read(&run_dir.join("decisions.log")).expect("the decision log");
+    let log =
+        mfsched_daemon::declog::read(&run_dir.join("decisions.log")).expect("the decision log");
     assert!(log.records.len() >= 22, "{} ticks", log.records.len());
     let mut applied_sets: Vec<BTreeSet<Served>> = vec![BTreeSet::new(), BTreeSet::new()];
     for r in &log.records {
-        assert!(problem.check_feasible(&r.applied).is_ok(), "tick {} applied an invalid configuration {:?}", r.tick, r.applied);
+        assert!(
+            problem.check_feasible(&r.applied).is_ok(),
+            "tick {} applied an invalid configuration {:?}",
+            r.tick,
+            r.applied
+        );
         for (i, &c) in r.applied.iter().enumerate() {
             let k = problem.models[i].knobs(c as usize);
             let threads = match k.knobs["threads"] {
@@ -539,8 +666,16 @@ fn real_servers_are_profiled_and_reconfigured_through_v2_repository_and_process(
         if let mfsched_core::domain::KnobValue::Integer(t) = initial.knobs["threads"] {
             allowed.insert((initial.variant, t));
         }
-        assert!(seen[i].is_subset(&allowed), "{m}: served {:?}, applied {allowed:?}", seen[i]);
-        let reconfigs: Vec<_> = log.reconfigurations.iter().filter(|r| r.model as usize == i).collect();
+        assert!(
+            seen[i].is_subset(&allowed),
+            "{m}: served {:?}, applied {allowed:?}",
+            seen[i]
+        );
+        let reconfigs: Vec<_> = log
+            .reconfigurations
+            .iter()
+            .filter(|r| r.model as usize == i)
+            .collect();
         assert!(!reconfigs.is_empty(), "{m}: no reconfiguration recorded");
         for r in reconfigs {
             assert!(r.downtime_ms > 0.0, "{r:?}");

@@ -245,6 +245,7 @@ impl Daemon {
         metrics: Arc<Metrics>,
     ) -> Result<Self> {
         let first_tick = log.last_tick().map_or(0, |t| t + 1);
+        let configured_costs = problem.reconfig;
         let available = deciding.policies.policies();
         for p in std::iter::once(&settings.active).chain(&settings.shadows) {
             if !available.contains(p) {
@@ -276,7 +277,7 @@ impl Daemon {
             last_valid: LastValid::default(),
             log_failing: false,
             downtime: DowntimeBook::default(),
-            configured_costs: problem.reconfig,
+            configured_costs,
         })
     }
 
@@ -612,7 +613,11 @@ mod tests {
         };
         let period = Duration::from_millis(1000);
         let mut book = DowntimeBook::default();
-        assert_eq!(book.costs(period, configured), configured, "nothing measured yet");
+        assert_eq!(
+            book.costs(period, configured),
+            configured,
+            "nothing measured yet"
+        );
         // Model 0: switches of 200 and 400 ms (mean 300); model 1: one of
         // 100 ms; a failed one does not count. Knob changes: model 1, 20 ms.
         book.record(2, &reconfig(0, true, 200.0, None));

@@ -172,7 +172,12 @@ impl Actuators {
         if let Some(p) = &config.process {
             for (model, m) in &p.models {
                 let index = model_index("actuator.process.models", model)?;
-                process_models.push(process::Supervisor::new(index, &problem.models[index], m, p)?);
+                process_models.push(process::Supervisor::new(
+                    index,
+                    &problem.models[index],
+                    m,
+                    p,
+                )?);
             }
         }
         let mut webhooks = BTreeMap::new();
@@ -220,7 +225,11 @@ impl Actuators {
         for s in process_models {
             let (tx, rx) = watch::channel(None);
             let index = s.index;
-            tasks.push(tokio::spawn(s.run(rx, finished.clone(), Arc::clone(&metrics))));
+            tasks.push(tokio::spawn(s.run(
+                rx,
+                finished.clone(),
+                Arc::clone(&metrics),
+            )));
             driven.insert(
                 index,
                 Driven {
@@ -398,7 +407,11 @@ mod tests {
     }
 
     fn start(extra: &str) -> Result<Actuators> {
-        Actuators::new(&actuator_config(extra)?, &problem(), Arc::new(Metrics::default()))
+        Actuators::new(
+            &actuator_config(extra)?,
+            &problem(),
+            Arc::new(Metrics::default()),
+        )
     }
 
     /// A plain-HTTP stand-in for a server: `answer(method, path)` gives the
@@ -418,7 +431,9 @@ mod tests {
                     let mut buf = Vec::new();
                     let mut chunk = [0u8; 4096];
                     let head_end = loop {
-                        let Ok(n) = stream.read(&mut chunk).await else { return };
+                        let Ok(n) = stream.read(&mut chunk).await else {
+                            return;
+                        };
                         if n == 0 {
                             return;
                         }
@@ -437,7 +452,9 @@ mod tests {
                         })
                         .unwrap_or(0);
                     while buf.len() < head_end + length {
-                        let Ok(n) = stream.read(&mut chunk).await else { return };
+                        let Ok(n) = stream.read(&mut chunk).await else {
+                            return;
+                        };
                         if n == 0 {
                             break;
                         }
@@ -529,9 +546,11 @@ mod tests {
             .unwrap_or_else(|| panic!("the example has {header}"));
         for line in lines[start..].iter_mut().take_while(|l| l.starts_with('#')) {
             let rest = line[1..].trim_start();
-            let is_key = rest
-                .split_once(" = ")
-                .is_some_and(|(k, _)| !k.is_empty() && k.chars().all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c)));
+            let is_key = rest.split_once(" = ").is_some_and(|(k, _)| {
+                !k.is_empty()
+                    && k.chars()
+                        .all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c))
+            });
             if rest.starts_with('[') || is_key {
                 *line = rest.to_owned();
             }
@@ -550,14 +569,33 @@ mod tests {
             match header {
                 "[actuator.v2_repository]" => {
                     let v = c.actuator.v2_repository.as_ref().expect("section");
-                    assert_eq!((v.timeout_ms, v.ready_timeout_ms, v.ready_poll_ms, v.max_bytes), (5000, 60000, 50, 1 << 20));
+                    assert_eq!(
+                        (
+                            v.timeout_ms,
+                            v.ready_timeout_ms,
+                            v.ready_poll_ms,
+                            v.max_bytes
+                        ),
+                        (5000, 60000, 50, 1 << 20)
+                    );
                     assert_eq!(v.models["llama3b"].model_name, "{model}_{variant}");
                     assert!(v.models["yolo-a"].settings_file.is_some());
-                    assert_eq!((a.measured_by(0), a.measured_by(1)), (Some(v2::NAME), Some(v2::NAME)));
+                    assert_eq!(
+                        (a.measured_by(0), a.measured_by(1)),
+                        (Some(v2::NAME), Some(v2::NAME))
+                    );
                 }
                 _ => {
                     let p = c.actuator.process.as_ref().expect("section");
-                    assert_eq!((p.grace_ms, p.backoff_ms, p.backoff_max_ms, p.max_output_bytes), (5000, 500, 30000, 65536));
+                    assert_eq!(
+                        (
+                            p.grace_ms,
+                            p.backoff_ms,
+                            p.backoff_max_ms,
+                            p.max_output_bytes
+                        ),
+                        (5000, 500, 30000, 65536)
+                    );
                     assert_eq!(p.models["llama3b"].env_allow, ["PATH", "HOME"]);
                     assert_eq!(a.measured_by(0), Some(process::NAME));
                 }
@@ -606,7 +644,10 @@ mod tests {
         problem.current[1] = n;
         a.bring_up(&problem);
         let up = next_record(&a).await;
-        assert_eq!((up.error.as_deref(), up.serving, up.from), (None, Some(n), None));
+        assert_eq!(
+            (up.error.as_deref(), up.serving, up.from),
+            (None, Some(n), None)
+        );
         assert!(up.downtime_ms > 0.0);
         let written: serde_json::Value =
             serde_json::from_slice(&std::fs::read(&settings).expect("settings")).expect("JSON");
@@ -625,14 +666,18 @@ mod tests {
         let failed = next_record(&a).await;
         let error = failed.error.clone().expect("a failure");
         assert!(error.contains("not ready within 300 ms"), "{error}");
-        assert!(error.contains("actuator.v2_repository.models.yolo-a"), "{error}");
+        assert!(
+            error.contains("actuator.v2_repository.models.yolo-a"),
+            "{error}"
+        );
         assert_eq!((failed.tick, failed.to, failed.serving), (5, s, Some(n)));
         let back: serde_json::Value =
             serde_json::from_slice(&std::fs::read(&settings).expect("settings")).expect("JSON");
         assert_eq!(back, written, "the settings of what serves");
         let log = requests.lock().expect("lock").clone();
         assert!(
-            log.iter().any(|r| r == "POST /v2/repository/models/yolo-a/load"),
+            log.iter()
+                .any(|r| r == "POST /v2/repository/models/yolo-a/load"),
             "{log:?}"
         );
         // Same name: swapped in place, never unloaded.

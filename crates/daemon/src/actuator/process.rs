@@ -298,10 +298,24 @@ impl Supervisor {
             .with_context(|| format!("{}.argv: cannot start {}", self.key, argv[0]))?;
         let pid = child.id();
         tracing::info!(model = %self.name, pid, "{}: started {}", self.key, argv.join(" "));
-        let budget = Arc::new(std::sync::atomic::AtomicUsize::new(self.common.max_output_bytes));
+        let budget = Arc::new(std::sync::atomic::AtomicUsize::new(
+            self.common.max_output_bytes,
+        ));
         let streams: [(&'static str, Option<Box<dyn Read + Send>>); 2] = [
-            ("stdout", child.stdout.take().map(|s| Box::new(s) as Box<dyn Read + Send>)),
-            ("stderr", child.stderr.take().map(|s| Box::new(s) as Box<dyn Read + Send>)),
+            (
+                "stdout",
+                child
+                    .stdout
+                    .take()
+                    .map(|s| Box::new(s) as Box<dyn Read + Send>),
+            ),
+            (
+                "stderr",
+                child
+                    .stderr
+                    .take()
+                    .map(|s| Box::new(s) as Box<dyn Read + Send>),
+            ),
         ];
         for (which, stream) in streams {
             let Some(stream) = stream else { continue };
@@ -314,7 +328,9 @@ impl Supervisor {
         }
         Ok(Child {
             child,
-            group: i32::try_from(pid).ok().and_then(rustix::process::Pid::from_raw),
+            group: i32::try_from(pid)
+                .ok()
+                .and_then(rustix::process::Pid::from_raw),
         })
     }
 
@@ -368,7 +384,10 @@ fn drain(
     let mut dropped = 0usize;
     loop {
         line.clear();
-        let n = match (&mut reader).take(MAX_LINE as u64).read_until(b'\n', &mut line) {
+        let n = match (&mut reader)
+            .take(MAX_LINE as u64)
+            .read_until(b'\n', &mut line)
+        {
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };

@@ -69,8 +69,7 @@ fn placeholders(template: &str) -> Vec<(usize, usize, &str)> {
             {
                 j += 1;
             }
-            if j > start && j < bytes.len() && bytes[j] == b'}' && !bytes[start].is_ascii_digit()
-            {
+            if j > start && j < bytes.len() && bytes[j] == b'}' && !bytes[start].is_ascii_digit() {
                 found.push((i, j + 1, &template[start..j]));
                 i = j + 1;
                 continue;
@@ -175,14 +174,21 @@ mod tests {
             ]
             .into(),
         };
-        Values::new("det", &setting, &[("port".to_owned(), "9001".to_owned())].into())
+        Values::new(
+            "det",
+            &setting,
+            &[("port".to_owned(), "9001".to_owned())].into(),
+        )
     }
 
     #[test]
     fn placeholders_are_names_in_braces_and_json_braces_are_text() {
         let v = values();
         assert_eq!(
-            render("{\"a\": {threads}, \"b\": \"{model}_{variant}\"} {} {1x} {port}", &v),
+            render(
+                "{\"a\": {threads}, \"b\": \"{model}_{variant}\"} {} {1x} {port}",
+                &v
+            ),
             "{\"a\": 2, \"b\": \"det_int8\"} {} {1x} 9001"
         );
         let known: Vec<String> = ["model", "variant", "threads"].map(str::to_owned).into();
@@ -208,9 +214,13 @@ mod tests {
                 "extra": {"threads": 2, "mode": "fast", "list": [2, 3]}}})
         );
         let known: Vec<String> = ["model"].map(str::to_owned).into();
-        let err = check_table("actuator.v2_repository.models.det.load_config", &table, &known)
-            .expect_err("variant unknown here")
-            .to_string();
+        let err = check_table(
+            "actuator.v2_repository.models.det.load_config",
+            &table,
+            &known,
+        )
+        .expect_err("variant unknown here")
+        .to_string();
         assert!(
             err.starts_with("actuator.v2_repository.models.det.load_config.parameters.uri:"),
             "{err}"

@@ -74,7 +74,9 @@ impl Model {
         if let Some(t) = &config.load_parameters {
             template::check_table(&format!("{key}.load_parameters"), t, &known)?;
             if t.contains_key("config") && config.load_config.is_some() {
-                bail!("{key}: load_parameters.config and load_config both set the configuration: give one");
+                bail!(
+                    "{key}: load_parameters.config and load_config both set the configuration: give one"
+                );
             }
         }
         if let Some(t) = &config.load_config {
@@ -87,12 +89,21 @@ impl Model {
         for c in 0..model.grid_len() {
             let values = Values::new(&model.name, &model.knobs(c), &config.vars);
             let name = template::render(&config.model_name, &values);
-            let version = config.version.as_ref().map(|v| template::render(v, &values));
+            let version = config
+                .version
+                .as_ref()
+                .map(|v| template::render(v, &values));
             for (what, s) in [("model_name", Some(&name)), ("version", version.as_ref())] {
                 if let Some(s) = s
-                    && (s.is_empty() || !s.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b)))
+                    && (s.is_empty()
+                        || !s
+                            .bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b)))
                 {
-                    bail!("{key}.{what}: configuration {} gives '{s}', not a name of letters, digits, '-', '_' and '.'", model.knobs(c));
+                    bail!(
+                        "{key}.{what}: configuration {} gives '{s}', not a name of letters, digits, '-', '_' and '.'",
+                        model.knobs(c)
+                    );
                 }
             }
         }
@@ -156,7 +167,9 @@ impl Model {
             let Some(job) = rx.borrow_and_update().clone() else {
                 continue;
             };
-            let outcome = self.reconfigure(&client, &get, &job, serving.as_ref()).await;
+            let outcome = self
+                .reconfigure(&client, &get, &job, serving.as_ref())
+                .await;
             let downtime = job.requested.elapsed();
             let error = match outcome {
                 Ok(new) => {
@@ -208,7 +221,11 @@ impl Model {
     ) -> Result<Served> {
         let values = Values::new(&self.name, &job.setting, &self.config.vars);
         let name = template::render(&self.config.model_name, &values);
-        let version = self.config.version.as_ref().map(|v| template::render(v, &values));
+        let version = self
+            .config
+            .version
+            .as_ref()
+            .map(|v| template::render(v, &values));
         let body = self.load_body(&values)?;
         let settings = match &self.config.settings_file {
             Some(f) => {
@@ -287,7 +304,11 @@ impl Model {
             Ok(u) => u,
             Err(_) => return,
         };
-        if !unloaded && crate::load::get(get, &ready, self.timeout, self.max_bytes).await.is_ok() {
+        if !unloaded
+            && crate::load::get(get, &ready, self.timeout, self.max_bytes)
+                .await
+                .is_ok()
+        {
             return;
         }
         let reload = async {
