@@ -348,6 +348,7 @@ fn pids_with(needle: &str) -> Vec<u32> {
 }
 
 #[test]
+#[ignore = "profile --live needs a utilisation source on a CPU host (the host sampler of issue 25 point 2); run with --ignored once it lands"]
 fn real_servers_are_profiled_and_reconfigured_through_v2_repository_and_process() {
     let Some(venv) = venv() else { return };
     let dir = tempfile::tempdir().expect("tempdir");

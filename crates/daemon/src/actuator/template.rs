@@ -213,7 +213,7 @@ mod tests {
             serde_json::json!({"name": "det", "parameters": {"uri": "m-int8.onnx",
                 "extra": {"threads": 2, "mode": "fast", "list": [2, 3]}}})
         );
-        let known: Vec<String> = ["model"].map(str::to_owned).into();
+        let known: Vec<String> = ["model", "threads", "mode"].map(str::to_owned).into();
         let err = check_table(
             "actuator.v2_repository.models.det.load_config",
             &table,
