@@ -174,6 +174,7 @@ fn harness(
         active: active.to_owned(),
         shadows: shadows.iter().map(|s| s.to_string()).collect(),
         unknown_utilization: 0.5,
+        downtime_as_cost: false,
         workload: WorkloadSource::Trace(
             mfsched_core::traces::generate("bursts", 50, 3)
                 .expect("trace")
@@ -456,6 +457,7 @@ async fn webhooks_get_only_changes_and_failures_are_counted() {
             timeout_ms: 300,
             retries: 1,
         }),
+        ..ActuatorConfig::default()
     };
     let h = harness(
         Duration::from_millis(30),
@@ -553,6 +555,7 @@ async fn ticks_that_cannot_start_on_time_are_counted_as_missed() {
         active: HOLD.to_owned(),
         shadows: vec![],
         unknown_utilization: 0.5,
+        downtime_as_cost: false,
         workload: WorkloadSource::Fixed(mfsched_core::domain::WorkloadLevel::Medium),
     };
     let sampler = StallingSampler {
@@ -654,6 +657,7 @@ async fn soak_with_plugin_files_replaced_while_running() {
         active: "live".to_owned(),
         shadows: vec!["static-budget".to_owned()],
         unknown_utilization: 0.5,
+        downtime_as_cost: false,
         workload: WorkloadSource::Trace(
             mfsched_core::traces::generate("mixed", 40, 5)
                 .expect("trace")
@@ -797,6 +801,7 @@ async fn the_tick_loop_keeps_going_under_an_api_flood_with_a_hostile_plugin() {
         active: "hold".to_owned(),
         shadows: vec!["turncoat".to_owned()],
         unknown_utilization: 0.5,
+        downtime_as_cost: false,
         workload: WorkloadSource::Fixed(mfsched_core::domain::WorkloadLevel::Burst),
     };
     let daemon = Daemon::new(

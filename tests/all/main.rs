@@ -14,6 +14,7 @@
 //! - [`pipeline`]: the same invalid answers rejected alike by decide, ab and the daemon.
 //! - [`plugin_host`]: the plugin host against real (and hostile) components.
 //! - [`production`]: sim serve, a real Prometheus and the daemon, end to end.
+//! - [`real_servers`]: the v2-repository and process actuators on real MLServers.
 //! - [`thirdparty`]: third-party policy development; the slow builds are
 //!   `#[ignore]`d and run by `.ci/run` (`cargo test --test all thirdparty -- --ignored`).
 
@@ -31,4 +32,5 @@ mod operators;
 mod pipeline;
 mod plugin_host;
 mod production;
+mod real_servers;
 mod thirdparty;

@@ -184,6 +184,7 @@ fn the_daemon_rejects_each_invalid_answer_on_every_tick_and_applies_nothing_inva
             active: (*name).to_owned(),
             shadows: Vec::new(),
             unknown_utilization: 0.5,
+            downtime_as_cost: false,
             workload: WorkloadSource::Fixed(mfsched_core::domain::WorkloadLevel::Medium),
         };
         let deciding = Deciding {

@@ -385,6 +385,158 @@ pub struct ActuatorConfig {
     pub file: Option<PathBuf>,
     #[serde(default)]
     pub webhook: Option<WebhookConfig>,
+    /// Per model, the open inference protocol's model-repository extension
+    /// (Triton, KServe, MLServer): load, unload, readiness.
+    #[serde(default)]
+    pub v2_repository: Option<V2RepositoryConfig>,
+    /// Per model, one supervised server process started from a templated argv.
+    #[serde(default)]
+    pub process: Option<ProcessConfig>,
+    /// Use each model's measured mean downtime per reconfiguration (as a
+    /// fraction of the tick period) as the utility's reconfiguration cost,
+    /// once a model has been reconfigured.
+    #[serde(default)]
+    pub downtime_as_cost: bool,
+}
+
+/// A settings file an actuator renders from the configuration and rewrites
+/// atomically before it loads or starts the model (MLServer re-reads its
+/// `model-settings.json` on load; its load body is ignored).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SettingsFileConfig {
+    pub path: PathBuf,
+    /// The document, as a TOML table written as JSON; its strings are templates.
+    pub content: toml::Table,
+}
+
+/// `[actuator.v2_repository]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct V2RepositoryConfig {
+    /// Time one HTTP call may take, connection to last byte.
+    #[serde(default = "default_v2_timeout_ms")]
+    pub timeout_ms: u64,
+    /// Time from the load request until the model must answer ready.
+    #[serde(default = "default_ready_timeout_ms")]
+    pub ready_timeout_ms: u64,
+    /// Time between two readiness polls.
+    #[serde(default = "default_ready_poll_ms")]
+    pub ready_poll_ms: u64,
+    /// Largest answer read from a server, bytes.
+    #[serde(default = "default_v2_max_bytes")]
+    pub max_bytes: usize,
+    /// Per scenario model.
+    pub models: BTreeMap<String, V2ModelConfig>,
+}
+
+/// How one model's configuration becomes repository calls. Every string is a
+/// template: `{model}`, `{variant}`, `{<knob name>}` and the `vars` names.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct V2ModelConfig {
+    /// The server, `http://host:port`.
+    pub url: String,
+    /// The name the server serves the configuration under (Triton: one model
+    /// per variant, e.g. `"{model}_{variant}"`); default `"{model}"`.
+    #[serde(default = "default_model_name")]
+    pub model_name: String,
+    /// A version to wait for (`/v2/models/{m}/versions/{v}/ready`) and to find
+    /// in the repository index.
+    #[serde(default)]
+    pub version: Option<String>,
+    /// `parameters` of the load request's JSON body.
+    #[serde(default)]
+    pub load_parameters: Option<toml::Table>,
+    /// A model configuration sent as the JSON string `parameters.config` of
+    /// the load request (Triton's configuration override).
+    #[serde(default)]
+    pub load_config: Option<toml::Table>,
+    /// A settings file rewritten before each load (MLServer).
+    #[serde(default)]
+    pub settings_file: Option<SettingsFileConfig>,
+    /// Constants the templates may name.
+    #[serde(default)]
+    pub vars: BTreeMap<String, String>,
+}
+
+fn default_model_name() -> String {
+    "{model}".to_owned()
+}
+fn default_v2_timeout_ms() -> u64 {
+    5_000
+}
+fn default_ready_timeout_ms() -> u64 {
+    60_000
+}
+fn default_ready_poll_ms() -> u64 {
+    50
+}
+fn default_v2_max_bytes() -> usize {
+    1 << 20
+}
+
+/// `[actuator.process]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProcessConfig {
+    /// Time a process has between SIGTERM and SIGKILL.
+    #[serde(default = "default_grace_ms")]
+    pub grace_ms: u64,
+    /// Time from the start until `ready_url` must answer 2xx.
+    #[serde(default = "default_ready_timeout_ms")]
+    pub ready_timeout_ms: u64,
+    #[serde(default = "default_ready_poll_ms")]
+    pub ready_poll_ms: u64,
+    /// Wait before restarting a process that exited on its own; doubled on
+    /// every crash in a row, up to `backoff_max_ms`.
+    #[serde(default = "default_backoff_ms")]
+    pub backoff_ms: u64,
+    #[serde(default = "default_backoff_max_ms")]
+    pub backoff_max_ms: u64,
+    /// Bytes of a process's stdout and stderr logged per start (then dropped, counted).
+    #[serde(default = "default_max_output_bytes")]
+    pub max_output_bytes: usize,
+    /// Per scenario model.
+    pub models: BTreeMap<String, ProcessModelConfig>,
+}
+
+/// One model's server process. Every string is a template (as for
+/// `v2_repository`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProcessModelConfig {
+    /// The program and its arguments, run without a shell.
+    pub argv: Vec<String>,
+    /// Variables of the daemon's environment the process inherits; nothing else is.
+    #[serde(default)]
+    pub env_allow: Vec<String>,
+    /// Environment entries set for the process.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Working directory.
+    #[serde(default)]
+    pub cwd: Option<PathBuf>,
+    /// Answers 2xx once the server serves the new configuration.
+    pub ready_url: String,
+    /// A settings file rewritten before each start.
+    #[serde(default)]
+    pub settings_file: Option<SettingsFileConfig>,
+    #[serde(default)]
+    pub vars: BTreeMap<String, String>,
+}
+
+fn default_grace_ms() -> u64 {
+    5_000
+}
+fn default_backoff_ms() -> u64 {
+    500
+}
+fn default_backoff_max_ms() -> u64 {
+    30_000
+}
+fn default_max_output_bytes() -> usize {
+    64 << 10
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -709,6 +861,49 @@ impl DaemonConfig {
                 check_http_url(&format!("actuator.webhook.urls.{model}"), url)?;
             }
         }
+        self.check_actuators()?;
+        Ok(())
+    }
+
+    /// What can be checked without the scenario (the templates are checked
+    /// against its models and knobs when the actuators start).
+    fn check_actuators(&self) -> Result<()> {
+        let a = &self.actuator;
+        if let Some(v) = &a.v2_repository {
+            let p = "actuator.v2_repository";
+            if v.timeout_ms == 0
+                || v.ready_timeout_ms == 0
+                || v.ready_poll_ms == 0
+                || v.max_bytes == 0
+            {
+                bail!(
+                    "{p}.timeout_ms, ready_timeout_ms, ready_poll_ms and max_bytes must be positive"
+                );
+            }
+            for (model, m) in &v.models {
+                check_http_url(&format!("{p}.models.{model}.url"), &m.url)?;
+                if a.process
+                    .as_ref()
+                    .is_some_and(|pr| pr.models.contains_key(model))
+                {
+                    bail!("{p}.models.{model}: the model also has a process actuator: give it one");
+                }
+            }
+        }
+        if let Some(pr) = &a.process {
+            let p = "actuator.process";
+            if pr.ready_timeout_ms == 0 || pr.ready_poll_ms == 0 || pr.backoff_ms == 0 {
+                bail!("{p}.ready_timeout_ms, ready_poll_ms and backoff_ms must be positive");
+            }
+            if pr.backoff_max_ms < pr.backoff_ms {
+                bail!("{p}.backoff_max_ms must be at least backoff_ms");
+            }
+            for (model, m) in &pr.models {
+                if m.argv.is_empty() || m.argv[0].is_empty() {
+                    bail!("{p}.models.{model}.argv must name a program");
+                }
+            }
+        }
         Ok(())
     }
 
@@ -738,6 +933,23 @@ impl DaemonConfig {
         }
         if let Some(p) = &mut self.actuator.file {
             fix(p);
+        }
+        if let Some(v) = &mut self.actuator.v2_repository {
+            for m in v.models.values_mut() {
+                if let Some(f) = &mut m.settings_file {
+                    fix(&mut f.path);
+                }
+            }
+        }
+        if let Some(pr) = &mut self.actuator.process {
+            for m in pr.models.values_mut() {
+                if let Some(f) = &mut m.settings_file {
+                    fix(&mut f.path);
+                }
+                if let Some(c) = &mut m.cwd {
+                    fix(c);
+                }
+            }
         }
         if let Some(p) = &mut self.policy.plugin_dir {
             fix(p);

@@ -9,14 +9,14 @@ use tokio::sync::watch;
 use tokio::time::MissedTickBehavior;
 
 use super::actuator::Actuators;
-use super::declog::{DecisionLog, LoadRecord, PolicyRecord, TickRecord};
+use super::declog::{DecisionLog, LoadRecord, PolicyRecord, ReconfigRecord, TickRecord};
 use super::history::History;
 use super::load::{LoadMonitor, LoadReading};
 use super::metrics::{Metrics, Role};
 use super::outcome::{DecideOutcome, Failure, FailureKind, from_verdict};
 use super::sampler::{Sample, Sampler};
 use super::streak::{Change, Streaks};
-use mfsched_core::domain::{GpuState, Problem, WorkloadLevel};
+use mfsched_core::domain::{GpuState, Problem, ReconfigCosts, WorkloadLevel};
 use mfsched_plugin_host::bindings::wit;
 use mfsched_plugin_host::precheck::ComponentIdentity;
 use mfsched_plugin_host::{CallInputs, LastValid, Pipeline, PolicySource};
@@ -60,6 +60,57 @@ pub struct LoopSettings {
     /// Utilisation assumed when the sampler cannot give one.
     pub unknown_utilization: f64,
     pub workload: WorkloadSource,
+    /// Measured downtime, not the configured constants, as the
+    /// reconfiguration cost (`actuator.downtime_as_cost`).
+    pub downtime_as_cost: bool,
+}
+
+/// Measured downtime per model, split by what changed: the utility's
+/// reconfiguration cost when `actuator.downtime_as_cost` is set.
+#[derive(Debug, Default)]
+struct DowntimeBook {
+    /// Per model: (sum ms, count) of variant switches, then of knob changes.
+    per_model: Vec<[(f64, u64); 2]>,
+}
+
+impl DowntimeBook {
+    fn record(&mut self, models: usize, r: &ReconfigRecord) {
+        if r.error.is_some() {
+            return;
+        }
+        self.per_model.resize(models, [(0.0, 0); 2]);
+        if let Some(m) = self.per_model.get_mut(r.model as usize) {
+            let slot = &mut m[usize::from(!r.variant_switch)];
+            slot.0 += r.downtime_ms;
+            slot.1 += 1;
+        }
+    }
+
+    /// The costs: each kind's mean downtime per model, averaged over the
+    /// models measured, as a fraction of the tick period (the share of one
+    /// tick's utility a model loses while it does not serve; the utility's
+    /// per-model reward is at most 1), capped at 1. The configured cost
+    /// stands where nothing was measured.
+    fn costs(&self, period: Duration, configured: ReconfigCosts) -> ReconfigCosts {
+        let period_ms = period.as_secs_f64() * 1e3;
+        let cost = |kind: usize, fallback: f64| {
+            let means: Vec<f64> = self
+                .per_model
+                .iter()
+                .filter(|m| m[kind].1 > 0)
+                .map(|m| m[kind].0 / m[kind].1 as f64)
+                .collect();
+            if means.is_empty() || period_ms <= 0.0 {
+                fallback
+            } else {
+                (means.iter().sum::<f64>() / means.len() as f64 / period_ms).min(1.0)
+            }
+        };
+        ReconfigCosts {
+            variant_switch: cost(0, configured.variant_switch),
+            knob_change: cost(1, configured.knob_change),
+        }
+    }
 }
 
 /// What decides: the policies, and the one pipeline they decide through with
@@ -276,6 +327,9 @@ pub struct Daemon {
     log_failing: bool,
     /// Each policy's run of failed ticks, for the log's one line per edge.
     streaks: Streaks,
+    downtime: DowntimeBook,
+    /// The scenario's reconfiguration costs (before any measured ones).
+    configured_costs: ReconfigCosts,
 }
 
 impl Daemon {
@@ -290,6 +344,7 @@ impl Daemon {
         metrics: Arc<Metrics>,
     ) -> Result<Self> {
         let first_tick = log.last_tick().map_or(0, |t| t + 1);
+        let configured_costs = problem.reconfig;
         check_loaded(
             deciding.policies.as_ref(),
             &settings.active,
@@ -319,6 +374,8 @@ impl Daemon {
             last_valid: LastValid::default(),
             log_failing: false,
             streaks: Streaks::default(),
+            downtime: DowntimeBook::default(),
+            configured_costs,
         })
     }
 
@@ -373,6 +430,7 @@ impl Daemon {
         self.next_tick += 1;
         let unix_ms = unix_ms_now();
         let started = tokio::time::Instant::now();
+        let reconfigurations = self.finished_reconfigurations();
         let footprint = self.problem.vram_mib(&self.problem.current) as f64;
         let load = self.settings.workload.read(tick);
         self.shared
@@ -488,6 +546,11 @@ impl Daemon {
         let written = components
             .iter()
             .try_for_each(|(policy, identity)| self.log.describe(policy, identity))
+            .and_then(|()| {
+                reconfigurations
+                    .iter()
+                    .try_for_each(|r| self.log.append_reconfig(r))
+            })
             .and_then(|()| self.log.append(&record));
         match written {
             Ok(()) => self.log_failing = false,
@@ -557,6 +620,32 @@ impl Daemon {
             .map(|r| r.policy.as_str())
             .collect();
         self.streaks.retain(|p| names.contains(&p));
+    }
+
+    /// The reconfigurations the actuators finished since the last tick. A
+    /// failed one leaves the configuration that still serves as the current
+    /// one (so the policies decide from what runs and the change is asked
+    /// again when still wanted); measured downtimes become the
+    /// reconfiguration costs when configured so.
+    fn finished_reconfigurations(&mut self) -> Vec<ReconfigRecord> {
+        let done = self.actuators.drain();
+        for r in &done {
+            let i = r.model as usize;
+            if r.error.is_some()
+                && let Some(serving) = r.serving
+                && let Some(current) = self.problem.current.get_mut(i)
+                && *current == r.to
+            {
+                *current = serving;
+            }
+            self.downtime.record(self.problem.models.len(), r);
+        }
+        if self.settings.downtime_as_cost && !done.is_empty() {
+            self.problem.reconfig = self
+                .downtime
+                .costs(self.settings.period, self.configured_costs);
+        }
+        done
     }
 
     /// Counts a policy's answer in the metrics.
@@ -640,4 +729,52 @@ async fn decide_all(
         components.extend(component.map(|c| (policy.clone(), c)));
     }
     (records, components)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reconfig(model: u32, variant_switch: bool, ms: f64, error: Option<&str>) -> ReconfigRecord {
+        ReconfigRecord {
+            model,
+            tick: 0,
+            actuator: "process".into(),
+            from: Some(0),
+            to: 1,
+            variant_switch,
+            downtime_ms: ms,
+            error: error.map(str::to_owned),
+            serving: Some(1),
+        }
+    }
+
+    #[test]
+    fn measured_downtime_becomes_the_cost_as_a_share_of_the_period() {
+        let configured = ReconfigCosts {
+            variant_switch: 0.05,
+            knob_change: 0.01,
+        };
+        let period = Duration::from_millis(1000);
+        let mut book = DowntimeBook::default();
+        assert_eq!(
+            book.costs(period, configured),
+            configured,
+            "nothing measured yet"
+        );
+        // Model 0: switches of 200 and 400 ms (mean 300); model 1: one of
+        // 100 ms; a failed one does not count. Knob changes: model 1, 20 ms.
+        book.record(2, &reconfig(0, true, 200.0, None));
+        book.record(2, &reconfig(0, true, 400.0, None));
+        book.record(2, &reconfig(1, true, 100.0, None));
+        book.record(2, &reconfig(1, true, 9000.0, Some("not ready")));
+        let costs = book.costs(period, configured);
+        assert!((costs.variant_switch - 0.2).abs() < 1e-12, "{costs:?}");
+        assert_eq!(costs.knob_change, 0.01, "no knob change measured");
+        book.record(2, &reconfig(1, false, 20.0, None));
+        assert!((book.costs(period, configured).knob_change - 0.02).abs() < 1e-12);
+        // A downtime longer than the period costs the whole tick, no more.
+        book.record(2, &reconfig(0, false, 50_000.0, None));
+        assert!(book.costs(period, configured).knob_change <= 1.0);
+    }
 }

@@ -61,6 +61,9 @@ pub enum Entry {
     Run(RunRecord),
     Tick(Box<TickRecord>),
     Component(ComponentRecord),
+    /// Appended last: bincode numbers variants in order, so logs written
+    /// before it existed read as they did.
+    Reconfig(ReconfigRecord),
 }
 
 /// [`Entry`] as it is written, borrowed: the same variants in the same order,
@@ -70,6 +73,31 @@ enum EntryRef<'a> {
     Run(&'a RunRecord),
     Tick(&'a TickRecord),
     Component(&'a ComponentRecord),
+    Reconfig(&'a ReconfigRecord),
+}
+
+/// One reconfiguration a v2-repository or process actuator finished: how long
+/// the model did not serve (request to ready) and whether the new
+/// configuration took. Written before the record of the tick that saw it finish.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReconfigRecord {
+    /// The model's index in the scenario.
+    pub model: u32,
+    /// The tick whose decision asked for it.
+    pub tick: u64,
+    /// `v2-repository` or `process`.
+    pub actuator: String,
+    /// The configuration it replaced (none for the first) and the new one.
+    pub from: Option<u32>,
+    pub to: u32,
+    /// The variant changed (not only a runtime knob).
+    pub variant_switch: bool,
+    /// Request to ready (to the failure, when it failed), ms.
+    pub downtime_ms: f64,
+    /// Why the new configuration did not take; none when it did.
+    pub error: Option<String>,
+    /// The configuration serving afterwards: `to`, or on failure the one kept.
+    pub serving: Option<u32>,
 }
 
 /// A policy component the ticks after it name by SHA-256.
@@ -233,6 +261,8 @@ pub struct LogContents {
     pub runs: Vec<(usize, RunRecord)>,
     /// Every component the ticks name, in the order first recorded.
     pub components: Vec<ComponentRecord>,
+    /// Every finished reconfiguration, in log order (none before they were recorded).
+    pub reconfigurations: Vec<ReconfigRecord>,
     /// Corrupt stretches between intact records.
     pub skipped: Vec<Skipped>,
     pub torn: Option<TornTail>,
@@ -330,6 +360,7 @@ pub fn parse(bytes: &[u8]) -> Result<LogContents> {
     let mut records = Vec::new();
     let mut runs = Vec::new();
     let mut components = Vec::new();
+    let mut reconfigurations = Vec::new();
     let mut skipped = Vec::new();
     let mut at = MAGIC.len();
     let budget = (bytes.len() as u64).saturating_add(RESYNC_WORK_BYTES);
@@ -345,6 +376,7 @@ pub fn parse(bytes: &[u8]) -> Result<LogContents> {
                     Entry::Tick(record) => records.push(*record),
                     Entry::Run(run) => runs.push((records.len(), run)),
                     Entry::Component(c) => components.push(c),
+                    Entry::Reconfig(r) => reconfigurations.push(r),
                 }
                 at += len;
             }
@@ -402,6 +434,7 @@ pub fn parse(bytes: &[u8]) -> Result<LogContents> {
         records,
         runs,
         components,
+        reconfigurations,
         skipped,
         torn,
     })
@@ -448,6 +481,7 @@ fn parse_v1(bytes: &[u8]) -> LogContents {
         records,
         runs: Vec::new(),
         components: Vec::new(),
+        reconfigurations: Vec::new(),
         skipped: Vec::new(),
         torn,
     }
@@ -762,6 +796,11 @@ impl DecisionLog {
         Ok(())
     }
 
+    /// Records a finished reconfiguration.
+    pub fn append_reconfig(&mut self, record: &ReconfigRecord) -> Result<()> {
+        self.write(&EntryRef::Reconfig(record))
+    }
+
     /// Records what the ticks that follow are decided with (once per daemon start).
     pub fn append_run(&mut self, run: &RunRecord) -> Result<()> {
         self.write(&EntryRef::Run(run))
@@ -874,6 +913,35 @@ pub(crate) mod tests {
         let contents = read(&path).expect("read");
         assert_eq!(contents.torn, None);
         assert_eq!(contents.records, vec![record(0), record(1), record(2)]);
+    }
+
+    #[test]
+    fn reconfigurations_round_trip_beside_ticks_and_older_entries_keep_their_encoding() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("d.log");
+        let (mut log, _) = DecisionLog::open(&path).expect("open");
+        let reconfig = ReconfigRecord {
+            model: 1,
+            tick: 0,
+            actuator: "v2-repository".into(),
+            from: Some(3),
+            to: 4,
+            variant_switch: false,
+            downtime_ms: 18.5,
+            error: None,
+            serving: Some(4),
+        };
+        log.append(&record(0)).expect("append");
+        log.append_reconfig(&reconfig).expect("append");
+        log.append(&record(1)).expect("append");
+        let contents = read(&path).expect("read");
+        assert_eq!(contents.records, vec![record(0), record(1)]);
+        assert_eq!(contents.reconfigurations, vec![reconfig.clone()]);
+        // bincode numbers variants in declaration order: the variants logs
+        // held before reconfigurations were recorded keep their numbers.
+        let tag = |e: &EntryRef<'_>| bincode::serde::encode_to_vec(e, config()).expect("encode")[0];
+        assert_eq!(tag(&EntryRef::Tick(&record(0))), 1);
+        assert_eq!(tag(&EntryRef::Reconfig(&reconfig)), 3);
     }
 
     /// Each component is described once per file, before the first tick

@@ -174,6 +174,8 @@ pub async fn run(
         tracing::warn!("decision log {}: {note}", config.log.path.display());
     }
     log.append_run(&run_record)?;
+    // What the driven servers run is brought up once the start is sure.
+    actuators.bring_up(&problem);
     let settings = LoopSettings {
         period: config.tick.period(),
         deadline: config.tick.deadline(),
@@ -181,6 +183,7 @@ pub async fn run(
         shadows: config.policy.shadows.clone(),
         unknown_utilization: config.sampler.unknown_utilization,
         workload,
+        downtime_as_cost: config.actuator.downtime_as_cost,
     };
     let daemon = Daemon::new(
         settings,

@@ -15,6 +15,11 @@ const LATENCY_BUCKETS: [f64; 12] = [
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
 ];
 
+/// Upper bounds of the reconfiguration-downtime histogram, seconds.
+const DOWNTIME_BUCKETS: [f64; 12] = [
+    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Role {
     Active,
@@ -30,16 +35,32 @@ impl Role {
     }
 }
 
-#[derive(Debug, Clone, Default)]
-struct Histogram {
-    counts: [u64; LATENCY_BUCKETS.len()],
+#[derive(Debug, Clone)]
+struct Histogram<const N: usize = { LATENCY_BUCKETS.len() }> {
+    bounds: &'static [f64; N],
+    counts: [u64; N],
     count: u64,
     sum: f64,
 }
 
-impl Histogram {
+impl Default for Histogram {
+    fn default() -> Self {
+        Self::new(&LATENCY_BUCKETS)
+    }
+}
+
+impl<const N: usize> Histogram<N> {
+    fn new(bounds: &'static [f64; N]) -> Self {
+        Self {
+            bounds,
+            counts: [0; N],
+            count: 0,
+            sum: 0.0,
+        }
+    }
+
     fn observe(&mut self, seconds: f64) {
-        for (bound, c) in LATENCY_BUCKETS.iter().zip(&mut self.counts) {
+        for (bound, c) in self.bounds.iter().zip(&mut self.counts) {
             if seconds <= *bound {
                 *c += 1;
             }
@@ -62,6 +83,10 @@ struct Inner {
     model_changes: u64,
     actuator_sent: BTreeMap<String, u64>,
     actuator_failures: BTreeMap<String, u64>,
+    /// Per (model, actuator): request-to-ready time of each reconfiguration.
+    downtime: BTreeMap<(String, String), Histogram<{ DOWNTIME_BUCKETS.len() }>>,
+    reconfig_failures: BTreeMap<(String, String), u64>,
+    process_restarts: BTreeMap<String, u64>,
     policy_swaps: u64,
     log_write_failures: u64,
     api_connections_refused: u64,
@@ -152,6 +177,32 @@ impl Metrics {
     }
 
     /// An API connection closed on accept: the connection cap was reached.
+    /// A reconfiguration finished (`ok`: the new configuration serves),
+    /// `downtime` after it was asked for.
+    pub fn reconfigured(&self, model: &str, actuator: &str, downtime: Duration, ok: bool) {
+        let mut m = self.lock();
+        let key = (model.to_owned(), actuator.to_owned());
+        if ok {
+            m.downtime
+                .entry(key)
+                .or_insert_with(|| Histogram::new(&DOWNTIME_BUCKETS))
+                .observe(downtime.as_secs_f64());
+        } else {
+            *m.reconfig_failures.entry(key).or_default() += 1;
+        }
+        drop(m);
+        self.actuator_result(actuator, ok);
+    }
+
+    /// A supervised process exited on its own and is being started again.
+    pub fn process_restarted(&self, model: &str) {
+        *self
+            .lock()
+            .process_restarts
+            .entry(model.to_owned())
+            .or_default() += 1;
+    }
+
     pub fn api_connection_refused(&self) {
         self.lock().api_connections_refused += 1;
     }
@@ -221,6 +272,11 @@ impl Metrics {
             log_write_failures: m.log_write_failures,
             api_connections_refused: m.api_connections_refused,
         }
+    }
+
+    /// Failed deliveries and reconfigurations of every actuator.
+    pub fn actuator_failures_total(&self) -> u64 {
+        self.lock().actuator_failures.values().sum()
     }
 
     pub fn actuator_failures(&self, actuator: &str) -> u64 {
@@ -409,6 +465,69 @@ impl Metrics {
                     format!(
                         "mfsched_actuator_failures_total{{actuator=\"{}\"}} {c}",
                         escape_label_value(a)
+                    )
+                })
+                .collect(),
+        );
+        let mut hist = Vec::new();
+        for ((model, actuator), h) in &m.downtime {
+            let labels = format!(
+                "model=\"{}\",actuator=\"{}\"",
+                escape_label_value(model),
+                escape_label_value(actuator)
+            );
+            for (bound, c) in h.bounds.iter().zip(&h.counts) {
+                hist.push(format!(
+                    "mfsched_reconfiguration_downtime_seconds_bucket{{{labels},le=\"{bound}\"}} {c}"
+                ));
+            }
+            hist.push(format!(
+                "mfsched_reconfiguration_downtime_seconds_bucket{{{labels},le=\"+Inf\"}} {}",
+                h.count
+            ));
+            hist.push(format!(
+                "mfsched_reconfiguration_downtime_seconds_sum{{{labels}}} {}",
+                h.sum
+            ));
+            hist.push(format!(
+                "mfsched_reconfiguration_downtime_seconds_count{{{labels}}} {}",
+                h.count
+            ));
+        }
+        section(
+            &mut out,
+            "mfsched_reconfiguration_downtime_seconds",
+            "histogram",
+            "Request-to-ready time of each reconfiguration that took, per model and actuator (v2-repository, process).",
+            hist,
+        );
+        section(
+            &mut out,
+            "mfsched_reconfiguration_failures_total",
+            "counter",
+            "Reconfigurations that did not take (the previous configuration kept), per model and actuator.",
+            m.reconfig_failures
+                .iter()
+                .map(|((model, a), c)| {
+                    format!(
+                        "mfsched_reconfiguration_failures_total{{model=\"{}\",actuator=\"{}\"}} {c}",
+                        escape_label_value(model),
+                        escape_label_value(a)
+                    )
+                })
+                .collect(),
+        );
+        section(
+            &mut out,
+            "mfsched_actuator_restarts_total",
+            "counter",
+            "Supervised server processes that exited on their own and were started again, per model.",
+            m.process_restarts
+                .iter()
+                .map(|(model, c)| {
+                    format!(
+                        "mfsched_actuator_restarts_total{{model=\"{}\"}} {c}",
+                        escape_label_value(model)
                     )
                 })
                 .collect(),

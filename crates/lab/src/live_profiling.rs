@@ -187,13 +187,13 @@ pub async fn run(
             Some(r) => (0..joint.len()).filter(|&i| r[i] != joint[i]).collect(),
             None => (0..joint.len()).collect(),
         };
-        let failures_before = metrics.actuator_failures("webhook");
+        let failures_before = metrics.actuator_failures_total();
         actuators.apply(problem, k as u64, joint, &changed);
         running = Some(joint.clone());
         tokio::time::sleep(opts.settle).await;
-        if metrics.actuator_failures("webhook") > failures_before {
+        if metrics.actuator_failures_total() > failures_before {
             bail!(
-                "point {}: a model server did not take configuration {joint:?} (webhook failed); the {} rows before it are in {}",
+                "point {}: a model server did not take configuration {joint:?} (an actuator failed: see the log); the {} rows before it are in {}",
                 k + 1,
                 profile.rows.len(),
                 opts.out.display()
