@@ -8,6 +8,7 @@
 //! - [`exact`]: the exact policy against exhaustive search.
 //! - [`fuzz`]: a bounded, seeded fuzz pass over the scenario, CSV, bundle and log readers.
 //! - [`gavel`]: public co-location measurements, converted and cross-validated.
+//! - [`host_sampler`]: the host sampler on this machine's real `/proc`.
 //! - [`hostile`]: hostile components and files against the sandbox promise.
 //! - [`layering`]: no product crate depends on the lab.
 //! - [`operators`]: what the daemon logs, refuses at start-up, and shadows at run time.
@@ -26,6 +27,7 @@ mod dashboard;
 mod exact;
 mod fuzz;
 mod gavel;
+mod host_sampler;
 mod hostile;
 mod layering;
 mod operators;

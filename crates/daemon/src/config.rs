@@ -108,6 +108,8 @@ pub enum SamplerKind {
     Sim,
     /// No measurement: VRAM from the applied configuration's modelled footprint.
     Footprint,
+    /// A CPU host: the servers' CPU time and the memory they hold (`[sampler.host]`).
+    Host,
 }
 
 impl SamplerKind {
@@ -116,6 +118,7 @@ impl SamplerKind {
             "nvml" => Some(Self::Nvml),
             "sim" => Some(Self::Sim),
             "footprint" => Some(Self::Footprint),
+            "host" => Some(Self::Host),
             _ => None,
         }
     }
@@ -138,6 +141,131 @@ pub struct SamplerConfig {
     /// Utilisation assumed when the sampler cannot give one (footprint sampler).
     #[serde(default = "default_unknown_utilization")]
     pub unknown_utilization: f64,
+    /// What the host sampler measures (`kind = "host"`).
+    #[serde(default)]
+    pub host: HostSamplerConfig,
+}
+
+/// Where the host sampler reads the servers' CPU use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HostCpuSource {
+    /// The selected processes' CPU time (`/proc/PID/stat`), over the `cpus` cores.
+    Processes,
+    /// The cgroup's CPU time (`cpu.stat` usage_usec, or v1 `cpuacct.usage`), over the `cpus` cores.
+    Cgroup,
+    /// The busy share of the `cpus` cores (`/proc/stat`), whoever runs there.
+    Cpus,
+}
+
+/// Where the host sampler reads the memory the servers hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HostMemorySource {
+    /// The sum of the selected processes' resident set (`VmRSS` of `/proc/PID/status`).
+    Processes,
+    /// The cgroup's `memory.current` (v1: `memory.usage_in_bytes`).
+    Cgroup,
+}
+
+/// `[sampler.host]`: the servers on a CPU box, observed as NVML observes a card.
+/// The processes are `pids`, the PIDs in `pid_files` (re-read every sample, so a
+/// restarted server is followed) and every process whose argv[0] or argv[1] has
+/// a basename in `commands` (so `python …/mlserver start` matches `mlserver`);
+/// with `include_children`, their descendants too (server workers).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostSamplerConfig {
+    #[serde(default = "default_host_cpu")]
+    pub cpu: HostCpuSource,
+    #[serde(default = "default_host_memory")]
+    pub memory: HostMemorySource,
+    /// The servers' cores, in Linux cpu-list syntax ("0-3,6"); unset: every core.
+    #[serde(default)]
+    pub cpus: Option<String>,
+    /// A cgroup directory (v2 or v1), for `cpu`/`memory` = "cgroup".
+    #[serde(default)]
+    pub cgroup: Option<PathBuf>,
+    #[serde(default)]
+    pub pids: Vec<u32>,
+    #[serde(default)]
+    pub pid_files: Vec<PathBuf>,
+    #[serde(default)]
+    pub commands: Vec<String>,
+    #[serde(default = "default_true")]
+    pub include_children: bool,
+    /// The memory the servers may hold, MiB (the "total" a card reports); unset:
+    /// the cgroup's limit when `memory = "cgroup"` sets one, else `MemTotal`.
+    #[serde(default)]
+    pub memory_total_mib: Option<f64>,
+}
+
+fn default_host_cpu() -> HostCpuSource {
+    HostCpuSource::Processes
+}
+fn default_host_memory() -> HostMemorySource {
+    HostMemorySource::Processes
+}
+fn default_true() -> bool {
+    true
+}
+
+impl Default for HostSamplerConfig {
+    fn default() -> Self {
+        Self {
+            cpu: default_host_cpu(),
+            memory: default_host_memory(),
+            cpus: None,
+            cgroup: None,
+            pids: Vec::new(),
+            pid_files: Vec::new(),
+            commands: Vec::new(),
+            include_children: true,
+            memory_total_mib: None,
+        }
+    }
+}
+
+impl HostSamplerConfig {
+    /// Checks what parsing alone can: one line naming the key.
+    pub fn check(&self) -> Result<()> {
+        if let Some(list) = &self.cpus {
+            crate::sampler::host::parse_cpu_list(list)
+                .map_err(|e| anyhow::anyhow!("sampler.host.cpus: {e}"))?;
+        }
+        let uses_cgroup =
+            self.cpu == HostCpuSource::Cgroup || self.memory == HostMemorySource::Cgroup;
+        if uses_cgroup && self.cgroup.is_none() {
+            bail!("sampler.host.cgroup must be set when sampler.host.cpu or .memory is \"cgroup\"");
+        }
+        let uses_processes =
+            self.cpu == HostCpuSource::Processes || self.memory == HostMemorySource::Processes;
+        if uses_processes
+            && self.pids.is_empty()
+            && self.pid_files.is_empty()
+            && self.commands.is_empty()
+        {
+            bail!(
+                "sampler.host selects no process: set pids, pid_files or commands (or use cpu/memory = \"cgroup\")"
+            );
+        }
+        if self.pids.contains(&0) {
+            bail!("sampler.host.pids: 0 is not a process");
+        }
+        if let Some(c) = self
+            .commands
+            .iter()
+            .find(|c| c.is_empty() || c.contains('/'))
+        {
+            bail!("sampler.host.commands: '{c}' must be a program's base name (no '/')");
+        }
+        if let Some(m) = self.memory_total_mib
+            && !(m.is_finite() && m > 0.0)
+        {
+            bail!("sampler.host.memory_total_mib must be a positive number of MiB");
+        }
+        Ok(())
+    }
 }
 
 fn default_sampler() -> SamplerKind {
@@ -158,6 +286,7 @@ impl Default for SamplerConfig {
             allow_fallback: false,
             fallback: default_fallback(),
             unknown_utilization: default_unknown_utilization(),
+            host: HostSamplerConfig::default(),
         }
     }
 }
@@ -330,7 +459,8 @@ pub struct ModelLoadConfig {
     /// `profile --live` (default: the preset's).
     #[serde(default)]
     pub throughput_metric: Option<String>,
-    /// The label whose value names the model on its server.
+    /// The label whose value names the model on its server; `""` with
+    /// `scrape`: the page serves this model alone (llama.cpp names none).
     #[serde(default)]
     pub label: Option<String>,
     /// That label's value; default the scenario's model name.
@@ -735,6 +865,11 @@ impl PrometheusConfig {
             {
                 bail!("{at}: needs a preset (vllm, triton), metric + label, or a query");
             }
+            if m.label.as_deref() == Some("") && m.scrape.is_none() {
+                bail!(
+                    "{at}.label is empty (the page's every sample of the metric): that needs scrape, a page of this model alone"
+                );
+            }
             match (&m.scrape, &m.query) {
                 (Some(_), Some(_)) => bail!("{at}: give scrape or query, not both"),
                 (Some(url), None) => check_http_url(&format!("{at}.scrape"), url)?,
@@ -847,6 +982,9 @@ impl DaemonConfig {
                 mfsched_core::traces::MAX_TICKS
             );
         }
+        if self.sampler.kind == SamplerKind::Host || self.sampler.fallback == SamplerKind::Host {
+            self.sampler.host.check()?;
+        }
         if let Some(trace) = &self.workload.trace
             && !mfsched_core::traces::TRACE_NAMES.contains(&trace.as_str())
         {
@@ -957,6 +1095,12 @@ impl DaemonConfig {
         if let Some(p) = &mut self.policy.bundle_dir {
             fix(p);
         }
+        if let Some(p) = &mut self.sampler.host.cgroup {
+            fix(p);
+        }
+        for p in &mut self.sampler.host.pid_files {
+            fix(p);
+        }
         if self.scenario.ends_with(".toml") {
             let mut p = PathBuf::from(&self.scenario);
             fix(&mut p);
@@ -1053,6 +1197,46 @@ mod tests {
         assert!(
             is_promql_duration("1m30s") && is_promql_duration("250ms") && !is_promql_duration("m")
         );
+    }
+
+    #[test]
+    fn host_sampler_configs_are_checked_key_by_key() {
+        let base = "scenario = \"paper-n2\"\n[policy]\nactive = \"hold\"\n[log]\npath = \"l\"\n[sampler]\nkind = \"host\"\n";
+        let parse = |extra: &str| DaemonConfig::parse(&format!("{base}{extra}"));
+        let ok = parse("[sampler.host]\ncpus = \"0-1\"\ncommands = [\"llama-server\"]\n")
+            .expect("valid");
+        assert_eq!(ok.sampler.kind, SamplerKind::Host);
+        assert_eq!(ok.sampler.host.cpu, HostCpuSource::Processes);
+        assert!(ok.sampler.host.include_children);
+        for (extra, says) in [
+            ("", "selects no process"),
+            (
+                "[sampler.host]\ncpus = \"1-0\"\npids = [1]\n",
+                "sampler.host.cpus",
+            ),
+            (
+                "[sampler.host]\ncpu = \"cgroup\"\npids = [1]\n",
+                "sampler.host.cgroup must be set",
+            ),
+            ("[sampler.host]\ncommands = [\"/usr/bin/x\"]\n", "base name"),
+            ("[sampler.host]\npids = [0]\n", "0 is not a process"),
+            (
+                "[sampler.host]\npids = [1]\nmemory_total_mib = -1\n",
+                "memory_total_mib",
+            ),
+            (
+                "[sampler.host]\npids = [1]\ncpu = \"gpu\"\n",
+                "unknown variant",
+            ),
+        ] {
+            let err = format!("{:#}", parse(extra).expect_err(says));
+            assert!(err.contains(says), "{says}: {err}");
+        }
+        // Only a host sampler's section is checked: an nvml config may carry one.
+        let nvml = DaemonConfig::parse("scenario = \"paper-n2\"\n[policy]\nactive = \"hold\"\n[log]\npath = \"l\"\n[sampler.host]\n")
+            .expect("unused section");
+        assert_eq!(nvml.sampler.kind, SamplerKind::Nvml);
+        assert_eq!(SamplerKind::parse("host"), Some(SamplerKind::Host));
     }
 
     #[test]

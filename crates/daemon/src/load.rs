@@ -292,7 +292,9 @@ fn query_value(body: &[u8]) -> Result<f64> {
 }
 
 /// The sum of `metric`'s samples whose `label` is `name` on a `/metrics` page
-/// (a counter, or a gauge such as a DCGM exporter's).
+/// (a counter, or a gauge such as a DCGM exporter's). An empty `label` takes
+/// every sample of the metric: a server that serves one model and names none
+/// (llama.cpp's `llama-server`).
 pub fn sample_sum(text: &str, metric: &str, label: &str, name: &str) -> Result<f64> {
     // The text format ignores comment lines other than HELP and TYPE; the
     // parser refuses them, so they are dropped first.
@@ -313,10 +315,11 @@ pub fn sample_sum(text: &str, metric: &str, label: &str, name: &str) -> Result<f
     let mut found = None;
     for sample in families.iter().flat_map(|f| &f.samples) {
         if sample.name() == metric
-            && sample
-                .labels()
-                .iter()
-                .any(|l| l.name == label && l.value == name)
+            && (label.is_empty()
+                || sample
+                    .labels()
+                    .iter()
+                    .any(|l| l.name == label && l.value == name))
         {
             *found.get_or_insert(0.0) += sample.number();
         }

@@ -1,9 +1,12 @@
-//! Samplers: what the GPU looks like now.
+//! Samplers: what the device the models share looks like now.
 //!
 //! `NvmlSampler` reads the card through NVML (loaded at run time: the binary runs
-//! without it). `FootprintSampler` measures nothing: it reports the VRAM the applied
-//! configuration is modelled to take and leaves utilisation unknown, for nodes
-//! where NVML is not available. Values a sampler cannot give are `None`, never 0.
+//! without it). `HostSampler` (host.rs) reads a CPU box: the servers' CPU time as
+//! the utilisation and the memory they hold as the "VRAM" (the field's names
+//! are the GPU's; on a host they mean CPU and host memory). `FootprintSampler`
+//! measures nothing: it reports the VRAM the applied configuration is modelled
+//! to take and leaves utilisation unknown. Values a sampler cannot give are
+//! `None`, never 0.
 
 use anyhow::{Context, Result, bail};
 use nvml_wrapper::Nvml;
@@ -13,16 +16,21 @@ use serde::{Deserialize, Serialize};
 use super::config::{SamplerConfig, SamplerKind};
 use mfsched_core::domain::{Problem, WorkloadLevel};
 
+pub mod host;
+pub use host::HostSampler;
+
 const MIB: f64 = 1024.0 * 1024.0;
 
 /// One reading. `None` means the source cannot tell, not zero.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Sample {
-    /// Which sampler produced it (`nvml`, `footprint`).
+    /// Which sampler produced it (`nvml`, `host`, `footprint`, `sim`).
     pub source: String,
+    /// The device memory in use: a card's VRAM; on a host, the servers' memory.
     pub vram_used_mib: Option<f64>,
     pub vram_total_mib: Option<f64>,
-    /// Fraction of time a kernel ran, in [0, 1].
+    /// Fraction of time a kernel ran, in [0, 1] (on a host: the servers' share
+    /// of their cores' time).
     pub utilization: Option<f64>,
     pub processes: Vec<ProcessMemory>,
 }
@@ -61,7 +69,7 @@ pub fn build(
         SamplerKind::Nvml => match NvmlSampler::new(config.device) {
             Ok(s) => Ok((Box::new(s), None)),
             Err(err) if config.allow_fallback => {
-                let fallback = build_plain(config.fallback, problem, seed, simulated)?;
+                let fallback = build_plain(config, config.fallback, problem, seed, simulated)?;
                 let note = format!(
                     "{err:#}; sampler.allow_fallback is set, sampling with '{}' instead",
                     kind_name(config.fallback)
@@ -74,11 +82,12 @@ pub fn build(
                 )
             }
         },
-        other => Ok((build_plain(other, problem, seed, simulated)?, None)),
+        other => Ok((build_plain(config, other, problem, seed, simulated)?, None)),
     }
 }
 
 fn build_plain(
+    config: &SamplerConfig,
     kind: SamplerKind,
     problem: &Problem,
     seed: u64,
@@ -86,6 +95,9 @@ fn build_plain(
 ) -> Result<Box<dyn Sampler>> {
     match kind {
         SamplerKind::Footprint => Ok(Box::new(FootprintSampler)),
+        SamplerKind::Host => Ok(Box::new(
+            HostSampler::new(&config.host).context("sampler.kind = \"host\"")?,
+        )),
         SamplerKind::Sim => match simulated {
             Some(make) => make(problem, seed).context("starting the simulator sampler"),
             None => bail!(
@@ -101,6 +113,7 @@ pub fn kind_name(kind: SamplerKind) -> &'static str {
         SamplerKind::Nvml => "nvml",
         SamplerKind::Sim => "sim",
         SamplerKind::Footprint => "footprint",
+        SamplerKind::Host => "host",
     }
 }
 

@@ -17,7 +17,7 @@ pub struct RunArgs {
     /// example value) and exits: a starting point for --config.
     #[arg(long, conflicts_with_all = ["config", "sampler", "listen", "max_ticks"])]
     print_config: bool,
-    /// Overrides sampler.kind: nvml, sim or footprint.
+    /// Overrides sampler.kind: nvml, sim, host or footprint.
     #[arg(long)]
     sampler: Option<String>,
     /// Overrides api.listen (e.g. 127.0.0.1:0 for any free port).
@@ -36,13 +36,12 @@ pub fn run(args: RunArgs) -> Result<()> {
     // clap requires --config unless --print-config.
     let path = args.config.context("--config is required")?;
     let config = DaemonConfig::load(&path)?;
-    let sampler =
-        match args.sampler.as_deref() {
-            None => None,
-            Some(s) => Some(SamplerKind::parse(s).with_context(|| {
-                format!("--sampler '{s}' is unknown: use nvml, sim or footprint")
-            })?),
-        };
+    let sampler = match args.sampler.as_deref() {
+        None => None,
+        Some(s) => Some(SamplerKind::parse(s).with_context(|| {
+            format!("--sampler '{s}' is unknown: use nvml, sim, host or footprint")
+        })?),
+    };
     let overrides = Overrides {
         sampler,
         listen: args.listen,

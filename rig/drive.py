@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""Drives the rig's servers through a trace of load regimes with Debian's `hey`.
+
+A trace is a text file, one segment a line: ``SECONDS REGIME`` (``low``,
+``medium``, ``high``, ``burst``; ``#`` starts a comment). For each segment every
+target gets ``hey -z SECONDS`` at the regime's share of its full rate, all
+targets at once, so the servers see their loads together and contend.
+
+A target is ``NAME=URL,BODY_FILE,FULL_RATE``: requests POSTed as JSON to URL,
+FULL_RATE requests/s at load ratio 1. The regime's ratios (below) sit inside
+the daemon's default regime thresholds (0.55, 0.75, 1.0 of the reference rate),
+so a daemon whose ``reference_rate`` is FULL_RATE reads the intended regime
+from the served counters while the server keeps up. ``hey`` runs WORKERS
+closed-loop workers per target, each limited to rate / WORKERS; a server that
+cannot keep up gets less than offered (then its counters show it).
+
+Prints one line per segment and target: ``segment regime target offered
+served errors``, from hey's own summary. Bounded: every hey is killed 15 s past
+its segment; a trace is at most 4 hours.
+
+Usage: drive.py --trace FILE --target NAME=URL,BODY,RATE [--target ...] [--workers 8] [--cpus 0-1]
+"""
+
+import argparse
+import re
+import subprocess
+import sys
+
+RATIOS = {"low": 0.40, "medium": 0.65, "high": 0.88, "burst": 1.30}
+MAX_TRACE_S = 4 * 3600
+
+
+def parse_trace(path):
+    segments = []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            line = line.split("#", 1)[0].strip()
+            if not line:
+                continue
+            parts = line.split()
+            if len(parts) != 2 or parts[1] not in RATIOS:
+                sys.exit(f"{path}:{n}: expected 'SECONDS REGIME' with REGIME one of {', '.join(RATIOS)}")
+            try:
+                secs = int(parts[0])
+            except ValueError:
+                sys.exit(f"{path}:{n}: '{parts[0]}' is not a whole number of seconds")
+            if secs < 1:
+                sys.exit(f"{path}:{n}: a segment lasts at least 1 s")
+            segments.append((secs, parts[1]))
+    if not segments:
+        sys.exit(f"{path}: no segment")
+    if sum(s for s, _ in segments) > MAX_TRACE_S:
+        sys.exit(f"{path}: longer than {MAX_TRACE_S} s")
+    return segments
+
+
+def parse_target(text):
+    try:
+        name, rest = text.split("=", 1)
+        url, body, rate = rest.split(",")
+        rate = float(rate)
+    except ValueError:
+        sys.exit(f"--target '{text}': expected NAME=URL,BODY_FILE,FULL_RATE")
+    if not url.startswith(("http://127.", "http://localhost")):
+        sys.exit(f"--target {name}: only loopback URLs")
+    if not rate > 0:
+        sys.exit(f"--target {name}: FULL_RATE must be positive")
+    return name, url, body, rate
+
+
+def main(argv):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--trace", required=True)
+    p.add_argument("--target", action="append", required=True)
+    p.add_argument("--workers", type=int, default=8)
+    p.add_argument("--cpus", help="taskset cpu list for hey (the servers' cores: it contends too)")
+    args = p.parse_args(argv)
+    segments = parse_trace(args.trace)
+    targets = [parse_target(t) for t in args.target]
+    pin = ["taskset", "-c", args.cpus] if args.cpus else []
+    print("segment regime target offered_rps served_rps errors", flush=True)
+    for k, (secs, regime) in enumerate(segments):
+        procs = []
+        for name, url, body, rate in targets:
+            offered = rate * RATIOS[regime]
+            per_worker = offered / args.workers
+            cmd = pin + [
+                "hey", "-z", f"{secs}s", "-c", str(args.workers), "-q", f"{per_worker:.3f}",
+                "-m", "POST", "-T", "application/json", "-D", body, url,
+            ]
+            procs.append((name, offered, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
+        for name, offered, proc in procs:
+            try:
+                out, _ = proc.communicate(timeout=secs + 15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                out, _ = proc.communicate()
+            served = re.search(r"Requests/sec:\s+([0-9.]+)", out)
+            ok = sum(int(n) for n in re.findall(r"\[200\]\s+(\d+) responses", out))
+            total = sum(int(n) for n in re.findall(r"\[\d+\]\s+(\d+) responses", out))
+            # Non-200 answers, and hey's "Error distribution" (connection errors).
+            failed = sum(int(n) for n in re.findall(r"^\s+\[(\d+)\]\s+(?:Get|Post) ", out, re.M))
+            errors = total - ok + failed
+            print(f"{k} {regime} {name} {offered:.1f} {float(served.group(1)) if served else 0.0:.1f} {errors}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
