@@ -79,8 +79,11 @@ mlserver() {
       if [ -s "$RUN/mlserver.pid" ] && kill -0 "$(cat "$RUN/mlserver.pid")" 2>/dev/null; then
         echo "mlserver already runs (pid $(cat "$RUN/mlserver.pid"))"; return
       fi
-      (cd "$RUN/mlserver" && PYTHONPATH="$REPO/rig/mlserver" nohup taskset -c "$CPUS" \
-        "$RIG_DIR/venv/bin/mlserver" start . > "$RUN/mlserver.log" 2>&1 & echo $! > "$RUN/mlserver.pid")
+      # nohup and taskset exec: the PID recorded is MLServer's own.
+      (cd "$RUN/mlserver" || exit 1
+       PYTHONPATH="$REPO/rig/mlserver" nohup taskset -c "$CPUS" \
+        "$RIG_DIR/venv/bin/mlserver" start . > "$RUN/mlserver.log" 2>&1 &
+       echo $! > "$RUN/mlserver.pid")
       for _ in $(seq 1 120); do
         if curl -sf "http://127.0.0.1:$ML_HTTP/v2/models/mlp/ready" >/dev/null; then
           echo "mlserver ready (pid $(cat "$RUN/mlserver.pid"))"; return
