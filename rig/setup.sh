@@ -39,9 +39,13 @@ if [ ! -x "$LLAMA/bin/llama-server" ] || [ ! -x "$LLAMA/bin/llama-quantize" ]; t
     rm -rf "$dl"
   fi
   # The sdist's own setup.py builds every target of llama.cpp with an unbounded
-  # -j; the rig needs two of them.
+  # -j; the rig needs two of them. Portable AVX2 kernels, not a native build: on
+  # a VM whose CPU flags show AMX but which does not grant the tile state, the
+  # native build's AMX kernels segfault on the first decode.
   nice -n 19 "$RIG_DIR/venv/bin/cmake" -S "$LLAMA/src/sdist/llama.cpp" -B "$LLAMA/build" \
-    -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DGGML_NATIVE=ON \
+    -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DGGML_NATIVE=OFF \
+    -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON \
+    -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF \
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF \
     -DLLAMA_OPENSSL=OFF >/dev/null
   nice -n 19 "$RIG_DIR/venv/bin/cmake" --build "$LLAMA/build" -j2 \
