@@ -1190,6 +1190,10 @@ mod tests {
                 "[workload.prometheus]\n[workload.prometheus.models.llm]\npreset = \"vllm\"\nscrape = \"http://x:1/metrics\"\nquery = \"up\"\nreference_rate = 1\n",
                 "scrape or query, not both",
             ),
+            (
+                "[workload.prometheus]\nurl = \"http://x:1\"\n[workload.prometheus.models.llm]\nmetric = \"llamacpp:tokens_predicted_total\"\nlabel = \"\"\nreference_rate = 1\n",
+                "label is empty",
+            ),
         ] {
             let err = format!("{:#}", parse(extra).expect_err(says));
             assert!(err.contains(says), "{says}: {err}");

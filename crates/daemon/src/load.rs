@@ -582,6 +582,24 @@ nv_inference_request_success{model=\"yolo\",version=\"1\"} 42\n";
         let missing = sample_sum(triton, "nv_inference_request_success", "model", "llm")
             .expect_err("another model");
         assert!(missing.to_string().contains("no sample"), "{missing}");
+        // llama.cpp's llama-server (the rig's build): one model, no labels.
+        let llama = "# HELP llamacpp:prompt_tokens_total Number of prompt tokens processed, excluding cached tokens\n\
+# TYPE llamacpp:prompt_tokens_total counter\n\
+llamacpp:prompt_tokens_total 8\n\
+# HELP llamacpp:tokens_predicted_total Number of generation tokens processed\n\
+# TYPE llamacpp:tokens_predicted_total counter\n\
+llamacpp:tokens_predicted_total 592\n\
+# HELP llamacpp:predicted_tokens_seconds Average generation throughput in tokens/s\n\
+# TYPE llamacpp:predicted_tokens_seconds gauge\n\
+llamacpp:predicted_tokens_seconds 33.3397\n";
+        assert_eq!(
+            sample_sum(llama, "llamacpp:tokens_predicted_total", "", "gemma").expect("llama page"),
+            592.0
+        );
+        assert!(
+            sample_sum(llama, "llamacpp:tokens_predicted_total", "model", "gemma").is_err(),
+            "a label it does not have"
+        );
         let garbage =
             sample_sum("this is { not a page\n", "x", "model", "y").expect_err("not a page");
         assert!(garbage.to_string().contains("does not parse"), "{garbage}");
