@@ -83,12 +83,16 @@ pub fn parse_proc_stat(text: &str, cpus: Option<&[u32]>) -> Result<(CoreTimes, u
     let mut times = CoreTimes::default();
     let mut seen = 0;
     for line in text.lines() {
-        let Some(rest) = line.strip_prefix("cpu") else {
+        // Per-core lines are "cpuN ..."; the aggregate "cpu  ..." is not one.
+        let Some(rest) = line
+            .strip_prefix("cpu")
+            .filter(|r| r.starts_with(|c: char| c.is_ascii_digit()))
+        else {
             continue;
         };
         let mut fields = rest.split_ascii_whitespace();
         let Some(id) = fields.next().and_then(|f| f.parse::<u32>().ok()) else {
-            continue; // the aggregate "cpu " line
+            continue;
         };
         if cpus.is_some_and(|c| c.binary_search(&id).is_err()) {
             continue;
