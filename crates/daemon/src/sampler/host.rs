@@ -693,7 +693,7 @@ mod tests {
 
     #[test]
     fn commands_match_the_program_or_the_script_an_interpreter_runs() {
-        let names = vec!["mlserver".to_owned(), "llama-server".to_owned()];
+        let names = ["mlserver".to_owned(), "llama-server".to_owned()];
         assert!(cmdline_matches(
             b"/opt/venv/bin/python3\0/opt/venv/bin/mlserver\0start\0.\0",
             &names
