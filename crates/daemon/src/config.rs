@@ -1009,13 +1009,21 @@ impl DaemonConfig {
         let a = &self.actuator;
         if let Some(v) = &a.v2_repository {
             let p = "actuator.v2_repository";
-            if v.timeout_ms == 0 || v.ready_timeout_ms == 0 || v.ready_poll_ms == 0 || v.max_bytes == 0
+            if v.timeout_ms == 0
+                || v.ready_timeout_ms == 0
+                || v.ready_poll_ms == 0
+                || v.max_bytes == 0
             {
-                bail!("{p}.timeout_ms, ready_timeout_ms, ready_poll_ms and max_bytes must be positive");
+                bail!(
+                    "{p}.timeout_ms, ready_timeout_ms, ready_poll_ms and max_bytes must be positive"
+                );
             }
             for (model, m) in &v.models {
                 check_http_url(&format!("{p}.models.{model}.url"), &m.url)?;
-                if a.process.as_ref().is_some_and(|pr| pr.models.contains_key(model)) {
+                if a.process
+                    .as_ref()
+                    .is_some_and(|pr| pr.models.contains_key(model))
+                {
                     bail!("{p}.models.{model}: the model also has a process actuator: give it one");
                 }
             }
