@@ -379,6 +379,8 @@ fn on_the_gavel_pairs_the_cli_gives_learning_curves_exports_and_slowdown_scores(
             "decide",
             "--scenario",
             path_str(&toml),
+            "--policy",
+            "exact",
             "--models",
             path_str(&bundle),
         ]);

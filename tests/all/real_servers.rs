@@ -347,8 +347,20 @@ fn pids_with(needle: &str) -> Vec<u32> {
     .collect()
 }
 
+/// Puts a daemon config written by `common::daemon_config` on the host
+/// sampler: the field is the MLServers' own CPU time on the core they are
+/// pinned to and the memory they hold, as a CPU host measures it (a live
+/// profile needs a measured utilisation; the footprint sampler has none).
+fn on_the_host_sampler(config: &Path) {
+    let text = std::fs::read_to_string(config).expect("the daemon config");
+    assert!(text.contains("kind = \"footprint\""), "{text}");
+    let text = text.replacen("kind = \"footprint\"", "kind = \"host\"", 1)
+        + "\n[sampler.host]\ncpu = \"processes\"\nmemory = \"processes\"\ncpus = \"0\"\n\
+           commands = [\"mlserver\"]\ninclude_children = true\nmemory_total_mib = 2048\n";
+    std::fs::write(config, text).expect("write the daemon config");
+}
+
 #[test]
-#[ignore = "profile --live needs a utilisation source on a CPU host (the host sampler of issue 25 point 2); run with --ignored once it lands"]
 fn real_servers_are_profiled_and_reconfigured_through_v2_repository_and_process() {
     let Some(venv) = venv() else { return };
     let dir = tempfile::tempdir().expect("tempdir");
@@ -420,6 +432,7 @@ fn real_servers_are_profiled_and_reconfigured_through_v2_repository_and_process(
             "active = \"hold\"",
             &extra,
         );
+        on_the_host_sampler(&config);
         for level in ["low", "high"] {
             let o = common::process::mfsched(&[
                 "profile",
@@ -517,6 +530,7 @@ fn real_servers_are_profiled_and_reconfigured_through_v2_repository_and_process(
         &policy,
         &extra,
     );
+    on_the_host_sampler(&config);
     let daemon_log = run_dir.join("daemon.log");
     let err = std::fs::File::create(&daemon_log).expect("log");
     let daemon = Killed(

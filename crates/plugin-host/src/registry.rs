@@ -216,7 +216,12 @@ pub fn load(engine: &PluginEngine, name: &str, origin: Origin, bytes: &[u8]) -> 
         title: String::new(),
         params: Vec::new(),
     };
-    let deadline_at = std::time::Instant::now() + engine.limits().deadline;
+    // Loading is off the decision path (start-up, the reload thread), so its
+    // calls (`name`, `parameters`) get at least LOAD_DEADLINE: a decision
+    // deadline of a few milliseconds must not refuse a sound component on a busy
+    // machine, while a guest that spins in `name` is still stopped.
+    let deadline_at =
+        std::time::Instant::now() + engine.limits().deadline.max(LOAD_DEADLINE);
     match world {
         World::Policy => {
             let pre = engine
@@ -277,6 +282,10 @@ pub fn load(engine: &PluginEngine, name: &str, origin: Origin, bytes: &[u8]) -> 
         }
     }
 }
+
+/// The least time a component's load-time calls (instantiation, `name`,
+/// `parameters`) get, whatever the decision deadline.
+pub const LOAD_DEADLINE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The most bytes a plugin's `name` may return (it is shown in one line).
 pub const MAX_TITLE_BYTES: usize = 256;
