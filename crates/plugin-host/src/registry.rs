@@ -220,8 +220,7 @@ pub fn load(engine: &PluginEngine, name: &str, origin: Origin, bytes: &[u8]) -> 
     // calls (`name`, `parameters`) get at least LOAD_DEADLINE: a decision
     // deadline of a few milliseconds must not refuse a sound component on a busy
     // machine, while a guest that spins in `name` is still stopped.
-    let deadline_at =
-        std::time::Instant::now() + engine.limits().deadline.max(LOAD_DEADLINE);
+    let deadline_at = std::time::Instant::now() + engine.limits().deadline.max(LOAD_DEADLINE);
     match world {
         World::Policy => {
             let pre = engine
