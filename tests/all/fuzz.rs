@@ -173,16 +173,21 @@ fn fuzz_the_bundle_reader() {
     let weights = std::fs::read(dir.path().join("weights.safetensors")).expect("weights");
     let scenario = mfsched_core::scenario::load("paper-n2").expect("bundled");
     // The metadata as text, then the weights as bytes.
-    fuzz("bundle-meta", &[meta.clone()], true, |m| {
+    fuzz("bundle-meta", std::slice::from_ref(&meta), true, |m| {
         mfsched_surrogate::bundle::Bundle::from_bytes(m, &weights)
             .and_then(|b| b.checked(&scenario))
             .is_ok()
     });
-    fuzz("bundle-weights", &[weights.clone()], false, |w| {
-        mfsched_surrogate::bundle::Bundle::from_bytes(&meta, w)
-            .and_then(|b| b.checked(&scenario))
-            .is_ok()
-    });
+    fuzz(
+        "bundle-weights",
+        std::slice::from_ref(&weights),
+        false,
+        |w| {
+            mfsched_surrogate::bundle::Bundle::from_bytes(&meta, w)
+                .and_then(|b| b.checked(&scenario))
+                .is_ok()
+        },
+    );
 }
 
 #[test]

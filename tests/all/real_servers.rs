@@ -243,7 +243,7 @@ fn load_loop(
             if post(addr, &format!("/v2/models/{model}/infer"), &body).is_some() {
                 ok += 1;
             }
-            let fast = (start.elapsed().as_secs() / 4) % 2 == 0;
+            let fast = (start.elapsed().as_secs() / 4).is_multiple_of(2);
             std::thread::sleep(Duration::from_millis(if fast { 10 } else { 60 }));
         }
         ok
@@ -416,7 +416,7 @@ fn real_servers_are_profiled_and_reconfigured_through_v2_repository_and_process(
         }
         let loads: Vec<_> = bodies
             .iter()
-            .map(|(m, body, ports)| load_loop(ports.http(), *m, body.clone(), Arc::clone(&stop)))
+            .map(|(m, body, ports)| load_loop(ports.http(), m, body.clone(), Arc::clone(&stop)))
             .collect();
         let extra = format!(
             "{}\n[actuator.v2_repository]\nready_timeout_ms = 30000\n{}\n{}",
@@ -585,7 +585,7 @@ fn real_servers_are_profiled_and_reconfigured_through_v2_repository_and_process(
     wait_for("both models serve", &logs, || observe(&mut seen));
     let loads: Vec<_> = bodies
         .iter()
-        .map(|(m, body, ports)| load_loop(ports.http(), *m, body.clone(), Arc::clone(&stop)))
+        .map(|(m, body, ports)| load_loop(ports.http(), m, body.clone(), Arc::clone(&stop)))
         .collect();
     wait_for("8 ticks", &logs, || ticks().filter(|t| *t >= 8.0));
     observe(&mut seen);

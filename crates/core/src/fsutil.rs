@@ -90,7 +90,7 @@ pub fn kind_of(t: &std::fs::FileType) -> &'static str {
 }
 
 fn show_bytes(n: u64) -> String {
-    if n >= 1 << 20 && n % (1 << 20) == 0 {
+    if n >= 1 << 20 && n.is_multiple_of(1 << 20) {
         format!("{} MiB", n >> 20)
     } else {
         format!("{n} bytes")

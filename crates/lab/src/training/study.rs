@@ -246,7 +246,8 @@ pub fn run(config: &StudyConfig, progress: &(dyn Fn(usize, usize) + Sync)) -> Re
     }
     // Longest first (cost ∝ models × rows) so the threads finish together.
     jobs.sort_by_key(|j| std::cmp::Reverse(pools[j.pool].models * j.size));
-    let results: Mutex<Vec<Option<Result<(f64, f64)>>>> =
+    // One slot per job, filled by whichever worker ran it.
+    let results: Mutex<Vec<Option<Result<JobScores>>>> =
         Mutex::new((0..jobs.len()).map(|_| None).collect());
     let next = AtomicUsize::new(0);
     let done = AtomicUsize::new(0);
@@ -319,10 +320,13 @@ pub fn run(config: &StudyConfig, progress: &(dyn Fn(usize, usize) + Sync)) -> Re
     })
 }
 
+/// What [`evaluate`] scores one job with: (throughput R², slowdown R²).
+type JobScores = (f64, f64);
+
 /// Trains one predictor per model on the first `size` rows of the split's
 /// training order and returns the R² of throughput and of the slowdown on its
 /// test fold, each averaged over models.
-fn evaluate(pool: &Pool, job: &Job, config: &StudyConfig) -> Result<(f64, f64)> {
+fn evaluate(pool: &Pool, job: &Job, config: &StudyConfig) -> Result<JobScores> {
     let (test, order) = &pool.splits[job.split];
     let train_rows = &order[..job.size];
     // The seed depends on what is evaluated, never on which thread runs it.
