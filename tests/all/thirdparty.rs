@@ -673,10 +673,8 @@ fn a_utility_from_the_template_builds_passes_check_decides_with_exact_and_ga_and
         ]);
         let text = stdout(&out);
         assert!(out.status.success(), "{policy}: {text}{}", stderr(&out));
-        assert!(
-            text.contains("my-utility (quality times throughput share)"),
-            "{text}"
-        );
+        // decide names the utility it scored with by its file's name.
+        assert!(text.contains("utility    my_utility\n"), "{text}");
         assert!(
             text.contains("outcome            accepted"),
             "{policy}: {text}"
