@@ -70,38 +70,6 @@ fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-/// Polls `check` every 100 ms until it gives a value; panics after `limit`
-/// with `what` and the last stderr of the processes involved.
-fn wait_for<T>(
-    limit: Duration,
-    what: &str,
-    logs: &[&Path],
-    mut check: impl FnMut() -> Option<T>,
-) -> T {
-    let start = Instant::now();
-    loop {
-        if let Some(v) = check() {
-            return v;
-        }
-        if start.elapsed() > limit {
-            let tails: Vec<String> = logs
-                .iter()
-                .map(|p| {
-                    let text = std::fs::read_to_string(p).unwrap_or_default();
-                    let tail: Vec<&str> = text.lines().rev().take(15).collect();
-                    format!(
-                        "--- {}:\n{}",
-                        p.display(),
-                        tail.into_iter().rev().collect::<Vec<_>>().join("\n")
-                    )
-                })
-                .collect();
-            panic!("{what}: not within {limit:?}\n{}", tails.join("\n"));
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 /// GET over plain HTTP, `None` if nothing answers.
 fn get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
     common::try_http(addr, "GET", path, None, &[]).ok()
@@ -192,7 +160,7 @@ fn the_daemon_follows_the_load_prometheus_reports_and_survives_losing_it() {
             .spawn()
             .expect("spawn prometheus"),
     );
-    wait_for(Duration::from_secs(90), "Prometheus ready", &logs, || {
+    common::wait_for(Duration::from_secs(90), "Prometheus ready", &logs, || {
         get(prom_addr, "/-/ready").filter(|(s, _)| *s == 200)
     });
 
@@ -216,7 +184,7 @@ fn the_daemon_follows_the_load_prometheus_reports_and_survives_losing_it() {
         &["run", "--config", config.to_str().expect("utf-8")],
         &run_log,
     );
-    let api: SocketAddr = wait_for(
+    let api: SocketAddr = common::wait_for(
         Duration::from_secs(120),
         "the daemon listening",
         &logs,
@@ -249,7 +217,7 @@ fn the_daemon_follows_the_load_prometheus_reports_and_survives_losing_it() {
         .div_ceil(TRACE_STEPS)
         * TRACE_STEPS;
     let last_step = first_cycle + TRACE_STEPS + LAG_MS.div_ceil(TICK_MS) + 1;
-    wait_for(
+    common::wait_for(
         Duration::from_secs(300),
         "a whole trace cycle played",
         &logs,
@@ -298,7 +266,7 @@ fn the_daemon_follows_the_load_prometheus_reports_and_survives_losing_it() {
     let (safe_before, held_before) = (fallbacks(&before, "safe"), fallbacks(&before, "held"));
     let _ = prom.0.kill();
     let _ = prom.0.wait();
-    wait_for(
+    common::wait_for(
         Duration::from_secs(60),
         "safe-level ticks after Prometheus died",
         &logs,
@@ -329,7 +297,7 @@ fn the_daemon_follows_the_load_prometheus_reports_and_survives_losing_it() {
     let (status, _) = common::http(victim_addr, "POST", "/sim/stop", None);
     assert_eq!(status, 204);
     let ticks_then = metric(&metrics_page(), "mfsched_ticks_total").expect("ticks");
-    wait_for(
+    common::wait_for(
         Duration::from_secs(60),
         "ticks after a server died",
         &logs,
@@ -549,7 +517,7 @@ fn sim_serve(
         ports_file.to_str().expect("utf-8"),
     ]);
     let sim = spawn(&all, log);
-    let servers = wait_for(
+    let servers = common::wait_for(
         Duration::from_secs(60),
         "sim serve listening",
         &[log],

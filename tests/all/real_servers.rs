@@ -142,33 +142,6 @@ fn start_mlserver(venv: &Path, repo: &Path, ports: Ports, log: &Path) -> Killed 
     )
 }
 
-/// Polls `check` every 100 ms until it gives a value; panics after `limit`
-/// with `what` and the tails of `logs`.
-fn wait_for<T>(what: &str, logs: &[&Path], mut check: impl FnMut() -> Option<T>) -> T {
-    let start = Instant::now();
-    loop {
-        if let Some(v) = check() {
-            return v;
-        }
-        if start.elapsed() > LIMIT {
-            let tails: Vec<String> = logs
-                .iter()
-                .map(|p| {
-                    let text = std::fs::read_to_string(p).unwrap_or_default();
-                    let tail: Vec<&str> = text.lines().rev().take(20).collect();
-                    format!(
-                        "--- {}:\n{}",
-                        p.display(),
-                        tail.into_iter().rev().collect::<Vec<_>>().join("\n")
-                    )
-                })
-                .collect();
-            panic!("{what}: not within {LIMIT:?}\n{}", tails.join("\n"));
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 fn get(addr: SocketAddr, path: &str) -> Option<String> {
     match common::try_http(addr, "GET", path, None, &[]) {
         Ok((200, body)) => Some(body),
@@ -410,7 +383,7 @@ fn real_servers_are_profiled_and_reconfigured_through_v2_repository_and_process(
     {
         let server_b = start_mlserver(&venv, &repo_b, ports_b, &log_b);
         for (_, _, ports) in &bodies {
-            wait_for("an MLServer answers", &[&log_a, &log_b], || {
+            common::wait_for(LIMIT, "an MLServer answers", &[&log_a, &log_b], || {
                 get(ports.http(), "/v2/health/ready")
             });
         }
@@ -545,7 +518,7 @@ fn real_servers_are_profiled_and_reconfigured_through_v2_repository_and_process(
             .expect("spawn mfsched run"),
     );
     let logs = [daemon_log.as_path(), log_a.as_path()];
-    let api: SocketAddr = wait_for("the daemon listens", &logs, || {
+    let api: SocketAddr = common::wait_for(LIMIT, "the daemon listens", &logs, || {
         let text = std::fs::read_to_string(&daemon_log).ok()?;
         let at = text.split("listening on http://").nth(1)?;
         at.split_whitespace().next()?.parse().ok()
@@ -582,17 +555,17 @@ fn real_servers_are_profiled_and_reconfigured_through_v2_repository_and_process(
         now
     };
     stop.store(false, Ordering::Relaxed);
-    wait_for("both models serve", &logs, || observe(&mut seen));
+    common::wait_for(LIMIT, "both models serve", &logs, || observe(&mut seen));
     let loads: Vec<_> = bodies
         .iter()
         .map(|(m, body, ports)| load_loop(ports.http(), m, body.clone(), Arc::clone(&stop)))
         .collect();
-    wait_for("8 ticks", &logs, || ticks().filter(|t| *t >= 8.0));
+    common::wait_for(LIMIT, "8 ticks", &logs, || ticks().filter(|t| *t >= 8.0));
     observe(&mut seen);
 
     // Kill conv's server: the process actuator restarts and counts it.
     let repo_b_text = repo_b.display().to_string();
-    let victims = wait_for("conv's server process", &logs, || {
+    let victims = common::wait_for(LIMIT, "conv's server process", &logs, || {
         Some(pids_with(&repo_b_text)).filter(|p| !p.is_empty())
     });
     for pid in &victims {
@@ -601,25 +574,30 @@ fn real_servers_are_profiled_and_reconfigured_through_v2_repository_and_process(
             .status();
     }
     let ticks_at_kill = ticks().expect("ticks");
-    wait_for("the restart is counted", &logs, || {
+    common::wait_for(LIMIT, "the restart is counted", &logs, || {
         get(api, "/metrics")
             .and_then(|p| metric(&p, "mfsched_actuator_restarts_total{model=\"conv\"}"))
             .filter(|c| *c >= 1.0)
     });
-    wait_for("conv serves again", &logs, || {
+    common::wait_for(LIMIT, "conv serves again", &logs, || {
         observe(&mut seen);
         serving(ports_b.http(), "conv")
     });
-    wait_for("22 ticks, ticking on after the kill", &logs, || {
+    common::wait_for(LIMIT, "22 ticks, ticking on after the kill", &logs, || {
         observe(&mut seen);
         ticks().filter(|t| *t >= 22.0 && *t > ticks_at_kill + 4.0)
     });
     // What the servers report is what the daemon applies (once no
     // reconfiguration is in flight).
-    wait_for("the servers serve what the daemon applies", &logs, || {
-        let on_servers = observe(&mut seen)?;
-        (applied()? == on_servers).then_some(())
-    });
+    common::wait_for(
+        LIMIT,
+        "the servers serve what the daemon applies",
+        &logs,
+        || {
+            let on_servers = observe(&mut seen)?;
+            (applied()? == on_servers).then_some(())
+        },
+    );
     let page = get(api, "/metrics").expect("metrics");
     for m in ["mlp", "conv"] {
         let t = metric(
@@ -644,7 +622,7 @@ fn real_servers_are_profiled_and_reconfigured_through_v2_repository_and_process(
     let _ = Command::new("kill")
         .args(["-TERM", &daemon.0.id().to_string()])
         .status();
-    let status = wait_for("the daemon exits", &logs, || {
+    let status = common::wait_for(LIMIT, "the daemon exits", &logs, || {
         daemon.0.try_wait().ok().flatten()
     });
     assert!(status.success(), "{status}");

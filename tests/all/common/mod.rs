@@ -5,7 +5,8 @@ pub mod process;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::time::Duration;
+use std::path::Path;
+use std::time::{Duration, Instant};
 
 /// The API token the end-to-end tests configure.
 pub const TOKEN: &str = "test-token-3f9c";
@@ -76,7 +77,7 @@ pub fn bearer() -> (&'static str, String) {
 /// log in `dir`, the API on any free loopback port. `policy` is the body of
 /// the `[policy]` table; `extra` is appended (e.g. a `[workload]` table).
 pub fn daemon_config(
-    dir: &std::path::Path,
+    dir: &Path,
     scenario: &str,
     period_ms: u64,
     policy: &str,
@@ -95,4 +96,36 @@ pub fn daemon_config(
     )
     .expect("write the daemon config");
     path
+}
+
+/// Polls `check` every 100 ms until it gives a value; panics after `limit`
+/// with `what` and the tails of `logs` (the processes' stderr).
+pub fn wait_for<T>(
+    limit: Duration,
+    what: &str,
+    logs: &[&Path],
+    mut check: impl FnMut() -> Option<T>,
+) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = check() {
+            return v;
+        }
+        if start.elapsed() > limit {
+            let tails: Vec<String> = logs
+                .iter()
+                .map(|p| {
+                    let text = std::fs::read_to_string(p).unwrap_or_default();
+                    let tail: Vec<&str> = text.lines().rev().take(20).collect();
+                    format!(
+                        "--- {}:\n{}",
+                        p.display(),
+                        tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                    )
+                })
+                .collect();
+            panic!("{what}: not within {limit:?}\n{}", tails.join("\n"));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }

@@ -77,6 +77,32 @@ struct Job {
     unload_first: bool,
 }
 
+impl Job {
+    /// What the decision log records of this job once it finished: its
+    /// `downtime` (request to ready, or to the failure), the `error` when it
+    /// did not take, and the configuration `serving` afterwards.
+    fn record(
+        &self,
+        model: usize,
+        actuator: &str,
+        downtime: Duration,
+        error: Option<String>,
+        serving: Option<u32>,
+    ) -> ReconfigRecord {
+        ReconfigRecord {
+            model: model as u32,
+            tick: self.tick,
+            actuator: actuator.to_owned(),
+            from: self.from,
+            to: self.config,
+            variant_switch: self.variant_switch,
+            downtime_ms: downtime.as_secs_f64() * 1e3,
+            error,
+            serving,
+        }
+    }
+}
+
 /// Finished reconfigurations waiting for the daemon, bounded: a caller that
 /// never drains loses the oldest rather than growing without bound.
 #[derive(Debug, Clone, Default)]

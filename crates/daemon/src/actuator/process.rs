@@ -24,7 +24,6 @@ use tokio::sync::watch;
 use super::template::{self, Values};
 use super::{FinishedQueue, Job, printable, wait_ready};
 use crate::config::{ProcessConfig, ProcessModelConfig};
-use crate::declog::ReconfigRecord;
 use crate::metrics::Metrics;
 
 pub(super) const NAME: &str = "process";
@@ -180,17 +179,7 @@ impl Supervisor {
                         }
                     };
                     metrics.reconfigured(&self.name, NAME, downtime, error.is_none());
-                    finished.push(ReconfigRecord {
-                        model: self.index as u32,
-                        tick: job.tick,
-                        actuator: NAME.to_owned(),
-                        from: job.from,
-                        to: job.config,
-                        variant_switch: job.variant_switch,
-                        downtime_ms: downtime.as_secs_f64() * 1e3,
-                        error,
-                        serving: running.as_ref().map(|r| r.job.config),
-                    });
+                    finished.push(job.record(self.index, NAME, downtime, error, running.as_ref().map(|r| r.job.config)));
                 }
                 status = exited(&mut running) => {
                     let Some(r) = running.take() else { continue };

@@ -26,7 +26,6 @@ use tokio::sync::watch;
 use super::template::{self, Values};
 use super::{BodyClient, FinishedQueue, Job, post_json, wait_ready};
 use crate::config::{SettingsFileConfig, V2ModelConfig, V2RepositoryConfig};
-use crate::declog::ReconfigRecord;
 use crate::metrics::Metrics;
 
 pub(super) const NAME: &str = "v2-repository";
@@ -198,17 +197,13 @@ impl Model {
                 }
             };
             metrics.reconfigured(&self.name, NAME, downtime, error.is_none());
-            finished.push(ReconfigRecord {
-                model: self.index as u32,
-                tick: job.tick,
-                actuator: NAME.to_owned(),
-                from: job.from,
-                to: job.config,
-                variant_switch: job.variant_switch,
-                downtime_ms: downtime.as_secs_f64() * 1e3,
+            finished.push(job.record(
+                self.index,
+                NAME,
+                downtime,
                 error,
-                serving: serving.as_ref().map(|s| s.config),
-            });
+                serving.as_ref().map(|s| s.config),
+            ));
         }
     }
 
