@@ -10,7 +10,8 @@
 # llama-server is not started here: the daemon's process actuator starts it
 # (and `profile --live`, which applies configurations through the same actuators).
 # Environment: RIG_DIR (default target/rig), RIG_CPUS (default 0-1: both servers
-# on the same cores, so that they contend), RIG_PORT_BASE (default 27100),
+# on the same cores, so that they contend), RIG_LOAD_CPUS (where the load
+# generator runs; default RIG_CPUS), RIG_PORT_BASE (default 27100),
 # MLP_RATE / GEMMA_RATE (full-load request and token rates, the reference rates),
 # RIG_ONLY (mlp or gemma: load that model alone, for its solo rows).
 set -euo pipefail
@@ -21,6 +22,7 @@ mkdir -p "$RIG_DIR"
 RIG_DIR=$(cd "$RIG_DIR" && pwd)
 RUN="$RIG_DIR/run"
 CPUS=${RIG_CPUS:-0-1}
+LOAD_CPUS=${RIG_LOAD_CPUS:-$CPUS}
 BASE=${RIG_PORT_BASE:-27100}
 ML_HTTP=$BASE ML_GRPC=$((BASE + 1)) ML_METRICS=$((BASE + 2))
 LLAMA_PORT=$((BASE + 10)) API_PORT=$((BASE + 20))
@@ -117,10 +119,10 @@ case "${1:-}" in
   config) config ;;
   mlserver) mlserver "${2:-}" ;;
   drive) # shellcheck disable=SC2046
-    python3 rig/drive.py --trace "$2" $(targets) --cpus "$CPUS" ;;
+    python3 rig/drive.py --trace "$2" $(targets) --cpus "$LOAD_CPUS" ;;
   hold)
     t=$(mktemp); echo "$3 $2" > "$t"
     # shellcheck disable=SC2046
-    python3 rig/drive.py --trace "$t" $(targets) --cpus "$CPUS"; rm -f "$t" ;;
+    python3 rig/drive.py --trace "$t" $(targets) --cpus "$LOAD_CPUS"; rm -f "$t" ;;
   *) sed -n 2,16p "$0" >&2; exit 2 ;;
 esac

@@ -334,7 +334,6 @@ fn on_the_host_sampler(config: &Path) {
 }
 
 #[test]
-#[ignore = "its kill-and-restart step failed in the one full run here (the restart was not counted within 90 s, perhaps because the kill landed during a process reconfiguration, which counts as a failed reconfiguration instead); the profile, train and daemon steps before it passed: run with --ignored"]
 fn real_servers_are_profiled_and_reconfigured_through_v2_repository_and_process() {
     let Some(venv) = venv() else { return };
     let dir = tempfile::tempdir().expect("tempdir");
@@ -563,22 +562,36 @@ fn real_servers_are_profiled_and_reconfigured_through_v2_repository_and_process(
     common::wait_for(LIMIT, "8 ticks", &logs, || ticks().filter(|t| *t >= 8.0));
     observe(&mut seen);
 
-    // Kill conv's server: the process actuator restarts and counts it.
+    // Kill conv's server: the process actuator restarts and counts it. A kill
+    // that lands while the actuator is starting conv for a new configuration
+    // is that reconfiguration failing (counted as a failure, the previous
+    // configuration started again), not a crash of a serving process: kill
+    // again, only while conv answers ready, until a restart is counted.
     let repo_b_text = repo_b.display().to_string();
-    let victims = common::wait_for(LIMIT, "conv's server process", &logs, || {
-        Some(pids_with(&repo_b_text)).filter(|p| !p.is_empty())
-    });
-    for pid in &victims {
-        let _ = Command::new("kill")
-            .args(["-KILL", &pid.to_string()])
-            .status();
-    }
-    let ticks_at_kill = ticks().expect("ticks");
-    common::wait_for(LIMIT, "the restart is counted", &logs, || {
+    let restarts = || {
         get(api, "/metrics")
             .and_then(|p| metric(&p, "mfsched_actuator_restarts_total{model=\"conv\"}"))
-            .filter(|c| *c >= 1.0)
+    };
+    let ticks_at_kill = ticks().expect("ticks");
+    let mut last_kill: Option<Instant> = None;
+    let mut kills = 0;
+    common::wait_for(LIMIT, "a restart of conv's server is counted", &logs, || {
+        if restarts().is_some_and(|c| c >= 1.0) {
+            return Some(());
+        }
+        let due = last_kill.is_none_or(|t| t.elapsed() > Duration::from_secs(5));
+        if due && serving(ports_b.http(), "conv").is_some() {
+            for pid in pids_with(&repo_b_text) {
+                let _ = Command::new("kill")
+                    .args(["-KILL", &pid.to_string()])
+                    .status();
+            }
+            last_kill = Some(Instant::now());
+            kills += 1;
+        }
+        None
     });
+    eprintln!("conv's server killed {kills} time(s) before a restart was counted");
     common::wait_for(LIMIT, "conv serves again", &logs, || {
         observe(&mut seen);
         serving(ports_b.http(), "conv")
@@ -598,16 +611,19 @@ fn real_servers_are_profiled_and_reconfigured_through_v2_repository_and_process(
             (applied()? == on_servers).then_some(())
         },
     );
-    let page = get(api, "/metrics").expect("metrics");
+    // Every model's server reports a throughput above zero. A restarted
+    // server's counters start again from zero, and a rate needs two reads of
+    // them: wait for the daemon's next reads rather than take the first page.
     for m in ["mlp", "conv"] {
-        let t = metric(
-            &page,
-            &format!("mfsched_measured_throughput{{model=\"{m}\""),
-        );
-        assert!(
-            t.is_some_and(|t| t > 0.0),
-            "{m}'s measured throughput: {page}"
-        );
+        let what = format!("{m}'s measured throughput above zero");
+        common::wait_for(LIMIT, &what, &logs, || {
+            let page = get(api, "/metrics")?;
+            metric(
+                &page,
+                &format!("mfsched_measured_throughput{{model=\"{m}\""),
+            )
+            .filter(|t| *t > 0.0)
+        });
     }
     stop.store(true, Ordering::Relaxed);
     for l in loads {
