@@ -575,22 +575,27 @@ fn real_servers_are_profiled_and_reconfigured_through_v2_repository_and_process(
     let ticks_at_kill = ticks().expect("ticks");
     let mut last_kill: Option<Instant> = None;
     let mut kills = 0;
-    common::wait_for(LIMIT, "a restart of conv's server is counted", &logs, || {
-        if restarts().is_some_and(|c| c >= 1.0) {
-            return Some(());
-        }
-        let due = last_kill.is_none_or(|t| t.elapsed() > Duration::from_secs(5));
-        if due && serving(ports_b.http(), "conv").is_some() {
-            for pid in pids_with(&repo_b_text) {
-                let _ = Command::new("kill")
-                    .args(["-KILL", &pid.to_string()])
-                    .status();
+    common::wait_for(
+        LIMIT,
+        "a restart of conv's server is counted",
+        &logs,
+        || {
+            if restarts().is_some_and(|c| c >= 1.0) {
+                return Some(());
             }
-            last_kill = Some(Instant::now());
-            kills += 1;
-        }
-        None
-    });
+            let due = last_kill.is_none_or(|t| t.elapsed() > Duration::from_secs(5));
+            if due && serving(ports_b.http(), "conv").is_some() {
+                for pid in pids_with(&repo_b_text) {
+                    let _ = Command::new("kill")
+                        .args(["-KILL", &pid.to_string()])
+                        .status();
+                }
+                last_kill = Some(Instant::now());
+                kills += 1;
+            }
+            None
+        },
+    );
     eprintln!("conv's server killed {kills} time(s) before a restart was counted");
     common::wait_for(LIMIT, "conv serves again", &logs, || {
         observe(&mut seen);

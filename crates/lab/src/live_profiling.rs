@@ -5,8 +5,11 @@
 //! load regime is not the profiler's to set: a load generator holds it, so a
 //! run profiles the plan's points of one regime (`--workload`) and checks, from
 //! the servers' request counters, that the load it saw fell in that regime.
-//! Each point: its joint configuration sent through the actuators, `settle`
-//! for the servers to reconfigure and warm up, then a `window` over which each
+//! Each point: its joint configuration sent through the actuators; for the
+//! models whose servers an actuator reconfigures and awaits (v2-repository,
+//! process), the wait until they serve it (each reconfiguration's downtime is
+//! kept for the summary); then `settle` for the servers to warm up, then a
+//! `window` over which each
 //! model's throughput counter is read at both ends (a direct scrape of its
 //! `/metrics`: a rate over an exact window, which a PromQL `rate()` window
 //! would blur) and the GPU state is read at its start, middle and end and
@@ -23,6 +26,7 @@ use mfsched_core::domain::{GpuState, JointConfig, Problem, WorkloadLevel};
 use mfsched_core::profile::{self, Profile, ProfileRow, SamplingPlan};
 use mfsched_daemon::actuator::Actuators;
 use mfsched_daemon::config::{DaemonConfig, ModelLoadConfig};
+use mfsched_daemon::declog::ReconfigRecord;
 use mfsched_daemon::load::{HttpClient, get, http_client, level_of, sample_sum};
 use mfsched_daemon::metrics::Metrics;
 use mfsched_daemon::sampler::{self, Sampler};
@@ -53,6 +57,9 @@ pub struct LiveOptions {
 }
 
 /// How one model's counters are read.
+/// Reads of a server's counters tried before a point fails.
+const COUNTER_READS: u32 = 3;
+
 #[derive(Debug, Clone)]
 struct ModelReader {
     uri: hyper::Uri,
@@ -83,9 +90,21 @@ impl ModelReader {
         })
     }
 
-    /// (requests, throughput) counters now.
+    /// (requests, throughput) counters now. A server busy at full load can
+    /// miss one read's timeout (llama-server on a saturated core does): the
+    /// read is tried [`COUNTER_READS`] times before the point fails.
     async fn counters(&self, client: &HttpClient, timeout: Duration) -> Result<(f64, f64)> {
-        let body = get(client, &self.uri, timeout, MAX_PAGE_BYTES).await?;
+        let mut attempt = 1;
+        let body = loop {
+            match get(client, &self.uri, timeout, MAX_PAGE_BYTES).await {
+                Ok(body) => break body,
+                Err(e) if attempt < COUNTER_READS => {
+                    tracing::warn!(model = %self.name, "reading {} (attempt {attempt} of {COUNTER_READS}): {e:#}", self.uri);
+                    attempt += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        };
         let text = std::str::from_utf8(&body).context("the /metrics page is not UTF-8")?;
         Ok((
             sample_sum(text, &self.requests, &self.label, &self.name)?,
@@ -124,6 +143,8 @@ pub struct LiveSummary {
     pub rows_in_file: usize,
     /// Rows whose observed load fell in another regime than `--workload`.
     pub off_regime: usize,
+    /// Every reconfiguration's downtime (request to ready), ms, per actuator.
+    pub downtime_ms: std::collections::BTreeMap<String, Vec<f64>>,
 }
 
 /// Measures `points` (from [`remaining_points`]) and appends them to `existing`
@@ -182,6 +203,7 @@ pub async fn run(
     });
     let mut running: Option<JointConfig> = None;
     let mut off_regime = 0;
+    let mut downtime_ms = std::collections::BTreeMap::<String, Vec<f64>>::new();
     for (k, joint) in points.iter().enumerate() {
         let changed: Vec<usize> = match &running {
             Some(r) => (0..joint.len()).filter(|&i| r[i] != joint[i]).collect(),
@@ -190,6 +212,26 @@ pub async fn run(
         let failures_before = metrics.actuator_failures_total();
         actuators.apply(problem, k as u64, joint, &changed);
         running = Some(joint.clone());
+        let awaited: Vec<usize> = changed
+            .iter()
+            .copied()
+            .filter(|&i| actuators.measured_by(i).is_some())
+            .collect();
+        for r in await_reconfigurations(&actuators, k as u64, &awaited).await? {
+            if let Some(e) = &r.error {
+                bail!(
+                    "point {}: {} did not take configuration {joint:?}: {e}; the {} rows before it are in {}",
+                    k + 1,
+                    problem.models[r.model as usize].name,
+                    profile.rows.len(),
+                    opts.out.display()
+                );
+            }
+            downtime_ms
+                .entry(r.actuator)
+                .or_default()
+                .push(r.downtime_ms);
+        }
         tokio::time::sleep(opts.settle).await;
         if metrics.actuator_failures_total() > failures_before {
             bail!(
@@ -256,7 +298,38 @@ pub async fn run(
         measured: points.len(),
         rows_in_file: profile.rows.len(),
         off_regime,
+        downtime_ms,
     })
+}
+
+/// Waits until the actuators report the reconfigurations of point `tick` for
+/// the models `awaited` finished (served, or failed and fallen back), bounded
+/// by the longest their configured timeouts allow: a point is measured only
+/// once its servers serve it, however long a restart took.
+async fn await_reconfigurations(
+    actuators: &Actuators,
+    tick: u64,
+    awaited: &[usize],
+) -> Result<Vec<ReconfigRecord>> {
+    let deadline = Instant::now() + actuators.longest_reconfiguration() + Duration::from_secs(5);
+    let mut done: Vec<ReconfigRecord> = Vec::with_capacity(awaited.len());
+    while done.len() < awaited.len() {
+        // Records of earlier points (a restart finishing late) are not this point's.
+        done.extend(actuators.drain().into_iter().filter(|r| r.tick == tick));
+        if done.len() >= awaited.len() {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "point {}: the actuators reported {} of {} reconfigurations within their own timeouts",
+                tick + 1,
+                done.len(),
+                awaited.len()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(done)
 }
 
 /// Reads the GPU state: from a DCGM exporter's page or the config's sampler.

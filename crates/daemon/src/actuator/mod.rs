@@ -174,6 +174,8 @@ pub struct Actuators {
     tasks: Vec<JoinHandle<()>>,
     /// Time the process actuator's supervisors need to stop their processes.
     stop_grace: Duration,
+    /// The longest one reconfiguration can take, failure and fall-back included.
+    longest_reconfiguration: Duration,
     metrics: Arc<Metrics>,
 }
 
@@ -268,6 +270,16 @@ impl Actuators {
             .process
             .as_ref()
             .map_or(Duration::ZERO, |p| Duration::from_millis(p.grace_ms));
+        // v2-repository: the load call and the readiness wait, then on failure
+        // the old configuration loaded and awaited again, and an unload call.
+        let v2 = config.v2_repository.as_ref().map_or(Duration::ZERO, |v| {
+            Duration::from_millis(3 * v.timeout_ms + 2 * v.ready_timeout_ms)
+        });
+        // process: the old process stopped, the new one awaited, then on
+        // failure it stopped and the previous one awaited again.
+        let process = config.process.as_ref().map_or(Duration::ZERO, |p| {
+            Duration::from_millis(2 * p.grace_ms + 2 * p.ready_timeout_ms)
+        });
         Ok(Self {
             file: config.file.clone(),
             webhooks,
@@ -275,6 +287,7 @@ impl Actuators {
             finished,
             tasks,
             stop_grace,
+            longest_reconfiguration: v2.max(process),
             metrics,
         })
     }
@@ -321,6 +334,12 @@ impl Actuators {
     /// since the last call, in the order they finished.
     pub fn drain(&self) -> Vec<ReconfigRecord> {
         self.finished.take()
+    }
+
+    /// The longest one reconfiguration through these actuators can take by
+    /// their configured timeouts, a failure and its fall-back included.
+    pub fn longest_reconfiguration(&self) -> Duration {
+        self.longest_reconfiguration
     }
 
     /// The actuator that reconfigures model `i` and measures its downtime, if any.

@@ -188,5 +188,15 @@ fn live(args: ProfileArgs) -> Result<()> {
         args.out.display(),
         summary.off_regime
     );
+    for (actuator, ms) in &summary.downtime_ms {
+        let mut ms = ms.clone();
+        println!(
+            "{actuator}: {} reconfigurations, downtime (request to ready) median {:.0} ms, p90 {:.0} ms, max {:.0} ms",
+            ms.len(),
+            mfsched_core::stats::nearest_rank(&mut ms, 0.5),
+            mfsched_core::stats::nearest_rank(&mut ms, 0.9),
+            mfsched_core::stats::nearest_rank(&mut ms, 1.0)
+        );
+    }
     Ok(())
 }

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# The whole loop on the rig (docs/real-servers.md, "The loop on the rig"), one
+# step at a time; every step writes under $RIG_DIR/run/loop and says what it ran.
+#
+#   rig/loop.sh profile   live profile of the pair and of each model alone, at
+#                         every regime, each under `rig.sh hold REGIME` (resumable:
+#                         rows already measured are skipped)
+#   rig/loop.sh fit       solo rows merged, data check, train, surrogate cv
+#   rig/loop.sh run NAME POLICY [SHADOWS] [PERIOD_MS]
+#                         the daemon under the trace (rig/traces/steps.txt), POLICY
+#                         active; its log and /v1/history kept as NAME
+#
+# Environment: as rig/rig.sh (RIG_DIR, RIG_CPUS, RIG_LOAD_CPUS, MLP_RATE,
+# GEMMA_RATE, GEMMA_TOKENS), MFSCHED (the binary; default target/release/mfsched),
+# SAMPLES (pair plan rows over the 4 regimes, default 128), SETTLE_MS, WINDOW_MS,
+# TRACE (default rig/traces/steps.txt).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REPO=$(pwd)
+RIG_DIR=$(cd "${RIG_DIR:-target/rig}" && pwd)
+RUN="$RIG_DIR/run"
+OUT="$RUN/loop"
+mkdir -p "$OUT"
+MFSCHED=${MFSCHED:-$REPO/target/release/mfsched}
+SAMPLES=${SAMPLES:-128}
+SETTLE_MS=${SETTLE_MS:-2500}
+WINDOW_MS=${WINDOW_MS:-5000}
+TRACE=${TRACE:-$REPO/rig/traces/steps.txt}
+REGIMES="low medium high burst"
+say() { echo "loop: $*" >&2; }
+
+# Holds REGIME on the servers of RIG_ONLY (or both) until the returned group is killed.
+hold() {
+  setsid rig/rig.sh hold "$1" 14000 > "$OUT/hold-$1.log" 2>&1 &
+  echo $!
+}
+stop_hold() { kill -- "-$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; }
+
+profile_one() { # CONFIG SAMPLES CSV [RIG_ONLY]
+  local config=$1 samples=$2 csv=$3
+  for regime in $REGIMES; do
+    say "profile $(basename "$config") at $regime"
+    local h
+    h=$(RIG_ONLY=${4:-} hold "$regime")
+    sleep 3
+    (cd "$RUN" && "$MFSCHED" profile --live --config "$config" --workload "$regime" \
+      --samples "$samples" --seed 1 --settle-ms "$SETTLE_MS" --window-ms "$WINDOW_MS" \
+      --repeats 1 --out "$csv") || { stop_hold "$h"; return 1; }
+    stop_hold "$h"
+  done
+}
+
+case "${1:-}" in
+  profile)
+    # Gemma alone with MLServer stopped (its memory and its idle CPU are not
+    # Gemma's co-runner), then MLServer alone, then the pair.
+    rig/rig.sh mlserver stop
+    profile_one "$RUN/mfsched-solo-gemma.toml" 48 "$OUT/solo-gemma.csv" gemma
+    rig/rig.sh mlserver start
+    profile_one "$RUN/mfsched-solo-mlp.toml" 32 "$OUT/solo-mlp.csv" mlp
+    profile_one "$RUN/mfsched-rig.toml" "$SAMPLES" "$OUT/pair.csv" ;;
+  fit)
+    "$RIG_DIR/venv/bin/python" rig/solo-rows.py --pair "$OUT/pair.csv" \
+      --solo "$OUT/solo-mlp.csv" --solo "$OUT/solo-gemma.csv" --out "$OUT/profile.csv"
+    "$MFSCHED" data check "$OUT/profile.csv" --scenario "$RUN/rig-n2.toml" | tee "$OUT/data-check.txt"
+    "$MFSCHED" train --data "$OUT/profile.csv" --scenario "$RUN/rig-n2.toml" --seed 1 \
+      --out "$OUT/bundle" | tee "$OUT/train.txt"
+    "$MFSCHED" surrogate cv --data "$OUT/profile.csv" --scenario "$RUN/rig-n2.toml" \
+      --fields observed,co-runner-solo --jobs 1 --out "$OUT/cv" | tee "$OUT/cv.txt" ;;
+  run)
+    # A daemon run under the trace: NAME, the active POLICY, SHADOWS (a TOML
+    # list, default the config's), PERIOD_MS (default 1000), SCENARIO and
+    # BUNDLE (default the pair's and the trained bundle; a static run passes a
+    # one-configuration scenario and no bundle).
+    name=$2 policy=$3 shadows=${4:-} period=${5:-1000}
+    dir="$OUT/$name"
+    rm -rf "$dir"; mkdir -p "$dir"
+    scenario=${SCENARIO:-$RUN/rig-n2.toml}
+    bundle=${BUNDLE-$OUT/bundle}
+    # The config: the rig's, with this run's policy, period, scenario and bundle.
+    sed -e "s|^scenario = .*|scenario = \"$scenario\"|" \
+        -e "s|^active = .*|active = \"$policy\"${bundle:+\\nbundle_dir = \"$bundle\"}|" \
+        -e "s|^period_ms = .*|period_ms = $period|" \
+        ${shadows:+-e "s|^shadows = .*|shadows = $shadows|"} \
+        "$RUN/mfsched-rig.toml" > "$dir/mfsched.toml"
+    rig/rig.sh mlserver start
+    MFSCHED_API_TOKEN=rig RUST_LOG=info "$MFSCHED" run --config "$dir/mfsched.toml" \
+      > "$dir/daemon.log" 2>&1 &
+    daemon=$!
+    api=$(grep -oE '^listen = "[^"]+"' "$dir/mfsched.toml" | cut -d'"' -f2)
+    for _ in $(seq 1 240); do
+      curl -sf "http://$api/healthz" >/dev/null && break; sleep 0.5
+    done
+    say "run $name: $policy active, under $(basename "$TRACE")"
+    rig/rig.sh drive "$TRACE" | tee "$dir/drive.txt"
+    curl -sf "http://$api/v1/history" > "$dir/history.json"
+    curl -sf "http://$api/metrics" > "$dir/metrics.txt"
+    kill -TERM "$daemon"; wait "$daemon" || true
+    "$RIG_DIR/venv/bin/python" rig/realised.py --history "$dir/history.json" \
+      --bundle "$OUT/bundle" --scenario "$RUN/rig-n2.toml" --json "$dir/realised.json" ;;
+  *) sed -n 2,22p "$0" >&2; exit 2 ;;
+esac

@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""Realised utility of a rig run, from the servers' measured throughputs.
+
+The daemon's `/v1/history` (dumped by rig/loop.sh every few minutes: it keeps
+the newest 600 ticks) has, per tick, the configuration running after it and
+each model's throughput as its own server reported it over the period before
+it. So tick t's measurement belongs to the configuration tick t-1 left
+running. This scores those pairs with the published utility
+(plugins/utility/src/lib.rs; the same formula, with the bundle's per-variant
+throughput ranges and the scenario's quality and reconfiguration costs):
+
+    J = sum_i q_i(v)/q_i,max * clamp((T_i - min_i,v)/(max_i,v - min_i,v), 0, 1) - sum_i r_i
+
+and counts floor violations (a measured T_i under the model's sla_floor). The
+reward (the sum) and the reconfiguration penalty are reported apart: a
+restart's real cost is already in the measured throughput of its period.
+The ticks of the first SKIP seconds (servers coming up) are left out.
+
+Usage: realised.py --history H.json [--history ...] --bundle DIR --scenario S.toml
+                   [--skip 10] [--json OUT.json]
+"""
+
+import argparse
+import json
+import sys
+import tomllib
+
+
+def load_history(paths):
+    ticks = {}
+    for p in paths:
+        with open(p, encoding="utf-8") as f:
+            doc = json.load(f)
+        for t in doc.get("ticks", []):
+            ticks[t["tick"]] = t
+    return [ticks[k] for k in sorted(ticks)]
+
+
+def main(argv):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--history", action="append", required=True)
+    p.add_argument("--bundle", required=True)
+    p.add_argument("--scenario", required=True)
+    p.add_argument("--skip", type=float, default=10.0)
+    p.add_argument("--json")
+    args = p.parse_args(argv)
+    with open(args.scenario, "rb") as f:
+        scen = tomllib.load(f)
+    with open(f"{args.bundle}/bundle.json", encoding="utf-8") as f:
+        manifest = json.load(f)
+    models = [m["name"] for m in scen["models"]]
+    family = {m["name"]: scen["families"][m["family"]] for m in scen["models"]}
+    floors = {m["name"]: float(m.get("sla_floor", 0.0)) for m in scen["models"]}
+    quality = {m: {v["name"]: float(v["quality"]) for v in family[m]["variants"]} for m in models}
+    ranges = {}
+    for m in manifest["models"]:
+        ranges[m["name"]] = {r["variant"]: (r["min"], r["max"]) for r in m["throughput_ranges"]}
+    reconfig = scen.get("reconfig", {})
+    switch_cost = float(reconfig.get("variant_switch", 0.0))
+    knob_cost = float(reconfig.get("knob_change", 0.0))
+
+    ticks = load_history(args.history)
+    if len(ticks) < 2:
+        sys.exit("fewer than two ticks in the history")
+    t0 = ticks[0]["unix_ms"]
+    scored, penalties, violations, reconfigs, predicted = [], [], {m: 0 for m in models}, 0, []
+    for prev, cur in zip(ticks, ticks[1:]):
+        if cur["tick"] != prev["tick"] + 1 or (cur["unix_ms"] - t0) / 1e3 < args.skip:
+            continue
+        measured = cur["measured_throughput"]
+        if any(v is None for v in measured):
+            continue
+        j, penalty = 0.0, 0.0
+        for i, m in enumerate(models):
+            variant = prev["running"][i].split()[0]
+            lo, hi = ranges[m][variant]
+            norm = 1.0 if hi <= lo else min(max((measured[i] - lo) / (hi - lo), 0.0), 1.0)
+            j += quality[m][variant] / max(quality[m].values()) * norm
+            if measured[i] < floors[m]:
+                violations[m] += 1
+            if cur["running"][i] != prev["running"][i]:
+                reconfigs += 1
+                penalty += switch_cost if cur["running"][i].split()[0] != variant else knob_cost
+        scored.append(j)
+        penalties.append(penalty)
+        active = prev["policies"][0] if prev["policies"] else {}
+        if active.get("utility") is not None:
+            predicted.append(active["utility"])
+    n = len(scored)
+    out = {
+        "ticks_scored": n,
+        "realised_reward_mean": sum(scored) / n if n else None,
+        "reconfiguration_penalty_mean": sum(penalties) / n if n else None,
+        "realised_utility_mean": (sum(scored) - sum(penalties)) / n if n else None,
+        "predicted_utility_mean": sum(predicted) / len(predicted) if predicted else None,
+        "floor_violation_ticks": violations,
+        "floor_violation_share": {m: v / n for m, v in violations.items()} if n else None,
+        "changes": reconfigs,
+    }
+    print(json.dumps(out, indent=1))
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(out, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
