@@ -9,6 +9,8 @@
 #   rig/loop.sh run NAME POLICY [SHADOWS] [PERIOD_MS]
 #                         the daemon under the trace (rig/traces/steps.txt), POLICY
 #                         active; its log and /v1/history kept as NAME
+#   rig/loop.sh overhead [SECS]
+#                         the daemon's CPU and RSS at 10 Hz with three shadows
 #
 # Environment: as rig/rig.sh (RIG_DIR, RIG_CPUS, RIG_LOAD_CPUS, MLP_RATE,
 # GEMMA_RATE, GEMMA_TOKENS), MFSCHED (the binary; default target/release/mfsched),
@@ -71,7 +73,8 @@ case "${1:-}" in
     # A daemon run under the trace: NAME, the active POLICY, SHADOWS (a TOML
     # list, default the config's), PERIOD_MS (default 1000), SCENARIO and
     # BUNDLE (default the pair's and the trained bundle; a static run passes a
-    # one-configuration scenario and no bundle).
+    # one-configuration scenario and its bundle); DOWNTIME_AS_COST=1 makes the
+    # measured downtime the utility's reconfiguration cost.
     name=$2 policy=$3 shadows=${4:-} period=${5:-1000}
     dir="$OUT/$name"
     rm -rf "$dir"; mkdir -p "$dir"
@@ -82,6 +85,7 @@ case "${1:-}" in
         -e "s|^active = .*|active = \"$policy\"${bundle:+\\nbundle_dir = \"$bundle\"}|" \
         -e "s|^period_ms = .*|period_ms = $period|" \
         ${shadows:+-e "s|^shadows = .*|shadows = $shadows|"} \
+        ${DOWNTIME_AS_COST:+-e 's|^file = "applied.json"|file = "applied.json"\ndowntime_as_cost = true|'} \
         "$RUN/mfsched-rig.toml" > "$dir/mfsched.toml"
     rig/rig.sh mlserver start
     MFSCHED_API_TOKEN=rig RUST_LOG=info "$MFSCHED" run --config "$dir/mfsched.toml" \
@@ -98,5 +102,33 @@ case "${1:-}" in
     kill -TERM "$daemon"; wait "$daemon" || true
     "$RIG_DIR/venv/bin/python" rig/realised.py --history "$dir/history.json" \
       --bundle "$OUT/bundle" --scenario "$RUN/rig-n2.toml" --json "$dir/realised.json" ;;
+  overhead)
+    # The daemon's own CPU and memory at a 100 ms tick (10 Hz) with three
+    # shadows, both servers under medium load for SECS (default 60) seconds:
+    # utime + stime from /proc/PID/stat over the run, VmRSS and VmHWM at its end.
+    secs=${2:-60}
+    dir="$OUT/overhead"
+    rm -rf "$dir"; mkdir -p "$dir"
+    sed -e "s|^scenario = .*|scenario = \"$RUN/rig-n2.toml\"|" \
+        -e "s|^active = .*|active = \"exact\"\\nbundle_dir = \"$OUT/bundle\"|" \
+        -e "s|^period_ms = .*|period_ms = 100|" -e "s|^deadline_ms = .*|deadline_ms = 75|" \
+        -e 's|^shadows = .*|shadows = ["ga", "static-budget", "hold"]|' \
+        "$RUN/mfsched-rig.toml" > "$dir/mfsched.toml"
+    rig/rig.sh mlserver start
+    h=$(hold medium)
+    MFSCHED_API_TOKEN=rig "$MFSCHED" run --config "$dir/mfsched.toml" > "$dir/daemon.log" 2>&1 &
+    daemon=$!
+    sleep 10 # start-up (component compiles, the servers' first configuration)
+    ticks() { curl -sf "http://$(grep -oE '^listen = "[^"]+"' "$dir/mfsched.toml" | cut -d'"' -f2)/metrics" | awk '/^mfsched_ticks_total /{print $2}'; }
+    cpu0=$(awk '{print $14 + $15}' "/proc/$daemon/stat"); t0=$(ticks)
+    sleep "$secs"
+    cpu1=$(awk '{print $14 + $15}' "/proc/$daemon/stat"); t1=$(ticks)
+    hz=$(getconf CLK_TCK)
+    { echo "ticks: $((t1 - t0)) in ${secs} s"
+      echo "cpu: $(python3 -c "print(f'{($cpu1 - $cpu0) / $hz / $secs * 100:.1f} % of one core')")"
+      grep -E 'VmRSS|VmHWM' "/proc/$daemon/status"
+      uptime; } | tee "$dir/overhead.txt"
+    kill -TERM "$daemon"; wait "$daemon" || true
+    stop_hold "$h" ;;
   *) sed -n 2,22p "$0" >&2; exit 2 ;;
 esac

@@ -14,10 +14,21 @@ throughput ranges and the scenario's quality and reconfiguration costs):
 and counts floor violations (a measured T_i under the model's sla_floor). The
 reward (the sum) and the reconfiguration penalty are reported apart: a
 restart's real cost is already in the measured throughput of its period.
-The ticks of the first SKIP seconds (servers coming up) are left out.
+The ticks of the first SKIP seconds (servers coming up) are left out. A
+server's counter moves in steps (llama-server counts a completion's tokens
+when it finishes): over one short poll a model that keeps its floor on average
+can read zero, so violations are also counted over windows of WINDOW ticks
+(the mean measured throughput of the window against the floor).
+
+The reaction time to a load step of the trace (--trace; the drive starts at
+the first tick whose first model measures a throughput above 1, the servers
+idle before it): the time from the step to the first tick that changed a
+configuration, plus that model's mean measured downtime (from the run's
+/metrics page, --metrics). A step no change followed within 30 s is counted
+as not reacted to (the configuration running was still the best predicted).
 
 Usage: realised.py --history H.json [--history ...] --bundle DIR --scenario S.toml
-                   [--skip 10] [--json OUT.json]
+                   [--metrics METRICS.txt] [--skip 10] [--window 10] [--json OUT.json]
 """
 
 import argparse
@@ -42,6 +53,9 @@ def main(argv):
     p.add_argument("--bundle", required=True)
     p.add_argument("--scenario", required=True)
     p.add_argument("--skip", type=float, default=10.0)
+    p.add_argument("--window", type=int, default=10)
+    p.add_argument("--metrics")
+    p.add_argument("--trace")
     p.add_argument("--json")
     args = p.parse_args(argv)
     with open(args.scenario, "rb") as f:
@@ -87,6 +101,13 @@ def main(argv):
         if active.get("utility") is not None:
             predicted.append(active["utility"])
     n = len(scored)
+    # Floors over windows of consecutive scored ticks.
+    measured_rows = [cur["measured_throughput"] for prev, cur in zip(ticks, ticks[1:])
+                     if cur["tick"] == prev["tick"] + 1 and (cur["unix_ms"] - t0) / 1e3 >= args.skip
+                     and all(v is not None for v in cur["measured_throughput"])]
+    windows = [measured_rows[k:k + args.window] for k in range(0, len(measured_rows) - args.window + 1, args.window)]
+    window_violations = {m: sum(1 for w in windows if sum(r[i] for r in w) / len(w) < floors[m])
+                         for i, m in enumerate(models)}
     out = {
         "ticks_scored": n,
         "realised_reward_mean": sum(scored) / n if n else None,
@@ -95,13 +116,70 @@ def main(argv):
         "predicted_utility_mean": sum(predicted) / len(predicted) if predicted else None,
         "floor_violation_ticks": violations,
         "floor_violation_share": {m: v / n for m, v in violations.items()} if n else None,
+        "windows": len(windows),
+        "window_ticks": args.window,
+        "floor_violation_windows": window_violations,
         "changes": reconfigs,
     }
+    if args.trace:
+        out.update(reaction(ticks, models, args.metrics, args.trace))
     print(json.dumps(out, indent=1))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(out, f, indent=1)
     return 0
+
+
+def reaction(ticks, models, metrics_path, trace_path):
+    """Reaction times to the regime steps the daemon saw, in ms."""
+    downtime = {}
+    if metrics_path:
+        sums, counts = {}, {}
+        with open(metrics_path, encoding="utf-8") as f:
+            for line in f:
+                for kind, store in (("_sum", sums), ("_count", counts)):
+                    prefix = "mfsched_reconfiguration_downtime_seconds" + kind + '{model="'
+                    if line.startswith(prefix):
+                        model = line[len(prefix):].split('"', 1)[0]
+                        store[model] = store.get(model, 0.0) + float(line.rsplit(" ", 1)[1])
+        downtime = {m: sums[m] / counts[m] * 1e3 for m in sums if counts.get(m)}
+    steps, at = [], 0.0
+    with open(trace_path, encoding="utf-8") as f:
+        for line in f:
+            parts = line.split("#", 1)[0].split()
+            if len(parts) == 2:
+                if at > 0:
+                    steps.append(at)
+                at += float(parts[0])
+    start = next((t["unix_ms"] for t in ticks
+                  if (t["measured_throughput"][0] or 0.0) > 1.0), None)
+    times, unanswered = [], 0
+    for step in steps:
+        if start is None:
+            break
+        step_ms = start + step * 1e3
+        for j in range(1, len(ticks)):
+            t = ticks[j]
+            if t["unix_ms"] < step_ms:
+                continue
+            if t["unix_ms"] > step_ms + 30e3:
+                unanswered += 1
+                break
+            changed = [i for i in range(len(models)) if t["running"][i] != ticks[j - 1]["running"][i]]
+            if changed:
+                times.append(t["unix_ms"] - step_ms + max(downtime.get(models[i], 0.0) for i in changed))
+                break
+        else:
+            unanswered += 1
+    times.sort()
+    return {
+        "trace_steps": len(times) + unanswered,
+        "steps_without_change": unanswered,
+        "reaction_ms_median": times[len(times) // 2] if times else None,
+        "reaction_ms_max": times[-1] if times else None,
+        "reaction_ms": times,
+        "mean_downtime_ms": downtime,
+    }
 
 
 if __name__ == "__main__":

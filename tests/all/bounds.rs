@@ -195,3 +195,82 @@ fn a_plugin_file_name_with_escapes_never_reaches_the_terminal_raw() {
         assert!(text.contains("no control character"), "{args:?}: {text}");
     }
 }
+
+/// Item 8: `profile --live` writes a point only when its readings make a row
+/// the reader accepts. A DCGM page reporting 1e9 MiB in use (far above the
+/// card) makes every window's state unreadable: every point is reported and
+/// skipped, the run ends, and whatever file it leaves reads back.
+#[test]
+fn profile_live_skips_readings_that_are_not_a_row() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    // One page per connection: counters that rise, memory far above any card.
+    std::thread::spawn(move || {
+        for (n, stream) in listener.incoming().enumerate() {
+            let Ok(mut stream) = stream else { continue };
+            let mut buf = [0u8; 4096];
+            let _ = stream.read(&mut buf);
+            let v = 10 * n;
+            let body = format!(
+                "hostile_requests_total {v}\nhostile_tokens_total {v}\n\
+                 DCGM_FI_DEV_FB_USED{{gpu=\"0\"}} 1e9\nDCGM_FI_DEV_GPU_UTIL{{gpu=\"0\"}} 50\n"
+            );
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    let scenario = "paper-n2";
+    let problem = mfsched_core::scenario::load(scenario)
+        .expect("bundled")
+        .problem;
+    let mut extra =
+        "[workload]\nsource = \"prometheus\"\n\n[workload.prometheus]\ntimeout_ms = 400\n"
+            .to_owned();
+    for m in &problem.models {
+        extra.push_str(&format!(
+            "\n[workload.prometheus.models.{}]\nmetric = \"hostile_requests_total\"\nlabel = \"\"\n\
+             throughput_metric = \"hostile_tokens_total\"\nscrape = \"http://{addr}/metrics\"\nreference_rate = 10.0\n",
+            m.name
+        ));
+    }
+    let config = common::daemon_config(d, scenario, 1000, "active = \"hold\"", &extra);
+    let out = d.join("live.csv");
+    let o = mfsched(&[
+        "profile",
+        "--live",
+        "--config",
+        utf8(&config),
+        "--workload",
+        "low",
+        "--samples",
+        "8",
+        "--seed",
+        "1",
+        "--settle-ms",
+        "10",
+        "--window-ms",
+        "50",
+        "--gpu-metrics",
+        &format!("http://{addr}/metrics"),
+        "--out",
+        utf8(&out),
+    ]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(text.contains("measured 0 rows"), "{text}");
+    assert!(text.contains("point(s) skipped"), "{text}");
+    assert!(
+        stderr(&o).contains("not a profile row, skipped"),
+        "{}",
+        stderr(&o)
+    );
+    if out.exists() {
+        let read = mfsched_core::profile::read_csv(&out, &problem).expect("the file reads back");
+        assert!(read.rows.is_empty(), "{:?}", read.rows);
+    }
+}

@@ -143,6 +143,8 @@ pub struct LiveSummary {
     pub rows_in_file: usize,
     /// Rows whose observed load fell in another regime than `--workload`.
     pub off_regime: usize,
+    /// Points whose readings were not a valid row (not written).
+    pub skipped: usize,
     /// Every reconfiguration's downtime (request to ready), ms, per actuator.
     pub downtime_ms: std::collections::BTreeMap<String, Vec<f64>>,
 }
@@ -204,6 +206,7 @@ pub async fn run(
     let mut running: Option<JointConfig> = None;
     let mut off_regime = 0;
     let mut downtime_ms = std::collections::BTreeMap::<String, Vec<f64>>::new();
+    let mut skipped = 0;
     for (k, joint) in points.iter().enumerate() {
         let changed: Vec<usize> = match &running {
             Some(r) => (0..joint.len()).filter(|&i| r[i] != joint[i]).collect(),
@@ -280,7 +283,7 @@ pub async fn run(
             off_regime += 1;
         }
         let n = states.len() as f64;
-        profile.rows.push(ProfileRow {
+        let row = ProfileRow {
             joint: joint.clone(),
             workload: opts.workload,
             state: GpuState {
@@ -289,15 +292,30 @@ pub async fn run(
                 utilization: states.iter().map(|s| s.1).sum::<f64>() / n,
             },
             throughput,
-        });
+        };
+        // A window whose readings the profile's reader would refuse (a counter
+        // of ±1e308, a memory reading above the card) is reported and not
+        // written: the file stays readable, so a rerun resumes and measures
+        // the point again.
+        if let Err(e) = profile::csv::check_row(&row, problem) {
+            tracing::warn!(
+                "point {}: its readings are not a profile row, skipped: {e:#}",
+                k + 1
+            );
+            skipped += 1;
+            on_row(k + 1, points.len());
+            continue;
+        }
+        profile.rows.push(row);
         profile::write_csv(&profile, problem, &opts.out)?;
         on_row(k + 1, points.len());
     }
     actuators.shutdown(Duration::from_secs(2)).await;
     Ok(LiveSummary {
-        measured: points.len(),
+        measured: points.len() - skipped,
         rows_in_file: profile.rows.len(),
         off_regime,
+        skipped,
         downtime_ms,
     })
 }

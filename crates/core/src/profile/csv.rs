@@ -115,7 +115,7 @@ pub fn write_csv(profile: &Profile, problem: &Problem, path: &Path) -> Result<()
         let mut w = ::csv::Writer::from_writer(&mut text);
         w.write_record(columns(problem))?;
         for (k, row) in profile.rows.iter().enumerate() {
-            check_row_shape(row, problem).with_context(|| format!("profile row {k}"))?;
+            check_row(row, problem).with_context(|| format!("profile row {k}"))?;
             let mut record = vec![
                 FORMAT_VERSION.to_string(),
                 profile.scenario.clone(),
@@ -138,6 +138,9 @@ pub fn write_csv(profile: &Profile, problem: &Problem, path: &Path) -> Result<()
                 row.model,
                 row.config
             );
+            check_state(&row.state, problem)
+                .and_then(|()| check_model_throughput(&problem.models[row.model], row.throughput))
+                .with_context(|| format!("solo row {k}"))?;
             let mut record = vec![
                 FORMAT_VERSION.to_string(),
                 profile.scenario.clone(),
@@ -167,6 +170,75 @@ fn push_model_cells(record: &mut Vec<String>, m: &Model, running: Option<(u32, f
         }
         None => record.extend(std::iter::repeat_n(String::new(), m.knobs.len() + 2)),
     }
+}
+
+/// A row's values as the reader checks each cell: what [`write_csv`] writes
+/// and `profile --live` keeps must read back. The error names the column.
+pub fn check_row(row: &ProfileRow, problem: &Problem) -> Result<()> {
+    check_row_shape(row, problem)?;
+    check_state(&row.state, problem)?;
+    for (m, &tp) in problem.models.iter().zip(&row.throughput) {
+        check_model_throughput(m, tp)?;
+    }
+    Ok(())
+}
+
+/// A row's measured state, as the reader checks its two cells.
+fn check_state(state: &GpuState, problem: &Problem) -> Result<()> {
+    finite(state.vram_used_mib)
+        .and_then(|()| check_vram(state.vram_used_mib, problem))
+        .map_err(|m| anyhow::anyhow!("{COL_VRAM}: {m}"))?;
+    finite(state.utilization)
+        .and_then(|()| check_utilization(state.utilization))
+        .map_err(|m| anyhow::anyhow!("{COL_UTILIZATION}: {m}"))
+}
+
+fn check_model_throughput(m: &Model, tp: f64) -> Result<()> {
+    finite(tp)
+        .and_then(|()| check_throughput(tp))
+        .map_err(|e| anyhow::anyhow!("{}.throughput: {e}", m.name))
+}
+
+fn finite(v: f64) -> Result<(), String> {
+    if v.is_finite() {
+        Ok(())
+    } else {
+        Err(format!("'{v}' is not a number"))
+    }
+}
+
+/// The mean device memory over a window: not negative, and not above the card
+/// by more than sampling noise (a value that is is a peak, a sum over devices
+/// or another unit).
+fn check_vram(vram_used_mib: f64, problem: &Problem) -> Result<(), String> {
+    if vram_used_mib < 0.0 {
+        return Err(format!("{vram_used_mib} is negative"));
+    }
+    let card = f64::from(problem.card.vram_mib);
+    if vram_used_mib > card * (1.0 + VRAM_NOISE_ALLOWANCE) {
+        return Err(format!(
+            "{vram_used_mib} MiB is more than the card's {card} MiB \
+             (the column is the mean device memory in use over the measuring window, in MiB)"
+        ));
+    }
+    Ok(())
+}
+
+fn check_utilization(utilization: f64) -> Result<(), String> {
+    if !(0.0..=1.0).contains(&utilization) {
+        return Err(format!(
+            "{utilization} is outside [0, 1] (the column is the mean utilisation over the \
+             measuring window, as a fraction)"
+        ));
+    }
+    Ok(())
+}
+
+fn check_throughput(tp: f64) -> Result<(), String> {
+    if tp < 0.0 {
+        return Err(format!("throughput {tp} is negative"));
+    }
+    Ok(())
 }
 
 /// A row must have one in-range configuration and one throughput per model.
@@ -437,31 +509,9 @@ fn read<R: std::io::Read>(
             }
         };
         let vram_used_mib = number(layout.vram)?;
-        if vram_used_mib < 0.0 {
-            return Err(bad(layout.vram, format!("{vram_used_mib} is negative")));
-        }
-        // A mean over the window cannot exceed the card by more than sampling
-        // noise; a value that does is a peak, a sum over devices or another unit.
-        let card = f64::from(problem.card.vram_mib);
-        if vram_used_mib > card * (1.0 + VRAM_NOISE_ALLOWANCE) {
-            return Err(bad(
-                layout.vram,
-                format!(
-                    "{vram_used_mib} MiB is more than the card's {card} MiB \
-                     (the column is the mean device memory in use over the measuring window, in MiB)"
-                ),
-            ));
-        }
+        check_vram(vram_used_mib, problem).map_err(|m| bad(layout.vram, m))?;
         let utilization = number(layout.utilization)?;
-        if !(0.0..=1.0).contains(&utilization) {
-            return Err(bad(
-                layout.utilization,
-                format!(
-                    "{utilization} is outside [0, 1] (the column is the mean utilisation over the \
-                     measuring window, as a fraction)"
-                ),
-            ));
-        }
+        check_utilization(utilization).map_err(|m| bad(layout.utilization, m))?;
 
         let mut joint = Vec::with_capacity(problem.models.len());
         let mut throughput = Vec::with_capacity(problem.models.len());
@@ -592,9 +642,7 @@ fn read_model<'r>(
         )
     })?;
     let tp = number(cols[next])?;
-    if tp < 0.0 {
-        return Err(bad(cols[next], format!("throughput {tp} is negative")));
-    }
+    check_throughput(tp).map_err(|m| bad(cols[next], m))?;
     Ok((config as u32, tp))
 }
 

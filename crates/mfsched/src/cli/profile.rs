@@ -188,6 +188,12 @@ fn live(args: ProfileArgs) -> Result<()> {
         args.out.display(),
         summary.off_regime
     );
+    if summary.skipped > 0 {
+        println!(
+            "{} point(s) skipped: their readings were not a valid row (see the warnings); a rerun measures them again",
+            summary.skipped
+        );
+    }
     for (actuator, ms) in &summary.downtime_ms {
         let mut ms = ms.clone();
         println!(
