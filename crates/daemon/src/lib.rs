@@ -62,6 +62,7 @@ pub fn build_policies(
         problem,
         predictor,
         policy.utility.as_deref().unwrap_or("utility"),
+        &policy.utility_params(),
         policy.plugin_dir.as_deref(),
         config.tick.deadline(),
         config.seed,
@@ -298,8 +299,22 @@ async fn can_decide(
             return Ok(());
         }
     };
+    // A utility's refusal may be its parameters' doing: name them too.
+    let params = match (&failure, config.policy.utility_params.is_empty()) {
+        (PluginFailure::Utility(_), false) => format!(
+            " (policy.utility_params: {})",
+            config
+                .policy
+                .utility_params()
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        ),
+        _ => String::new(),
+    };
     bail!(
-        "policy.active = '{active}' cannot decide with policy.utility = '{}': the policy {}",
+        "policy.active = '{active}' cannot decide with policy.utility = '{}'{params}: the policy {}",
         config.policy.utility.as_deref().unwrap_or("utility"),
         mfsched_plugin_host::output::printable(&failure.to_string(), 300)
     )
