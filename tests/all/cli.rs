@@ -219,7 +219,15 @@ fn a_bounded_run_decides_every_tick() {
     );
     let log = dir.path().join("decisions.log");
     let out = mfsched(&["replay", log.to_str().expect("utf-8 path")]);
-    assert_eq!(stdout(&out).lines().count(), 5, "{}", stdout(&out));
+    let text = stdout(&out);
+    // One line per tick, after the line naming the utility they were scored with.
+    assert_eq!(text.lines().count(), 6, "{text}");
+    assert!(text.starts_with("utility utility@"), "{text}");
+    assert_eq!(
+        text.lines().filter(|l| l.starts_with("tick ")).count(),
+        5,
+        "{text}"
+    );
     // A second run continues the numbering in the same log.
     let out = mfsched(&[
         "run",
