@@ -695,6 +695,18 @@ fn a_utility_from_the_template_builds_passes_check_decides_with_exact_and_ga_and
         "{text}"
     );
     assert!(text.contains("terms: additive"), "{text}");
+    // `plugins list` shows the flag that sets a utility's parameter.
+    let out = mfsched(&[
+        "plugins",
+        "list",
+        "--plugin-dir",
+        path_str(component.parent().expect("a directory")),
+    ]);
+    assert!(
+        stdout(&out).contains("--utility-param throughput-weight=1.0"),
+        "{}",
+        stdout(&out)
+    );
     let out = mfsched(&[
         "plugins",
         "check",

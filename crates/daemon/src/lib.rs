@@ -70,6 +70,27 @@ pub fn build_policies(
     for note in notes {
         tracing::warn!("{note}");
     }
+    // What every tick is scored with, for the operator reading the log.
+    let utility = policies.pipeline().utility().load();
+    let params = utility.params_pairs();
+    tracing::info!(
+        sha256 = %utility.info.sha256,
+        "scoring with utility '{}' ({}){}",
+        utility.info.name,
+        utility.info.title,
+        if params.is_empty() {
+            String::new()
+        } else {
+            format!(
+                ", parameters {}",
+                params
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            )
+        }
+    );
     Ok(policies)
 }
 

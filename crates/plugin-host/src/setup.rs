@@ -50,7 +50,8 @@ pub fn with_declared_params(
 ) -> Result<Vec<(String, String)>, String> {
     let seeded = component.world == World::Policy;
     for (key, _) in &given {
-        if !(seeded && key == SEED) && !component.params.iter().any(|p| &p.name == key) {
+        let declared = (seeded && key == SEED) || component.params.iter().any(|p| &p.name == key);
+        if !declared {
             let known: Vec<&str> = component.params.iter().map(|p| p.name.as_str()).collect();
             return Err(format!(
                 "unknown parameter '{key}' for {} '{}'; it knows: {}",

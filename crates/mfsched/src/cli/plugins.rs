@@ -419,9 +419,14 @@ pub fn run(cmd: PluginsCommand) -> Result<()> {
                                 mfsched_core::text::path(p)
                             );
                         }
+                        // The flag that sets it: a utility's parameters are not a policy's.
+                        let flag = match i.world {
+                            mfsched_plugin_host::World::Policy => "--param",
+                            mfsched_plugin_host::World::Utility => "--utility-param",
+                        };
                         for p in &i.params {
                             println!(
-                                "{:<16} {:<8} {:<24} {:<10} {:<12}   --param {}={}  {}",
+                                "{:<16} {:<8} {:<24} {:<10} {:<12}   {flag} {}={}  {}",
                                 "", "", "", "", "", p.name, p.default_value, p.description
                             );
                         }
@@ -530,6 +535,11 @@ fn new_crate(
                     component.display()
                 );
             }
+            // The template declares a parameter: show how it is set.
+            println!(
+                "  mfsched decide --scenario paper-n5 --policy exact --utility {} --utility-param throughput-weight=0.5",
+                component.display()
+            );
         }
     }
     Ok(())
