@@ -334,8 +334,14 @@ async fn can_decide(
         ),
         _ => String::new(),
     };
+    // A utility's failure names the utility itself; anything else is the policy's.
+    let whose = if matches!(failure, PluginFailure::Utility(_)) {
+        ""
+    } else {
+        "the policy "
+    };
     bail!(
-        "policy.active = '{active}' cannot decide with policy.utility = '{}'{params}: the policy {}",
+        "policy.active = '{active}' cannot decide with policy.utility = '{}'{params}: {whose}{}",
         config.policy.utility.as_deref().unwrap_or("utility"),
         mfsched_plugin_host::output::printable(&failure.to_string(), 300)
     )
