@@ -82,6 +82,11 @@ const TEST_PLUGINS: &[(&str, &str, &str)] = &[
         "mfsched_test_plugin_wit_0_1_0",
     ),
     (
+        "wit-0-2-0-utility",
+        "mfsched-test-plugin-wit-0-2-0-utility",
+        "mfsched_test_plugin_wit_0_2_0_utility",
+    ),
+    (
         "bad-terms",
         "mfsched-test-plugin-bad-terms",
         "mfsched_test_plugin_bad_terms",
@@ -124,6 +129,7 @@ fn main() {
         "plugins",
         "tests/plugins",
         "tests/fixtures/wit-0.1.0",
+        "tests/fixtures/wit-0.2.0",
         "wit",
         "Cargo.toml",
         "Cargo.lock",

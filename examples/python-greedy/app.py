@@ -7,7 +7,8 @@ model's predicted throughput for every local configuration in one
 leanest one that meets every SLA floor, the policy moves one model at a time to its best local
 configuration, scored by the host's utility (`objective.evaluate`), until no
 single move improves. Models are visited in an order drawn from the `seed`
-parameter, so equal seeds give equal decisions.
+parameter with the Rust SDK's generator, so for equal seeds this is the same
+search as the Rust template's, with the same decision.
 """
 
 from typing import List, Optional, Tuple
@@ -29,13 +30,49 @@ def splitmix64(state: int) -> Tuple[int, int]:
     return state, z ^ (z >> 31)
 
 
+def rotl(x: int, k: int) -> int:
+    return ((x << k) | (x >> (64 - k))) & MASK64
+
+
+class Rng:
+    """mfsched-sdk's `Rng` (rng/src/lib.rs), bit for bit: xoshiro256**
+    seeded through SplitMix64, and Lemire's unbiased `below`. The template
+    draws its model order from it, so equal seeds give the same order here."""
+
+    def __init__(self, seed: int):
+        state = seed & MASK64
+        self.s = []
+        for _ in range(4):
+            state, z = splitmix64(state)
+            self.s.append(z)
+
+    def next_u64(self) -> int:
+        s = self.s
+        result = (rotl((s[1] * 5) & MASK64, 7) * 9) & MASK64
+        t = (s[1] << 17) & MASK64
+        s[2] ^= s[0]
+        s[3] ^= s[1]
+        s[1] ^= s[2]
+        s[0] ^= s[3]
+        s[2] ^= t
+        s[3] = rotl(s[3], 45)
+        return result
+
+    def below(self, n: int) -> int:
+        """Uniform in [0, n), n > 0."""
+        while True:
+            m = self.next_u64() * n
+            low = m & MASK64
+            if low >= n or low >= ((-n) & MASK64) % n:
+                return m >> 64
+
+
 def shuffled(n: int, seed: int) -> List[int]:
-    """0..n-1 in a Fisher-Yates order drawn from `seed`."""
+    """0..n-1 in the Fisher-Yates order the Rust template draws from `seed`."""
     items = list(range(n))
-    state = seed & MASK64
+    rng = Rng(seed)
     for i in range(n - 1, 0, -1):
-        state, z = splitmix64(state)
-        j = z % (i + 1)
+        j = rng.below(i + 1)
         items[i], items[j] = items[j], items[i]
     return items
 

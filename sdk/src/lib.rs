@@ -163,6 +163,16 @@ impl Landscape {
         Self::of_table(surrogate::predict_table(state))
     }
 
+    /// [`Landscape::new`] for a policy that already holds `state`'s table
+    /// (one `predict-table` call per decision): the table is used unless the
+    /// host predicts under a candidate-aware field.
+    pub fn with_table(state: types::GpuState, table: Vec<f32>) -> Self {
+        if surrogate::prediction_field() == types::Field::CandidateAware {
+            return Landscape::Joint { state };
+        }
+        Self::of_table(table)
+    }
+
     /// The landscape of a prediction table (the field held fixed).
     pub fn of_table(table: Vec<f32>) -> Self {
         match objective::terms(&table) {

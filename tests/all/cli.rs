@@ -219,7 +219,15 @@ fn a_bounded_run_decides_every_tick() {
     );
     let log = dir.path().join("decisions.log");
     let out = mfsched(&["replay", log.to_str().expect("utf-8 path")]);
-    assert_eq!(stdout(&out).lines().count(), 5, "{}", stdout(&out));
+    let text = stdout(&out);
+    // One line per tick, after the line naming the utility they were scored with.
+    assert_eq!(text.lines().count(), 6, "{text}");
+    assert!(text.starts_with("utility utility@"), "{text}");
+    assert_eq!(
+        text.lines().filter(|l| l.starts_with("tick ")).count(),
+        5,
+        "{text}"
+    );
     // A second run continues the numbering in the same log.
     let out = mfsched(&[
         "run",
@@ -552,7 +560,7 @@ fn plugins_list_shows_worlds_wit_version_and_broken_files() {
             .find(|l| l.starts_with(&format!("{name} ")))
             .unwrap_or_else(|| panic!("no line for {name}: {text}"));
         assert!(line.contains(world), "{line}");
-        assert!(line.contains("mfsched:scheduler@0.2.0"), "{line}");
+        assert!(line.contains("mfsched:scheduler@0.3.0"), "{line}");
     }
     assert!(text.contains("corrupt.wasm: cannot load"), "{text}");
     assert!(text.contains("--param population=24"), "{text}");

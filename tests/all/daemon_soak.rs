@@ -606,6 +606,7 @@ fn plugin_host_on_paper_n2(
         &problem,
         predictor,
         "utility",
+        &[],
         Some(plugins),
         deadline,
         5,

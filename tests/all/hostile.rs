@@ -139,7 +139,16 @@ fn the_daemon_survives_a_policy_that_turns_hostile() {
     let replay = mfsched(&["replay", utf8(&log_path)]);
     assert!(replay.status.success());
     assert_no_forged_line(&stdout(&replay));
-    assert_eq!(stdout(&replay).lines().count(), 4, "one line per tick");
+    // One line per tick, after the one naming the utility they were scored with.
+    assert_eq!(stdout(&replay).lines().count(), 5, "one line per tick");
+    assert_eq!(
+        stdout(&replay)
+            .lines()
+            .filter(|l| l.starts_with("tick "))
+            .count(),
+        4,
+        "one line per tick"
+    );
     assert!(stdout(&replay).contains(&format!("turncoat@{}", &sha[..12])));
 }
 

@@ -149,11 +149,12 @@ fn a_policy_failing_every_tick_is_one_warn_line_then_one_recovery_line() {
 
 /// Configurations that cannot decide stop `mfsched run` before it writes
 /// anything, in one line naming the key: exact with a utility that is not
-/// additive, an unknown policy (active or shadow), an unknown utility. The
-/// same utility with ga decides.
+/// additive, an unknown policy (active or shadow), an unknown utility, a
+/// utility parameter the utility does not declare. The same utility with ga
+/// decides.
 #[test]
 fn a_configuration_that_cannot_decide_is_refused_at_start_up_naming_the_key() {
-    let cases: [(&str, &[&str]); 4] = [
+    let cases: [(&str, &[&str]); 5] = [
         (
             "active = \"exact\"\nutility = \"fairness\"\nplugin_dir = \"plugins\"",
             &[
@@ -175,6 +176,12 @@ fn a_configuration_that_cannot_decide_is_refused_at_start_up_naming_the_key() {
         (
             "active = \"ga\"\nutility = \"nonesuch\"",
             &["policy.utility = 'nonesuch'", "unknown plugin 'nonesuch'"],
+        ),
+        (
+            "active = \"ga\"\nutility_params = { weight = 2 }",
+            &[
+                "policy.utility_params: unknown parameter 'weight' for utility 'utility'; it knows: none",
+            ],
         ),
     ];
     for (policy, expected) in cases {
@@ -512,4 +519,168 @@ fn plugins_check_prints_the_gap_to_the_optimum() {
             assert_eq!(gap, 0.0, "{line}");
         }
     }
+}
+
+/// `replay` names the utility each tick was scored with: a line when it
+/// changes, and in `--summary` one row per policy per utility (a mean is never
+/// taken across a change) with the utilities listed by hash.
+#[test]
+fn replay_names_the_utility_each_tick_was_scored_with() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir(&plugins).expect("plugin dir");
+    std::fs::copy(test_plugin("fairness"), plugins.join("fairness.wasm")).expect("copy");
+    // Two daemon runs appending to one log: the published utility, then fairness.
+    for utility in ["utility", "fairness"] {
+        let config = common::daemon_config(
+            dir.path(),
+            "paper-n2",
+            100,
+            &format!("active = \"ga\"\nutility = \"{utility}\"\nplugin_dir = \"plugins\""),
+            "",
+        );
+        let out = mfsched(&[
+            "run",
+            "--config",
+            config.to_str().expect("utf-8"),
+            "--max-ticks",
+            "3",
+        ]);
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    let log = dir.path().join("decisions.log");
+    let log = log.to_str().expect("utf-8");
+    let out = mfsched(&["replay", log]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let named: Vec<&str> = text.lines().filter(|l| l.starts_with("utility ")).collect();
+    assert_eq!(named.len(), 2, "{text}");
+    assert!(named[0].starts_with("utility utility@"), "{text}");
+    assert!(named[1].starts_with("utility fairness@"), "{text}");
+    let ticks: Vec<&str> = text.lines().filter(|l| l.starts_with("tick ")).collect();
+    assert_eq!(ticks.len(), 6, "{text}");
+    // Each change comes right before the first tick scored with it.
+    let at = |needle: &str| text.lines().position(|l| l.starts_with(needle));
+    assert_eq!(
+        at("utility fairness@"),
+        at(ticks[3]).map(|i| i - 1),
+        "{text}"
+    );
+
+    let out = mfsched(&["replay", log, "--summary"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    for row in ["ga [u1]", "ga [u2]"] {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(row))
+            .unwrap_or_else(|| panic!("no row {row}: {text}"));
+        assert!(line.contains(" 3 "), "three decisions each: {line}");
+    }
+    assert!(
+        text.contains("utilities (from tick, scored with)"),
+        "{text}"
+    );
+    let listed: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("u1 ") || l.starts_with("u2 "))
+        .collect();
+    assert_eq!(listed.len(), 2, "{text}");
+    assert!(listed[0].contains("utility@"), "{text}");
+    assert!(listed[1].contains("fairness@"), "{text}");
+}
+
+/// The file actuator pointed into a directory that is not there: its run of
+/// failed writes is one `warn` line with the reason, however many changes
+/// fail, and one `info` line with the count once the directory exists and a
+/// write succeeds; the daemon decides throughout. (The file is written on a
+/// change only; a switch of the active policy makes one.)
+#[test]
+fn a_failing_actuator_is_one_warn_line_then_one_recovery_line() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = dir.path().join("out");
+    let target = out.join("config.json");
+    let config = common::daemon_config(
+        dir.path(),
+        "paper-n3",
+        100,
+        "active = \"ga\"",
+        &format!("[actuator]\nfile = \"{}\"", target.display()),
+    );
+    let (child, err, addr) = process::start_daemon(&config);
+    let mut daemon = process::Killed(child);
+    let (lines, reader) = collect_lines(err);
+    let counter = |name: &str| {
+        let (_, body) = common::http(addr, "GET", "/metrics", None);
+        body.lines()
+            .find(|l| l.starts_with(&format!("{name}{{actuator=\"file\"}} ")))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let (auth, token) = bearer();
+    let switch = |policy: &str| {
+        let (status, body) = common::http_with(
+            addr,
+            "POST",
+            "/v1/policies/active",
+            Some(&format!(r#"{{"policy":"{policy}"}}"#)),
+            &[(auth, &token)],
+        );
+        assert_eq!(status, 200, "{body}");
+    };
+    let ticks = || {
+        let (_, body) = common::http(addr, "GET", "/metrics", None);
+        body.lines()
+            .find_map(|l| l.strip_prefix("mfsched_ticks_total "))
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    // ga's first two ticks each change the configuration (the running one,
+    // then a better one), so two writes fail; then it holds.
+    wait_until("two failed writes", || {
+        counter("mfsched_actuator_failures_total") >= 2
+    });
+    let after = ticks() + 5;
+    wait_until("five more ticks", || ticks() >= after);
+    let failed = counter("mfsched_actuator_failures_total");
+    std::fs::create_dir(&out).expect("mkdir");
+    // static-budget moves away from ga's configuration: a change, a write.
+    switch("static-budget");
+    wait_until("a write", || counter("mfsched_actuator_sent_total") >= 1);
+    assert!(terminate(&mut daemon.0).success());
+    reader.join().expect("reader");
+    let lines = lines.lock().expect("lines").clone();
+    let failing: Vec<&String> = lines
+        .iter()
+        .filter(|l| l.contains("actuator.file: delivery failed"))
+        .collect();
+    assert_eq!(
+        failing.len(),
+        1,
+        "one line for {failed} failed writes: {lines:#?}"
+    );
+    assert!(failing[0].contains("WARN"), "{}", failing[0]);
+    assert!(
+        failing[0].contains("config.json"),
+        "the reason names the file: {}",
+        failing[0]
+    );
+    let recovered: Vec<&String> = lines
+        .iter()
+        .filter(|l| l.contains("actuator.file: delivered again after"))
+        .collect();
+    assert_eq!(recovered.len(), 1, "{lines:#?}");
+    assert!(recovered[0].contains("INFO"), "{}", recovered[0]);
+    let count: u64 = recovered[0]
+        .split("delivered again after ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .expect("a count");
+    assert!(
+        count >= 2 && count == failed,
+        "{count} of {failed}: {}",
+        recovered[0]
+    );
 }

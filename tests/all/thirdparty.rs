@@ -47,8 +47,8 @@ fn a_component_of_the_previous_wit_version_is_rejected_at_load_naming_both_versi
         err.contains("built against mfsched:scheduler@0.1.0"),
         "{err}"
     );
-    assert!(err.contains("this host (mfsched:scheduler@0.2.0)"), "{err}");
-    assert!(err.contains("mfsched:scheduler@0.2.x"), "{err}");
+    assert!(err.contains("this host (mfsched:scheduler@0.3.0)"), "{err}");
+    assert!(err.contains("mfsched:scheduler@0.3.x"), "{err}");
 
     let out = mfsched(&["plugins", "check", path_str(&file)]);
     assert!(!out.status.success());
@@ -56,6 +56,30 @@ fn a_component_of_the_previous_wit_version_is_rejected_at_load_naming_both_versi
     let errors: Vec<&str> = text.lines().filter(|l| l.starts_with("ERROR")).collect();
     assert_eq!(errors.len(), 1, "{text}");
     assert!(errors[0].contains("mfsched:scheduler@0.1.0"), "{text}");
+}
+
+/// A utility of the WIT before utilities declared parameters (0.2.0) is
+/// refused at load, naming the file, both versions and the utility SDK.
+#[test]
+fn a_utility_of_wit_0_2_is_refused_naming_the_file_and_the_version_it_needs() {
+    let file = test_plugin("wit-0-2-0-utility");
+    let out = mfsched(&[
+        "decide",
+        "--scenario",
+        "paper-n5",
+        "--policy",
+        "exact",
+        "--utility",
+        path_str(&file),
+    ]);
+    let err = fails_in_one_line(&out, "");
+    assert!(err.contains("wit-0-2-0-utility.wasm"), "{err}");
+    assert!(
+        err.contains("built against mfsched:scheduler@0.2.0"),
+        "{err}"
+    );
+    assert!(err.contains("this host (mfsched:scheduler@0.3.0)"), "{err}");
+    assert!(err.contains("mfsched-utility-sdk"), "{err}");
 }
 
 #[test]
@@ -68,7 +92,7 @@ fn plugins_check_passes_a_sound_policy_and_a_sound_utility() {
     assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
     let text = stdout(&out);
     assert!(
-        text.contains("ok    policy world of mfsched:scheduler@0.2.0"),
+        text.contains("ok    policy world of mfsched:scheduler@0.3.0"),
         "{text}"
     );
     assert!(text.contains("accepted (VRAM"), "{text}");
@@ -445,10 +469,10 @@ fn plugins_wit_prints_and_writes_the_package() {
         std::fs::read_to_string(target.join("scheduler.wit")).expect("written"),
         ours
     );
-    let encoded = std::fs::read(target.join("mfsched-scheduler-0.2.0.wasm")).expect("written");
+    let encoded = std::fs::read(target.join("mfsched-scheduler-0.3.0.wasm")).expect("written");
     assert_eq!(encoded, mfsched_plugin_host::wit_package::ENCODED);
     assert!(
-        stdout(&out).contains("mfsched-scheduler-0.2.0.wasm"),
+        stdout(&out).contains("mfsched-scheduler-0.3.0.wasm"),
         "{}",
         stdout(&out)
     );
@@ -628,6 +652,12 @@ fn the_daemon_api_and_log_show_the_metadata_a_component_declares() {
     assert_eq!(replayed["replayed_components"][0]["policy"], "exact");
 }
 
+/// The template's utility declares one parameter, `throughput-weight`: the
+/// user sets it per run (`--utility-param`, `policy.utility_params`), the host
+/// refuses a key it does not declare, the utility refuses a value it cannot
+/// use, and a hot-swapped build of it in a running daemon keeps the
+/// parameters the running one was given (a build that does not declare them
+/// is refused, the running one kept).
 #[test]
 #[ignore = "builds the utility template crate with cargo (minutes on 2 cores); run by .ci/run"]
 fn a_utility_from_the_template_builds_passes_check_decides_with_exact_and_ga_and_hot_swaps() {
@@ -660,9 +690,50 @@ fn a_utility_from_the_template_builds_passes_check_decides_with_exact_and_ga_and
     let text = stdout(&out);
     assert!(out.status.success(), "{text}{}", stderr(&out));
     assert!(text.contains("ok    utility world"), "{text}");
+    assert!(
+        text.contains("ok    parameters: throughput-weight=1.0"),
+        "{text}"
+    );
     assert!(text.contains("terms: additive"), "{text}");
-    for policy in ["exact", "ga"] {
-        let out = mfsched(&[
+    // `plugins list` shows the flag that sets a utility's parameter.
+    let out = mfsched(&[
+        "plugins",
+        "list",
+        "--plugin-dir",
+        path_str(component.parent().expect("a directory")),
+    ]);
+    assert!(
+        stdout(&out).contains("--utility-param throughput-weight=1.0"),
+        "{}",
+        stdout(&out)
+    );
+    let out = mfsched(&[
+        "plugins",
+        "check",
+        path_str(&component),
+        "--param",
+        "throughput-weight=0.25",
+    ]);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    assert!(stdout(&out).contains("terms: additive"), "{}", stdout(&out));
+    let out = mfsched(&[
+        "plugins",
+        "check",
+        path_str(&component),
+        "--param",
+        "weight=0.25",
+    ]);
+    assert!(!out.status.success(), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains(
+            "ERROR unknown parameter 'weight' for utility 'my_utility'; it knows: throughput-weight"
+        ),
+        "{}",
+        stdout(&out)
+    );
+
+    let decide = |policy: &str, param: &str| {
+        mfsched(&[
             "decide",
             "--scenario",
             "paper-n5",
@@ -670,33 +741,68 @@ fn a_utility_from_the_template_builds_passes_check_decides_with_exact_and_ga_and
             policy,
             "--utility",
             path_str(&component),
-        ]);
-        let text = stdout(&out);
-        assert!(out.status.success(), "{policy}: {text}{}", stderr(&out));
-        // decide names the utility it scored with by its file's name.
-        assert!(text.contains("utility    my_utility\n"), "{text}");
-        assert!(
-            text.contains("outcome            accepted"),
-            "{policy}: {text}"
-        );
+            "--utility-param",
+            param,
+        ])
+    };
+    let mut chosen = Vec::new();
+    for policy in ["exact", "ga"] {
+        for weight in ["1", "0"] {
+            let out = decide(policy, &format!("throughput-weight={weight}"));
+            let text = stdout(&out);
+            assert!(out.status.success(), "{policy}: {text}{}", stderr(&out));
+            // decide names the utility it scored with by its file's name, and
+            // the parameters it was called with.
+            assert!(
+                text.contains(&format!(
+                    "utility    my_utility, throughput-weight={weight}\n"
+                )),
+                "{text}"
+            );
+            assert!(
+                text.contains("outcome            accepted"),
+                "{policy}: {text}"
+            );
+            let utility = text
+                .lines()
+                .find_map(|l| l.strip_prefix("predicted utility  "))
+                .map(str::to_owned);
+            chosen.push((policy, weight, utility));
+        }
     }
+    // The weight reaches the utility: exact's optimum under w = 0 (quality
+    // only) is not scored like the one under w = 1.
+    assert_ne!(chosen[0].2, chosen[1].2, "{chosen:?}");
+    let out = decide("exact", "throughput-weight=2");
+    let err = stderr(&out);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("parameter 'throughput-weight' must be in [0, 1], got 2"),
+        "{err}"
+    );
+    assert!(err.contains("my_utility"), "{err}");
+    let out = decide("exact", "weight=1");
+    let err = fails_in_one_line(&out, "");
+    assert!(
+        err.contains(
+            "--utility-param: unknown parameter 'weight' for utility 'my_utility'; it knows: throughput-weight"
+        ),
+        "{err}"
+    );
 
-    // Hot-swapped under exact in a running daemon: the file that held the
-    // embedded utility is replaced by the template's build.
+    // In a running daemon under exact, with the parameter set in the
+    // configuration (a TOML number): a new build of the utility is
+    // hot-swapped in with the same parameters; the embedded utility, which
+    // declares none, is refused in its place.
     let plugins = dir.path().join("plugins");
     std::fs::create_dir(&plugins).expect("plugin dir");
     let file = plugins.join("my_utility.wasm");
-    let embedded = mfsched_plugin_host::registry::EMBEDDED_PLUGINS
-        .iter()
-        .find(|(n, _)| *n == "utility")
-        .map(|(_, b)| *b)
-        .expect("the embedded utility");
-    std::fs::write(&file, embedded).expect("write");
+    std::fs::copy(&component, &file).expect("copy");
     let config = crate::common::daemon_config(
         dir.path(),
         "paper-n3",
         300,
-        "active = \"exact\"\nutility = \"my_utility\"\nplugin_dir = \"plugins\"",
+        "active = \"exact\"\nutility = \"my_utility\"\nutility_params = { throughput-weight = 0.5 }\nplugin_dir = \"plugins\"",
         "",
     );
     let (child, err, addr) = crate::common::process::start_daemon(&config);
@@ -705,28 +811,60 @@ fn a_utility_from_the_template_builds_passes_check_decides_with_exact_and_ga_and
         use std::io::BufRead;
         err.lines().map_while(Result::ok).collect::<Vec<String>>()
     });
-    let tmp = plugins.join("my_utility.wasm.tmp");
-    std::fs::copy(&component, &tmp).expect("copy");
-    std::fs::rename(&tmp, &file).expect("rename");
-    let start = std::time::Instant::now();
-    let swapped_and_decided = || {
+    let events = || {
         let (_, body) = crate::common::http(addr, "GET", "/v1/history", None);
         let h: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
-        let events = h["events"].as_array().cloned().unwrap_or_default();
-        let at = events.iter().position(|e| {
-            e["message"]
-                .as_str()
-                .is_some_and(|m| m.contains("my_utility replaced by my_utility.wasm"))
-        });
-        at.is_some() && h["totals"]["exact"]["decisions"].as_u64() >= Some(3)
+        let messages: Vec<String> = h["events"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|e| e["message"].as_str().map(str::to_owned))
+            .collect();
+        (messages, h["totals"]["exact"]["decisions"].as_u64())
     };
-    while !swapped_and_decided() {
-        assert!(
-            start.elapsed() < std::time::Duration::from_secs(60),
-            "no swap"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(200));
-    }
+    let wait_for = |what: &str, done: &dyn Fn(&[String], Option<u64>) -> bool| {
+        let start = std::time::Instant::now();
+        loop {
+            let (messages, decisions) = events();
+            if done(&messages, decisions) {
+                return;
+            }
+            assert!(
+                start.elapsed() < std::time::Duration::from_secs(60),
+                "{what}: {messages:#?}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+    };
+    // A second build: the same code with a custom section, so another hash.
+    let mut rebuilt = std::fs::read(&component).expect("built");
+    rebuilt.extend(custom_section("version", b"0.1.1"));
+    let tmp = plugins.join("my_utility.wasm.tmp");
+    std::fs::write(&tmp, &rebuilt).expect("write");
+    std::fs::rename(&tmp, &file).expect("rename");
+    wait_for("the swap", &|m, d| {
+        m.iter()
+            .any(|m| m.contains("my_utility replaced by my_utility.wasm"))
+            && d >= Some(3)
+    });
+    let embedded = mfsched_plugin_host::registry::EMBEDDED_PLUGINS
+        .iter()
+        .find(|(n, _)| *n == "utility")
+        .map(|(_, b)| *b)
+        .expect("the embedded utility");
+    std::fs::write(&tmp, embedded).expect("write");
+    std::fs::rename(&tmp, &file).expect("rename");
+    wait_for("the refusal", &|m, _| {
+        m.iter().any(|m| {
+            m.contains("my_utility.wasm rejected, the running plugin kept")
+                && m.contains("unknown parameter 'throughput-weight' for utility 'my_utility'")
+        })
+    });
+    let (_, before) = events();
+    wait_for("decisions after the refusal", &|_, d| {
+        d >= before.map(|b| b + 2)
+    });
     let kill = Command::new("kill")
         .args(["-TERM", &daemon.0.id().to_string()])
         .status()

@@ -88,6 +88,11 @@ pub struct PolicyConfig {
     /// The utility component the policies optimise (resolved by the plugin host).
     #[serde(default)]
     pub utility: Option<String>,
+    /// The utility's parameters (`{ throughput-weight = "0.5" }`), checked
+    /// at start-up against what it declares; a hot-swapped build of the same
+    /// utility gets them too.
+    #[serde(default)]
+    pub utility_params: BTreeMap<String, ParamValue>,
     /// Directory of on-disk policy components, watched for hot reload (plugin host).
     #[serde(default)]
     pub plugin_dir: Option<PathBuf>,
@@ -97,6 +102,38 @@ pub struct PolicyConfig {
     /// The field the surrogate's joint predictions are made under.
     #[serde(default)]
     pub field: mfsched_core::predict::Field,
+}
+
+/// A component parameter's value as TOML writes it: components take text,
+/// so a number or a boolean is passed as TOML prints it.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(untagged)]
+pub enum ParamValue {
+    Text(String),
+    Integer(i64),
+    Real(f64),
+    Bool(bool),
+}
+
+impl std::fmt::Display for ParamValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ParamValue::Text(s) => f.write_str(s),
+            ParamValue::Integer(i) => write!(f, "{i}"),
+            ParamValue::Real(r) => write!(f, "{r}"),
+            ParamValue::Bool(b) => write!(f, "{b}"),
+        }
+    }
+}
+
+impl PolicyConfig {
+    /// `policy.utility_params` as the key/value pairs a component gets.
+    pub fn utility_params(&self) -> Vec<(String, String)> {
+        self.utility_params
+            .iter()
+            .map(|(k, v)| (k.clone(), v.to_string()))
+            .collect()
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

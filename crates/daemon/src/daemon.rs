@@ -9,7 +9,9 @@ use tokio::sync::watch;
 use tokio::time::MissedTickBehavior;
 
 use super::actuator::Actuators;
-use super::declog::{DecisionLog, LoadRecord, PolicyRecord, ReconfigRecord, TickRecord};
+use super::declog::{
+    DecisionLog, LoadRecord, PolicyRecord, ReconfigRecord, TickRecord, UtilityRecord,
+};
 use super::history::History;
 use super::load::{LoadMonitor, LoadReading};
 use super::metrics::{Metrics, Role};
@@ -463,10 +465,19 @@ impl Daemon {
         // The problem is prepared once for every policy of the tick; each
         // answer is validated and scored by the one pipeline.
         let inputs = Arc::new(self.shared.deciding.pipeline.prepare(&self.problem));
-        // The utility this tick is scored with, named on the dashboard.
-        let utility = {
+        // The utility this tick is scored with, named on the dashboard and
+        // recorded in the decision log when it changes.
+        let (utility, scored_with) = {
             let u = self.shared.deciding.pipeline.utility().load();
-            format!("{}@{}", u.info.name, u.info.short_hash())
+            (
+                format!("{}@{}", u.info.name, u.info.short_hash()),
+                UtilityRecord {
+                    tick,
+                    name: u.info.name.clone(),
+                    identity: u.info.identity(),
+                    params: u.params_pairs(),
+                },
+            )
         };
         let (records, components) = decide_all(
             &self.shared.deciding,
@@ -543,9 +554,14 @@ impl Daemon {
         };
         // Nothing a tick records may end the daemon: a failed write is counted
         // and logged (once per run of failures), and the loop goes on.
-        let written = components
-            .iter()
-            .try_for_each(|(policy, identity)| self.log.describe(policy, identity))
+        let written = self
+            .log
+            .scored_with(&scored_with)
+            .and_then(|()| {
+                components
+                    .iter()
+                    .try_for_each(|(policy, identity)| self.log.describe(policy, identity))
+            })
             .and_then(|()| {
                 reconfigurations
                     .iter()

@@ -10,7 +10,9 @@
 //! again by another policy (`mfsched replay --policy`), and a [`ComponentRecord`]
 //! before the first tick a component answers in (at start and after each hot
 //! reload): its SHA-256, by which tick records name it, and what it declares
-//! about itself (name, version, authors). Each frame is written
+//! about itself (name, version, authors), and a [`UtilityRecord`] before the
+//! first tick scored with a utility (a build, with its parameters) other than
+//! the previous tick's: at start and after a hot swap. Each frame is written
 //! with a single `write_all` right after its tick, so a crash loses at most the
 //! record being written; a reader reports such a torn tail and keeps every
 //! record before it. A corrupt frame in the middle (a flipped byte) is skipped:
@@ -64,6 +66,9 @@ pub enum Entry {
     /// Appended last: bincode numbers variants in order, so logs written
     /// before it existed read as they did.
     Reconfig(ReconfigRecord),
+    /// After `Reconfig`, for the same reason: a log without one names its
+    /// utility only in its run records.
+    Utility(UtilityRecord),
 }
 
 /// [`Entry`] as it is written, borrowed: the same variants in the same order,
@@ -74,6 +79,7 @@ enum EntryRef<'a> {
     Tick(&'a TickRecord),
     Component(&'a ComponentRecord),
     Reconfig(&'a ReconfigRecord),
+    Utility(&'a UtilityRecord),
 }
 
 /// One reconfiguration a v2-repository or process actuator finished: how long
@@ -98,6 +104,40 @@ pub struct ReconfigRecord {
     pub error: Option<String>,
     /// The configuration serving afterwards: `to`, or on failure the one kept.
     pub serving: Option<u32>,
+}
+
+/// The utility the ticks from `tick` on were scored with, until the next one.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UtilityRecord {
+    /// The first tick scored with it.
+    pub tick: u64,
+    /// Its registry name.
+    pub name: String,
+    pub identity: ComponentIdentity,
+    /// Every parameter it was called with (given or at its default).
+    pub params: Vec<(String, String)>,
+}
+
+impl UtilityRecord {
+    /// `name@hash`, then its parameters, for people.
+    pub fn label(&self) -> String {
+        let mut label = format!(
+            "{}@{}",
+            mfsched_plugin_host::output::printable(
+                &self.name,
+                mfsched_plugin_host::output::NAME_BYTES
+            ),
+            mfsched_core::digest::short(&self.identity.sha256)
+        );
+        for (k, v) in &self.params {
+            label.push_str(&format!(
+                " {}={}",
+                mfsched_plugin_host::output::printable(k, mfsched_plugin_host::output::NAME_BYTES),
+                mfsched_plugin_host::output::printable(v, mfsched_plugin_host::output::NAME_BYTES)
+            ));
+        }
+        label
+    }
 }
 
 /// A policy component the ticks after it name by SHA-256.
@@ -263,6 +303,9 @@ pub struct LogContents {
     pub components: Vec<ComponentRecord>,
     /// Every finished reconfiguration, in log order (none before they were recorded).
     pub reconfigurations: Vec<ReconfigRecord>,
+    /// Each change of the utility the ticks were scored with, in log order
+    /// (none in logs written before they were recorded).
+    pub utilities: Vec<UtilityRecord>,
     /// Corrupt stretches between intact records.
     pub skipped: Vec<Skipped>,
     pub torn: Option<TornTail>,
@@ -288,6 +331,11 @@ impl LogContents {
             .rev()
             .find(|(first, _)| *first <= i)
             .map(|(_, run)| run)
+    }
+
+    /// The utility tick `tick` was scored with, when the log records it.
+    pub fn utility_of(&self, tick: u64) -> Option<&UtilityRecord> {
+        self.utilities.iter().rev().find(|u| u.tick <= tick)
     }
 }
 
@@ -361,6 +409,7 @@ pub fn parse(bytes: &[u8]) -> Result<LogContents> {
     let mut runs = Vec::new();
     let mut components = Vec::new();
     let mut reconfigurations = Vec::new();
+    let mut utilities = Vec::new();
     let mut skipped = Vec::new();
     let mut at = MAGIC.len();
     let budget = (bytes.len() as u64).saturating_add(RESYNC_WORK_BYTES);
@@ -377,6 +426,7 @@ pub fn parse(bytes: &[u8]) -> Result<LogContents> {
                     Entry::Run(run) => runs.push((records.len(), run)),
                     Entry::Component(c) => components.push(c),
                     Entry::Reconfig(r) => reconfigurations.push(r),
+                    Entry::Utility(u) => utilities.push(u),
                 }
                 at += len;
             }
@@ -435,6 +485,7 @@ pub fn parse(bytes: &[u8]) -> Result<LogContents> {
         runs,
         components,
         reconfigurations,
+        utilities,
         skipped,
         torn,
     })
@@ -482,6 +533,7 @@ fn parse_v1(bytes: &[u8]) -> LogContents {
         runs: Vec::new(),
         components: Vec::new(),
         reconfigurations: Vec::new(),
+        utilities: Vec::new(),
         skipped: Vec::new(),
         torn,
     }
@@ -608,6 +660,9 @@ pub struct DecisionLog {
     last_tick: Option<u64>,
     /// SHA-256 of every component the file already describes.
     described: HashSet<String>,
+    /// The utility (hash, parameters) the last [`UtilityRecord`] this
+    /// process wrote names.
+    scored_with: Option<(String, Vec<(String, String)>)>,
     /// Held as long as the log is open for appending.
     _lock: WriterLock,
 }
@@ -712,6 +767,7 @@ impl DecisionLog {
                 records,
                 last_tick,
                 described,
+                scored_with: None,
                 _lock: lock,
             },
             recovery,
@@ -753,6 +809,7 @@ impl DecisionLog {
                 records: 0,
                 last_tick,
                 described: HashSet::new(),
+                scored_with: None,
                 _lock: lock,
             },
             Recovery {
@@ -804,6 +861,19 @@ impl DecisionLog {
     /// Records what the ticks that follow are decided with (once per daemon start).
     pub fn append_run(&mut self, run: &RunRecord) -> Result<()> {
         self.write(&EntryRef::Run(run))
+    }
+
+    /// Records the utility the next tick is scored with, unless it is the
+    /// one (same build, same parameters) the last record this process wrote
+    /// names: once per daemon start and once per change.
+    pub fn scored_with(&mut self, record: &UtilityRecord) -> Result<()> {
+        let key = (record.identity.sha256.clone(), record.params.clone());
+        if self.scored_with.as_ref() == Some(&key) {
+            return Ok(());
+        }
+        self.write(&EntryRef::Utility(record))?;
+        self.scored_with = Some(key);
+        Ok(())
     }
 
     /// Describes the component `policy` answered with, unless the log already

@@ -62,6 +62,7 @@ pub fn build_policies(
         problem,
         predictor,
         policy.utility.as_deref().unwrap_or("utility"),
+        &policy.utility_params(),
         policy.plugin_dir.as_deref(),
         config.tick.deadline(),
         config.seed,
@@ -69,6 +70,27 @@ pub fn build_policies(
     for note in notes {
         tracing::warn!("{note}");
     }
+    // What every tick is scored with, for the operator reading the log.
+    let utility = policies.pipeline().utility().load();
+    let params = utility.params_pairs();
+    tracing::info!(
+        sha256 = %utility.info.sha256,
+        "scoring with utility '{}' ({}){}",
+        utility.info.name,
+        utility.info.title,
+        if params.is_empty() {
+            String::new()
+        } else {
+            format!(
+                ", parameters {}",
+                params
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            )
+        }
+    );
     Ok(policies)
 }
 
@@ -298,8 +320,28 @@ async fn can_decide(
             return Ok(());
         }
     };
+    // A utility's refusal may be its parameters' doing: name them too.
+    let params = match (&failure, config.policy.utility_params.is_empty()) {
+        (PluginFailure::Utility(_), false) => format!(
+            " (policy.utility_params: {})",
+            config
+                .policy
+                .utility_params()
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        ),
+        _ => String::new(),
+    };
+    // A utility's failure names the utility itself; anything else is the policy's.
+    let whose = if matches!(failure, PluginFailure::Utility(_)) {
+        ""
+    } else {
+        "the policy "
+    };
     bail!(
-        "policy.active = '{active}' cannot decide with policy.utility = '{}': the policy {}",
+        "policy.active = '{active}' cannot decide with policy.utility = '{}'{params}: {whose}{}",
         config.policy.utility.as_deref().unwrap_or("utility"),
         mfsched_plugin_host::output::printable(&failure.to_string(), 300)
     )

@@ -50,6 +50,7 @@ impl PluginPolicies {
         problem: &Problem,
         predictor: Arc<dyn Predictor>,
         utility: &str,
+        utility_params: &[(String, String)],
         dir: Option<&Path>,
         deadline: Duration,
         seed: u64,
@@ -82,6 +83,7 @@ impl PluginPolicies {
                         problem,
                         predictor,
                         utility,
+                        utility_params,
                         dir,
                         params: &params,
                         checkpoint: &checkpoint,
@@ -129,6 +131,7 @@ struct LoadInputs<'a> {
     problem: &'a Problem,
     predictor: Arc<dyn Predictor>,
     utility: &'a str,
+    utility_params: &'a [(String, String)],
     dir: Option<&'a Path>,
     params: &'a [wit::Param],
     checkpoint: &'a Arc<Mutex<Option<Checkpoint>>>,
@@ -147,14 +150,17 @@ fn load_and_check(
         problem,
         predictor,
         utility,
+        utility_params,
         dir,
         params,
         checkpoint,
     } = inputs;
-    let utility = registry.utility_slot(
-        registry::resolve_utility(engine, utility, dir)
-            .with_context(|| format!("policy.utility = '{utility}'"))?,
-    );
+    let loaded = registry::resolve_utility(engine, utility, dir)
+        .with_context(|| format!("policy.utility = '{utility}'"))?;
+    let configured = loaded
+        .configured(utility_params.to_vec())
+        .map_err(|e| anyhow::anyhow!("policy.utility_params: {e}"))?;
+    let utility = registry.utility_slot(Arc::new(configured));
     // Embedded policies (a NAME.wasm in `dir` overrides one), then the
     // other files of `dir`.
     let mut candidates: Vec<(String, Result<Loaded>)> = registry::embedded_names()

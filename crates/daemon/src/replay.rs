@@ -39,9 +39,24 @@ fn unknown_or(v: Option<f64>, fmt: impl Fn(f64) -> String) -> String {
 }
 
 /// One line per tick.
+/// The index in `contents.utilities` of the utility tick `tick` was scored
+/// with (`None` when the log records none for it).
+fn segment(contents: &LogContents, tick: u64) -> Option<usize> {
+    contents.utilities.iter().rposition(|u| u.tick <= tick)
+}
+
 pub fn lines(contents: &LogContents) -> String {
     let mut out = String::new();
+    let mut scored_with = None;
     for r in &contents.records {
+        // A line each time the utility changes, naming it for the ticks after.
+        let now = segment(contents, r.tick);
+        if now != scored_with
+            && let Some(u) = now.map(|i| &contents.utilities[i])
+        {
+            writeln!(out, "utility {} from tick {}", u.label(), r.tick).ok();
+        }
+        scored_with = now;
         write!(
             out,
             "tick {} {} vram={} util={} | active {}{}",
@@ -116,12 +131,16 @@ pub fn summary(contents: &LogContents) -> String {
     writeln!(out, "missed ticks {missed}").ok();
     writeln!(out, "kept last valid (active policy failed) {kept}").ok();
     writeln!(out, "model changes applied {changes}").ok();
-    let mut stats: BTreeMap<(String, &'static str), PolicyStats> = BTreeMap::new();
-    for r in records {
+    // Utilities are not averaged across a change: a policy's row is per
+    // utility it was scored with (`[uN]`, listed below) when there are several.
+    let segments: Vec<Option<usize>> = records.iter().map(|r| segment(contents, r.tick)).collect();
+    let several = segments.iter().any(|s| *s != segments[0]);
+    let mut stats: BTreeMap<(String, &'static str, Option<usize>), PolicyStats> = BTreeMap::new();
+    for (r, &seg) in records.iter().zip(&segments) {
         let all =
             std::iter::once((&r.active, "active")).chain(r.shadows.iter().map(|s| (s, "shadow")));
         for (p, role) in all {
-            let s = stats.entry((p.policy.clone(), role)).or_default();
+            let s = stats.entry((p.policy.clone(), role, seg)).or_default();
             s.latencies_us.push(p.latency_us);
             match &p.outcome {
                 Ok(prop) => {
@@ -146,7 +165,7 @@ pub fn summary(contents: &LogContents) -> String {
         "policy", "role", "decisions", "failed", "p50 us", "p99 us", "mean util"
     )
     .ok();
-    for ((policy, role), s) in stats {
+    for ((policy, role, seg), s) in stats {
         let failed: u64 = s.failures.values().sum();
         let util = if s.utility_n > 0 {
             format!("{:.4}", s.utility_sum / s.utility_n as f64)
@@ -160,16 +179,26 @@ pub fn summary(contents: &LogContents) -> String {
                 s.non_finite_utility
             ));
         }
+        let mut policy = printable(&policy, NAME_BYTES);
+        if several {
+            policy.push_str(&seg.map_or_else(|| " [u?]".to_owned(), |i| format!(" [u{}]", i + 1)));
+        }
         writeln!(
             out,
             "{:<20} {role:<6} {:>9} {failed:>9} {:>10} {:>10} {util:>10}  {}",
-            printable(&policy, NAME_BYTES),
+            policy,
             s.decisions,
             percentile(&s.latencies_us, 0.5),
             percentile(&s.latencies_us, 0.99),
             reasons.join(" ")
         )
         .ok();
+    }
+    if !contents.utilities.is_empty() {
+        writeln!(out, "\nutilities (from tick, scored with)").ok();
+        for (i, u) in contents.utilities.iter().enumerate() {
+            writeln!(out, "u{}  {:>6}  {}", i + 1, u.tick, u.label()).ok();
+        }
     }
     if !contents.components.is_empty() {
         writeln!(out, "\ncomponents (identity, answered as, declares)").ok();

@@ -2,6 +2,8 @@
 //! starts failing, a policy answers again after so many failed ticks. The
 //! daemon's log lines and the dashboard's events both come from these edges,
 //! so an operator reads one line per run of failures, never one per tick.
+//! The actuators key their runs of failed deliveries the same way (by their
+//! configuration key, `actuator.file`, `actuator.webhook.urls.MODEL`).
 
 use std::collections::BTreeMap;
 

@@ -27,7 +27,7 @@ pub use policy::mfsched::scheduler::types as wit;
 
 /// The WIT package's name and version, as plugins import it.
 pub const PACKAGE: &str = "mfsched:scheduler";
-pub const VERSION: &str = "0.2.0";
+pub const VERSION: &str = "0.3.0";
 
 impl From<domain::WorkloadLevel> for wit::WorkloadLevel {
     fn from(w: domain::WorkloadLevel) -> Self {

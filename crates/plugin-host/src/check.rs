@@ -48,7 +48,8 @@ pub struct CheckInputs<'a> {
     /// Its name, for the findings.
     pub problem_name: &'a str,
     pub state: GpuState,
-    /// Policy parameters, `seed` included.
+    /// The checked component's parameters (`seed` included, which only a
+    /// policy gets).
     pub params: Vec<(String, String)>,
 }
 
@@ -105,29 +106,33 @@ pub fn check_file(inputs: &CheckInputs<'_>, path: &Path) -> Vec<Finding> {
     findings
 }
 
-fn check_policy(inputs: &CheckInputs<'_>, policy: Arc<LoadedPolicy>, out: &mut Vec<Finding>) {
-    let params = &policy.info.params;
+/// The finding on a component's parameter schema: every name once, listed
+/// with its default (`none` says what an empty schema means for its world).
+fn schema_finding(params: &[registry::ParamInfo], none: &str) -> Finding {
     let mut names: Vec<&str> = params.iter().map(|p| p.name.as_str()).collect();
     names.sort_unstable();
     let duplicate = names.windows(2).find(|w| w[0] == w[1]).map(|w| w[0]);
     if let Some(d) = duplicate {
-        out.push(Finding::fail(format!(
+        return Finding::fail(format!(
             "`parameters` lists `{d}` twice: each name must be unique"
-        )));
-    } else {
-        let listed: Vec<String> = params
-            .iter()
-            .map(|p| format!("{}={}", p.name, p.default_value))
-            .collect();
-        out.push(Finding::ok(format!(
-            "parameters: {}",
-            if listed.is_empty() {
-                "none besides seed".to_string()
-            } else {
-                listed.join(", ")
-            }
-        )));
+        ));
     }
+    let listed: Vec<String> = params
+        .iter()
+        .map(|p| format!("{}={}", p.name, p.default_value))
+        .collect();
+    Finding::ok(format!(
+        "parameters: {}",
+        if listed.is_empty() {
+            none.to_string()
+        } else {
+            listed.join(", ")
+        }
+    ))
+}
+
+fn check_policy(inputs: &CheckInputs<'_>, policy: Arc<LoadedPolicy>, out: &mut Vec<Finding>) {
+    out.push(schema_finding(&policy.info.params, "none besides seed"));
     let utility = match registry::resolve_utility(&inputs.engine, "utility", None) {
         Ok(u) => u,
         Err(e) => {
@@ -245,6 +250,22 @@ fn run_once(
 /// A utility must score feasible candidates with finite values, exclude a
 /// VRAM-infeasible one with −∞, and steer a real search to a valid decision.
 fn check_utility(inputs: &CheckInputs<'_>, utility: Arc<LoadedUtility>, out: &mut Vec<Finding>) {
+    out.push(schema_finding(&utility.info.params, "none"));
+    // The parameters given (`--param`, `seed` aside: a utility gets none) are
+    // the utility's; the rest run at their declared defaults.
+    let given: Vec<(String, String)> = inputs
+        .params
+        .iter()
+        .filter(|(k, _)| k != super::setup::SEED)
+        .cloned()
+        .collect();
+    let utility = match utility.configured(given) {
+        Ok(u) => Arc::new(u),
+        Err(e) => {
+            out.push(Finding::fail(e));
+            return;
+        }
+    };
     let problem = inputs.problem;
     // A spread of feasible candidates must get at least one finite utility.
     let feasible = problem.feasible_indices();

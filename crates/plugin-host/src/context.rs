@@ -575,8 +575,9 @@ impl Scorer {
         let name = &loaded.info.name;
         let (store, utility) = self.instance(deadline_at)?;
         let terms = utility
-            .call_terms(&mut *store, problem, table)
-            .map_err(|e| utility_failure(name, &e, store))?;
+            .call_terms(&mut *store, problem, &loaded.params, table)
+            .map_err(|e| utility_failure(name, &e, store))?
+            .map_err(|why| refused(name, "terms", &why))?;
         let Some(terms) = terms else {
             return Ok(None);
         };
@@ -617,8 +618,15 @@ impl Scorer {
         let name = &loaded.info.name;
         let (store, utility) = self.instance(deadline_at)?;
         let scores = utility
-            .call_score(&mut *store, problem, candidates, predictions)
-            .map_err(|e| utility_failure(name, &e, store))?;
+            .call_score(
+                &mut *store,
+                problem,
+                &loaded.params,
+                candidates,
+                predictions,
+            )
+            .map_err(|e| utility_failure(name, &e, store))?
+            .map_err(|why| refused(name, "score", &why))?;
         if scores.len() != candidates.len() {
             return Err(PluginFailure::Utility(format!(
                 "{name} returned {} scores for {} candidates",
@@ -634,6 +642,15 @@ impl Scorer {
         }
         Ok(scores)
     }
+}
+
+/// A utility's refusal (an error string from `score` or `terms`, e.g. a
+/// parameter's value it cannot use), escaped and bounded like its output.
+fn refused(name: &str, call: &str, why: &str) -> PluginFailure {
+    PluginFailure::Utility(format!(
+        "{name}: `{call}` refused: {}",
+        super::output::printable(why, super::output::MESSAGE_BYTES)
+    ))
 }
 
 /// What a failed call into the utility component was: a trap is the

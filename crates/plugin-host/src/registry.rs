@@ -64,7 +64,7 @@ pub struct PluginInfo {
     pub wit_version: String,
     /// What the plugin calls itself.
     pub title: String,
-    /// The parameter schema (policies only).
+    /// The parameter schema it declares (`parameters`).
     pub params: Vec<ParamInfo>,
     /// SHA-256 of the component's bytes, hex: its identity, whatever its name.
     pub sha256: String,
@@ -86,7 +86,7 @@ impl PluginInfo {
     }
 }
 
-/// One entry of a policy's parameter schema.
+/// One entry of a policy's or a utility's parameter schema.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct ParamInfo {
     pub name: String,
@@ -110,10 +110,57 @@ pub struct LoadedPolicy {
     pub(super) pre: PolicyPre<PolicyCtx>,
 }
 
-/// A compiled utility, ready to instantiate.
+/// A compiled utility, ready to instantiate, with the parameters it is
+/// called with.
 pub struct LoadedUtility {
     pub info: PluginInfo,
     pub(super) pre: UtilityPre<UtilityCtx>,
+    /// What the user set (`policy.utility_params`, `--utility-param`),
+    /// kept so a hot-swapped build of the same utility gets them too.
+    given: Vec<(String, String)>,
+    /// Every declared parameter, given or at its default: what `score` and
+    /// `terms` receive.
+    pub(super) params: Vec<wit::Param>,
+}
+
+impl LoadedUtility {
+    fn new(info: PluginInfo, pre: UtilityPre<UtilityCtx>) -> Result<Self, String> {
+        Self {
+            info,
+            pre,
+            given: Vec::new(),
+            params: Vec::new(),
+        }
+        .configured(Vec::new())
+    }
+
+    /// The same component called with `given`, checked against the schema it
+    /// declares: an unknown key is refused, naming it and the known ones.
+    pub fn configured(&self, given: Vec<(String, String)>) -> Result<Self, String> {
+        let params = super::setup::with_declared_params(&self.info, given.clone())?
+            .into_iter()
+            .map(|(key, value)| wit::Param { key, value })
+            .collect();
+        Ok(Self {
+            info: self.info.clone(),
+            pre: self.pre.clone(),
+            given,
+            params,
+        })
+    }
+
+    /// What the user set, in the order given.
+    pub fn given(&self) -> &[(String, String)] {
+        &self.given
+    }
+
+    /// Every parameter it is called with (given or at its default).
+    pub fn params_pairs(&self) -> Vec<(String, String)> {
+        self.params
+            .iter()
+            .map(|p| (p.key.clone(), p.value.clone()))
+            .collect()
+    }
 }
 
 impl fmt::Debug for LoadedPolicy {
@@ -242,22 +289,7 @@ pub fn load(engine: &PluginEngine, name: &str, origin: Origin, bytes: &[u8]) -> 
             let params = instance
                 .call_parameters(&mut store)
                 .map_err(|e| anyhow!("`parameters` failed: {}", describe(&e)))?;
-            if params.iter().any(|p| p.name == super::setup::SEED) {
-                bail!(
-                    "`parameters` declares `seed`, which the host reserves (it always passes one)"
-                );
-            }
-            if params.len() > MAX_PARAMS {
-                bail!(
-                    "`parameters` declared {} parameters (the most is {MAX_PARAMS})",
-                    params.len()
-                );
-            }
-            info.params = params
-                .into_iter()
-                .map(ParamInfo::from)
-                .map(ParamInfo::bounded)
-                .collect::<Result<_>>()?;
+            info.params = declared(params)?;
             Ok(Loaded::Policy(Arc::new(LoadedPolicy { info, pre })))
         }
         World::Utility => {
@@ -277,7 +309,12 @@ pub fn load(engine: &PluginEngine, name: &str, origin: Origin, bytes: &[u8]) -> 
                     .call_name(&mut store)
                     .map_err(|e| anyhow!("`name` failed: {}", describe(&e)))?,
             )?;
-            Ok(Loaded::Utility(Arc::new(LoadedUtility { info, pre })))
+            let params = instance
+                .call_parameters(&mut store)
+                .map_err(|e| anyhow!("`parameters` failed: {}", describe(&e)))?;
+            info.params = declared(params)?;
+            let utility = LoadedUtility::new(info, pre).map_err(|e| anyhow!(e))?;
+            Ok(Loaded::Utility(Arc::new(utility)))
         }
     }
 }
@@ -288,10 +325,30 @@ pub const LOAD_DEADLINE: std::time::Duration = std::time::Duration::from_secs(1)
 
 /// The most bytes a plugin's `name` may return (it is shown in one line).
 pub const MAX_TITLE_BYTES: usize = 256;
-/// The most parameters a policy may declare.
+/// The most parameters a policy or a utility may declare.
 pub const MAX_PARAMS: usize = 64;
 /// The most bytes of one parameter's name, default or description.
 pub const MAX_PARAM_TEXT_BYTES: usize = 1024;
+
+/// A component's parameter schema, bounded: at most [`MAX_PARAMS`] entries,
+/// none named `seed` (the host reserves it for policies, and one name means
+/// one thing across both worlds).
+fn declared(params: Vec<wit::ParamSpec>) -> Result<Vec<ParamInfo>> {
+    if params.iter().any(|p| p.name == super::setup::SEED) {
+        bail!("`parameters` declares `seed`, which the host reserves (it always passes one)");
+    }
+    if params.len() > MAX_PARAMS {
+        bail!(
+            "`parameters` declared {} parameters (the most is {MAX_PARAMS})",
+            params.len()
+        );
+    }
+    params
+        .into_iter()
+        .map(ParamInfo::from)
+        .map(ParamInfo::bounded)
+        .collect()
+}
 
 /// A title within [`MAX_TITLE_BYTES`], control characters escaped.
 fn bounded_title(title: String) -> Result<String> {

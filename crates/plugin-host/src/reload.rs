@@ -287,6 +287,26 @@ pub fn reload(ctx: &ReloadContext, path: &Path) -> ReloadOutcome {
             };
         }
     };
+    // A new build of a utility in use is called with the parameters the
+    // running one was given, checked against the new build's schema.
+    let loaded = match loaded {
+        Loaded::Utility(u) => match ctx.registry.find_utility(&u.info.name) {
+            Some(slot) => match u.configured(slot.load().given().to_vec()) {
+                Ok(configured) => Loaded::Utility(Arc::new(configured)),
+                Err(why) => {
+                    return ReloadOutcome::Rejected {
+                        reason: format!(
+                            "{}: the parameters the running utility was given: {why}",
+                            path.display()
+                        ),
+                        running,
+                    };
+                }
+            },
+            None => Loaded::Utility(u),
+        },
+        policy => policy,
+    };
     let check = ctx
         .checkpoint
         .lock()

@@ -2,7 +2,7 @@
 //! throughput ranges and SLA floors, which profiles (via the surrogate bundle)
 //! supply; until they do, they are derived from the predictor.
 
-use crate::registry::PluginInfo;
+use crate::registry::{PluginInfo, World};
 use mfsched_core::domain::{GpuState, Problem, WorkloadLevel};
 use mfsched_core::predict::{PredictError, Predictor, predicted_quantile_floors, predicted_ranges};
 
@@ -38,21 +38,25 @@ pub fn fill_defaults(
 /// The parameter the host always passes and a policy may not declare.
 pub const SEED: &str = "seed";
 
-/// The parameters a policy is called with: `given` checked against what it
-/// declares (an unknown key is refused, naming the known ones), then every
-/// declared parameter not given, at its declared default, so the defaults a
-/// policy shows are the ones it runs with. `seed` may be in `given` (the host
-/// puts it there); nothing else undeclared may.
+/// The parameters a policy or a utility is called with: `given` checked
+/// against what it declares (an unknown key is refused, naming the known
+/// ones), then every declared parameter not given, at its declared default,
+/// so the defaults a component shows are the ones it runs with. A policy's
+/// `given` may hold `seed` (the host puts it there); nothing else undeclared
+/// may.
 pub fn with_declared_params(
-    policy: &PluginInfo,
+    component: &PluginInfo,
     mut given: Vec<(String, String)>,
 ) -> Result<Vec<(String, String)>, String> {
+    let seeded = component.world == World::Policy;
     for (key, _) in &given {
-        if key != SEED && !policy.params.iter().any(|p| &p.name == key) {
-            let known: Vec<&str> = policy.params.iter().map(|p| p.name.as_str()).collect();
+        let declared = (seeded && key == SEED) || component.params.iter().any(|p| &p.name == key);
+        if !declared {
+            let known: Vec<&str> = component.params.iter().map(|p| p.name.as_str()).collect();
             return Err(format!(
-                "unknown parameter '{key}' for policy '{}'; it knows: {}",
-                policy.name,
+                "unknown parameter '{key}' for {} '{}'; it knows: {}",
+                component.world,
+                component.name,
                 if known.is_empty() {
                     "none".to_owned()
                 } else {
@@ -61,7 +65,7 @@ pub fn with_declared_params(
             ));
         }
     }
-    for p in &policy.params {
+    for p in &component.params {
         if !given.iter().any(|(k, _)| *k == p.name) {
             given.push((p.name.clone(), p.default_value.clone()));
         }

@@ -91,7 +91,7 @@ pub fn check_component_versions<'a>(
             return Err(format!(
                 "built against {PACKAGE}@{version}, which this host ({PACKAGE}@{host}) does not accept \
                  (it accepts {}; see docs/wit-versioning.md): rebuild the component against the WIT \
-                 of this mfsched (`mfsched plugins wit` writes it; Rust policies: the mfsched-sdk crate of this version)",
+                 of this mfsched (`mfsched plugins wit` writes it; Rust policies: the mfsched-sdk crate of this version, Rust utilities: mfsched-utility-sdk)",
                 host.accepted_range()
             ));
         }
@@ -149,14 +149,16 @@ mod tests {
     fn an_incompatible_component_is_refused_naming_both_versions() {
         let err =
             check_component_versions(["wasi:io/streams@0.2.6", "mfsched:scheduler/types@0.1.0"])
-                .expect_err("0.1.0 is not accepted by a 0.2 host");
+                .expect_err("0.1.0 is not accepted by a 0.3 host");
         assert!(err.contains("mfsched:scheduler@0.1.0"), "{err}");
         assert!(
             err.contains(&format!("mfsched:scheduler@{VERSION}")),
             "{err}"
         );
-        assert!(check_component_versions(["mfsched:scheduler/surrogate@0.2.0"]).is_ok());
-        assert!(check_component_versions(["mfsched:scheduler/surrogate@0.3.0"]).is_err());
+        assert!(check_component_versions(["mfsched:scheduler/surrogate@0.3.0"]).is_ok());
+        // 0.3.0 changed the utility world: a 0.2 component is rebuilt.
+        assert!(check_component_versions(["mfsched:scheduler/surrogate@0.2.0"]).is_err());
+        assert!(check_component_versions(["mfsched:scheduler/surrogate@0.4.0"]).is_err());
         assert!(check_component_versions(["mfsched:scheduler/types@garbage"]).is_err());
     }
 }

@@ -19,7 +19,7 @@
 //! heuristic, the utility has the last word). The seed comes from the host.
 
 use mfsched_sdk::params::spec;
-use mfsched_sdk::types::{Decision, Field, GpuState, Param, ParamSpec, Problem};
+use mfsched_sdk::types::{Decision, GpuState, Param, ParamSpec, Problem};
 use mfsched_sdk::{Landscape, Params, Rng, Space, surrogate};
 use std::collections::HashMap;
 
@@ -113,11 +113,7 @@ impl mfsched_sdk::Guest for Ga {
         }
         let table = surrogate::predict_table(state);
         let allowed = floor_meeting_genes(&space, &table, &problem.sla_floors);
-        let landscape = if surrogate::prediction_field() == Field::CandidateAware {
-            Landscape::Joint { state }
-        } else {
-            Landscape::of_table(table)
-        };
+        let landscape = Landscape::with_table(state, table);
         let allowed_genes = allowed
             .iter()
             .map(|ok| (0..ok.len() as u32).filter(|&c| ok[c as usize]).collect())

@@ -22,7 +22,7 @@
 //! per candidate, and `exact` solves the knapsack over them.
 
 /// The generated `utility` world. wit-bindgen's glue is FFI, hence unsafe; its
-/// lowered `terms` export takes the flattened problem and table as 15 scalars.
+/// lowered exports may take their flattened arguments as many scalars.
 #[allow(unsafe_code, clippy::too_many_arguments)]
 mod bindings {
     wit_bindgen::generate!({
@@ -35,7 +35,7 @@ mod bindings {
 }
 
 use bindings::Guest;
-use bindings::mfsched::scheduler::types::{Problem, ThroughputRange};
+use bindings::mfsched::scheduler::types::{Param, ParamSpec, Problem, ThroughputRange};
 
 struct PublishedUtility;
 
@@ -44,7 +44,17 @@ impl Guest for PublishedUtility {
         "throughput-weighted quality (published)".into()
     }
 
-    fn score(problem: Problem, candidates: Vec<u64>, predictions: Vec<f32>) -> Vec<f64> {
+    /// The published utility has no parameters: its weights are the paper's.
+    fn parameters() -> Vec<ParamSpec> {
+        Vec::new()
+    }
+
+    fn score(
+        problem: Problem,
+        _: Vec<Param>,
+        candidates: Vec<u64>,
+        predictions: Vec<f32>,
+    ) -> Result<Vec<f64>, String> {
         let n = problem.models.len();
         assert!(
             predictions.len() == candidates.len() * n,
@@ -64,7 +74,7 @@ impl Guest for PublishedUtility {
         }
         let size = strides.first().map_or(0, |s| s * radices[0]);
         let cap = u64::from(problem.card.vram_mib);
-        candidates
+        Ok(candidates
             .iter()
             .zip(predictions.chunks_exact(n.max(1)))
             .map(|(&c, t)| {
@@ -84,10 +94,10 @@ impl Guest for PublishedUtility {
                 }
                 if vram > cap { f64::NEG_INFINITY } else { j }
             })
-            .collect()
+            .collect())
     }
 
-    fn terms(problem: Problem, table: Vec<f32>) -> Option<Vec<f64>> {
+    fn terms(problem: Problem, _: Vec<Param>, table: Vec<f32>) -> Result<Option<Vec<f64>>, String> {
         let terms = ModelTerms::new(&problem);
         let mut out = Vec::with_capacity(table.len());
         let mut rows = table.iter();
@@ -97,7 +107,7 @@ impl Guest for PublishedUtility {
                 out.push(terms.value(&problem, i, local, thr));
             }
         }
-        Some(out)
+        Ok(Some(out))
     }
 }
 

@@ -7,19 +7,31 @@
 //! is) implements [`Additive`] and exports it:
 //!
 //! ```ignore
-//! use mfsched_utility_sdk::types::Problem;
+//! use mfsched_utility_sdk::params::{ParamError, Params, spec};
+//! use mfsched_utility_sdk::types::{ParamSpec, Problem};
 //! use mfsched_utility_sdk::{Additive, Terms};
 //!
-//! struct Quality;
+//! struct Quality {
+//!     /// What a configuration under its floor still earns (`-inf`: excluded).
+//!     below_floor: f64,
+//! }
 //!
 //! impl Additive for Quality {
 //!     fn name() -> String {
 //!         "quality where the floor is met".into()
 //!     }
 //!
-//!     fn term(problem: &Problem, model: usize, config: u32, throughput: f32) -> f64 {
+//!     fn parameters() -> Vec<ParamSpec> {
+//!         vec![spec("below-floor", "-inf", "the term of a configuration under its floor")]
+//!     }
+//!
+//!     fn new(params: &Params) -> Result<Self, ParamError> {
+//!         Ok(Self { below_floor: params.f64_in("below-floor", f64::NEG_INFINITY, 0.0)? })
+//!     }
+//!
+//!     fn term(&self, problem: &Problem, model: usize, config: u32, throughput: f32) -> f64 {
 //!         if f64::from(throughput) < problem.sla_floors[model] {
-//!             return f64::NEG_INFINITY;
+//!             return self.below_floor;
 //!         }
 //!         problem.models[model].configs[config as usize].quality
 //!     }
@@ -27,6 +39,14 @@
 //!
 //! mfsched_utility_sdk::export_additive!(Quality);
 //! ```
+//!
+//! Parameters work as a policy's do: [`Additive::parameters`] declares them,
+//! the user sets them (`policy.utility_params`, `--utility-param KEY=VALUE`),
+//! the host refuses a key the utility does not declare and passes every
+//! declared one, given or at its default, to each call; [`Additive::new`]
+//! reads them once per call with [`params::Params`]' typed getters (the policy
+//! SDK's: `seed` is allowed there but never passed to a utility), and a bad
+//! value is an error the host reports with the utility's name.
 //!
 //! A utility that is not additive implements the world's [`Guest`] itself
 //! (`score`, and `terms` answering `None`) and exports it with
@@ -36,8 +56,10 @@
 //! `mfsched-sdk`'s): a crate linking one world's bindings carries its type
 //! section, and would be asked for that world's exports.
 
+pub mod params;
 pub mod space;
 
+pub use params::{ParamError, Params};
 pub use space::{Best, Odometer, Space};
 
 /// The generated `utility` world of the WIT package in `wit/` (a link to the
@@ -57,25 +79,36 @@ pub mod bindings {
 pub use bindings::mfsched::scheduler::types;
 pub use bindings::{Guest, export_utility};
 
-use types::Problem;
+use types::{Param, ParamSpec, Problem};
 
 /// An additive utility: one term per model, from the model's local
-/// configuration and its predicted throughput. [`Terms`] derives the world's
-/// two exports from it.
-pub trait Additive {
+/// configuration and its predicted throughput, under the parameters of the
+/// call. [`Terms`] derives the world's exports from it.
+pub trait Additive: Sized {
     /// A short human-readable name.
     fn name() -> String;
+
+    /// The parameters it understands ([`params::spec`] makes an entry);
+    /// none unless overridden.
+    fn parameters() -> Vec<ParamSpec> {
+        Vec::new()
+    }
+
+    /// The utility under one call's parameters (every declared one is
+    /// there, given or at its default); an error refuses the call.
+    fn new(params: &Params) -> Result<Self, ParamError>;
 
     /// Model `model`'s term when it runs local configuration `config` at
     /// `throughput` (its unit); negative infinity excludes the configuration
     /// on its own (an SLA floor broken). Called only with `config` in range.
-    fn term(problem: &Problem, model: usize, config: u32, throughput: f32) -> f64;
+    fn term(&self, problem: &Problem, model: usize, config: u32, throughput: f32) -> f64;
 }
 
 /// The world's exports of an [`Additive`] utility: `score` sums the terms of a
 /// candidate's models (negative infinity for a candidate over the card's
 /// memory or an index outside the joint space), `terms` hands the same terms
-/// over for a table; both come from [`Additive::term`], so they agree.
+/// over for a table; both come from [`Additive::term`], so they agree, and
+/// `parameters` is [`Additive::parameters`].
 pub struct Terms<T>(std::marker::PhantomData<T>);
 
 impl<T> std::fmt::Debug for Terms<T> {
@@ -89,17 +122,42 @@ impl<T: Additive> Guest for Terms<T> {
         T::name()
     }
 
-    fn score(problem: Problem, candidates: Vec<u64>, predictions: Vec<f32>) -> Vec<f64> {
-        scores::<T>(&problem, &candidates, &predictions)
+    fn parameters() -> Vec<ParamSpec> {
+        T::parameters()
     }
 
-    fn terms(problem: Problem, table: Vec<f32>) -> Option<Vec<f64>> {
-        Some(table_terms::<T>(&problem, &table))
+    fn score(
+        problem: Problem,
+        params: Vec<Param>,
+        candidates: Vec<u64>,
+        predictions: Vec<f32>,
+    ) -> Result<Vec<f64>, String> {
+        let utility = configured::<T>(params)?;
+        Ok(scores(&utility, &problem, &candidates, &predictions))
+    }
+
+    fn terms(
+        problem: Problem,
+        params: Vec<Param>,
+        table: Vec<f32>,
+    ) -> Result<Option<Vec<f64>>, String> {
+        let utility = configured::<T>(params)?;
+        Ok(Some(table_terms(&utility, &problem, &table)))
     }
 }
 
+/// `T` under `params`, checked against its schema.
+fn configured<T: Additive>(params: Vec<Param>) -> Result<T, String> {
+    Ok(T::new(&Params::parse(params, T::parameters())?)?)
+}
+
 /// One utility per candidate, predictions N per candidate (row-major).
-pub fn scores<T: Additive>(problem: &Problem, candidates: &[u64], predictions: &[f32]) -> Vec<f64> {
+pub fn scores<T: Additive>(
+    utility: &T,
+    problem: &Problem,
+    candidates: &[u64],
+    predictions: &[f32],
+) -> Vec<f64> {
     let space = Space::new(problem);
     let n = space.models();
     let mut tuple = vec![0u32; n];
@@ -118,7 +176,7 @@ pub fn scores<T: Additive>(problem: &Problem, candidates: &[u64], predictions: &
                         .iter()
                         .zip(row)
                         .enumerate()
-                        .map(|(i, (&l, &t))| T::term(problem, i, l, t))
+                        .map(|(i, (&l, &t))| utility.term(problem, i, l, t))
                         .sum()
                 }
                 _ => f64::NEG_INFINITY,
@@ -129,13 +187,13 @@ pub fn scores<T: Additive>(problem: &Problem, candidates: &[u64], predictions: &
 
 /// The terms of a prediction table (laid out as `predict-table` returns it:
 /// model 0's grid first, in grid order).
-pub fn table_terms<T: Additive>(problem: &Problem, table: &[f32]) -> Vec<f64> {
+pub fn table_terms<T: Additive>(utility: &T, problem: &Problem, table: &[f32]) -> Vec<f64> {
     let space = Space::new(problem);
     (0..space.models())
         .flat_map(|i| (0..space.radix(i)).map(move |l| (i, l)))
         .map(
             |(i, l)| match table.get(space.table_offset(i) + l as usize) {
-                Some(&t) => T::term(problem, i, l, t),
+                Some(&t) => utility.term(problem, i, l, t),
                 None => f64::NEG_INFINITY,
             },
         )

@@ -44,15 +44,17 @@ impl mfsched_sdk::Guest for Policy {
         for i in (1..order.len()).rev() {
             order.swap(i, rng.below(i as u64 + 1) as usize);
         }
+        // One `predict-table` call serves the lean start and the search.
+        let table = surrogate::predict_table(state);
+        let lean = leanest(&problem, &space, &table);
         let search = Search {
             space: &space,
-            landscape: Landscape::new(state),
+            landscape: Landscape::with_table(state, table),
         };
-        let table = surrogate::predict_table(state);
 
         let mut evaluated = 0;
         let mut best: Option<(f64, Vec<u32>)> = None;
-        for start in [problem.current.clone(), leanest(&problem, &space, &table)] {
+        for start in [problem.current.clone(), lean] {
             let (score, config) = search.ascend(start, &order, rounds, &mut evaluated);
             if best.as_ref().is_none_or(|(b, _)| score > *b) {
                 best = Some((score, config));

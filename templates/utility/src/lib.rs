@@ -1,24 +1,50 @@
 //! {{name}}: an mfsched utility, the objective every policy maximises.
 //!
 //! Each model's term is the quality of its configuration (relative to the
-//! model's best) times the share of its variant's profiled throughput range
-//! it reaches, minus the reconfiguration cost when the configuration changes;
-//! a configuration under its SLA floor is excluded. The utility is the sum of
-//! the terms, so it is additive: `exact` can solve it, and every policy sums
-//! terms instead of asking for a score per candidate. `Terms` derives both of
-//! the world's exports (`score`, `terms`) from `term`, so they agree.
+//! model's best) times how much of it counts, minus the reconfiguration cost
+//! when the configuration changes; a configuration under its SLA floor is
+//! excluded. How much counts is set by the parameter `throughput-weight`
+//! (w, in [0, 1]): `1 - w + w * share`, where share is the part of its
+//! variant's profiled throughput range the configuration reaches. At the
+//! default, w = 1, quality counts in proportion to the share; at w = 0
+//! throughput beyond the floor earns nothing. The user sets it without a
+//! rebuild: `--utility-param throughput-weight=0.5`, or in the daemon
+//! `[policy] utility_params = { throughput-weight = "0.5" }`.
+//!
+//! The utility is the sum of the terms, so it is additive: `exact` can solve
+//! it, and every policy sums terms instead of asking for a score per
+//! candidate. `Terms` derives the world's exports (`parameters`, `score`,
+//! `terms`) from this impl, so score and terms agree.
 
 use mfsched_utility_sdk::Additive;
-use mfsched_utility_sdk::types::Problem;
+use mfsched_utility_sdk::params::{ParamError, Params, spec};
+use mfsched_utility_sdk::types::{ParamSpec, Problem};
 
-struct Utility;
+struct Utility {
+    /// w of `1 - w + w * share`.
+    throughput_weight: f64,
+}
 
 impl Additive for Utility {
     fn name() -> String {
         "{{name}} (quality times throughput share)".into()
     }
 
-    fn term(problem: &Problem, model: usize, config: u32, throughput: f32) -> f64 {
+    fn parameters() -> Vec<ParamSpec> {
+        vec![spec(
+            "throughput-weight",
+            "1.0",
+            "how much of a configuration's quality depends on its throughput share, in [0, 1]",
+        )]
+    }
+
+    fn new(params: &Params) -> Result<Self, ParamError> {
+        Ok(Self {
+            throughput_weight: params.f64_in("throughput-weight", 0.0, 1.0)?,
+        })
+    }
+
+    fn term(&self, problem: &Problem, model: usize, config: u32, throughput: f32) -> f64 {
         let m = &problem.models[model];
         let local = &m.configs[config as usize];
         let throughput = f64::from(throughput);
@@ -38,7 +64,8 @@ impl Additive for Utility {
             Some(_) => problem.reconfig.knob_change,
             None => 0.0,
         };
-        local.quality / best * share - cost
+        let w = self.throughput_weight;
+        local.quality / best * (1.0 - w + w * share) - cost
     }
 }
 

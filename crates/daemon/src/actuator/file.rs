@@ -15,8 +15,8 @@ struct FileDocument<'a> {
     models: BTreeMap<&'a str, KnobSetting>,
 }
 
-/// Writes every model's configuration of `joint` to `path`; true when it was written.
-pub(super) fn write(path: &Path, problem: &Problem, tick: u64, joint: &[u32]) -> bool {
+/// Writes every model's configuration of `joint` to `path`.
+pub(super) fn write(path: &Path, problem: &Problem, tick: u64, joint: &[u32]) -> Result<()> {
     let doc = FileDocument {
         tick,
         models: problem
@@ -26,7 +26,7 @@ pub(super) fn write(path: &Path, problem: &Problem, tick: u64, joint: &[u32]) ->
             .map(|(m, &c)| (m.name.as_str(), m.knobs(c as usize)))
             .collect(),
     };
-    write_json_atomically(path, &doc).is_ok()
+    write_json_atomically(path, &doc)
 }
 
 /// Writes JSON to a temp file beside `path`, then renames it over `path`.

@@ -43,6 +43,7 @@ use tokio::task::JoinHandle;
 use super::config::ActuatorConfig;
 use super::declog::ReconfigRecord;
 use super::metrics::Metrics;
+use super::streak::{Change, Streaks};
 use mfsched_core::domain::{KnobSetting, Problem};
 
 /// What a webhook receives (the body of its POST, JSON).
@@ -177,6 +178,28 @@ pub struct Actuators {
     /// The longest one reconfiguration can take, failure and fall-back included.
     longest_reconfiguration: Duration,
     metrics: Arc<Metrics>,
+    /// The file actuator's run of failed writes (one line per edge).
+    file_failures: Mutex<Streaks>,
+}
+
+/// The most bytes of a delivery failure's reason a log line repeats.
+const REASON_BYTES: usize = 300;
+
+/// One log line per edge of an actuator's run of failed deliveries, never one
+/// per change: `warn` with the reason (escaped, cut) when `key` starts failing,
+/// `info` with the count when it delivers again. `failure` is this delivery's
+/// reason, `None` when it was delivered.
+fn failure_edge(streaks: &mut Streaks, key: &str, failure: Option<&str>) {
+    match (streaks.observe(key, failure.is_some()), failure) {
+        (Some(Change::Failing), Some(why)) => tracing::warn!(
+            "{key}: delivery failed: {}; the daemon goes on deciding, and logs again when a delivery succeeds",
+            mfsched_core::text::printable(why, REASON_BYTES)
+        ),
+        (Some(Change::Recovered { failed_ticks }), _) => {
+            tracing::info!("{key}: delivered again after {failed_ticks} failed deliveries")
+        }
+        _ => {}
+    }
 }
 
 impl Actuators {
@@ -289,6 +312,7 @@ impl Actuators {
             stop_grace,
             longest_reconfiguration: v2.max(process),
             metrics,
+            file_failures: Mutex::new(Streaks::default()),
         })
     }
 
@@ -299,8 +323,14 @@ impl Actuators {
             return;
         }
         if let Some(path) = &self.file {
-            let ok = file::write(path, problem, tick, joint);
-            self.metrics.actuator_result("file", ok);
+            let written = file::write(path, problem, tick, joint);
+            self.metrics.actuator_result("file", written.is_ok());
+            let failure = written.err().map(|e| format!("{e:#}"));
+            failure_edge(
+                &mut self.file_failures.lock().unwrap_or_else(|p| p.into_inner()),
+                "actuator.file",
+                failure.as_deref(),
+            );
         }
         let requested = Instant::now();
         for &i in changed {

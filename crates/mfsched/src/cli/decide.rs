@@ -1,11 +1,11 @@
 //! `mfsched decide`: one decision tick through a policy component.
 
-use super::plugins::{PluginOpts, policy_params};
+use super::plugins::{PluginOpts, UtilityChoice, key_values, policy_params};
 use anyhow::{Context as _, Result, bail};
 use clap::Args;
 use mfsched_core::domain::GpuState;
 use mfsched_core::scenario;
-use mfsched_plugin_host::registry::{resolve_policy, resolve_utility};
+use mfsched_plugin_host::registry::resolve_policy;
 use mfsched_plugin_host::{Decider, DecisionOutcome, Registry, setup};
 use mfsched_surrogate::serve::Served;
 use serde::Serialize;
@@ -19,9 +19,8 @@ pub struct DecideArgs {
     /// The policy: an embedded name (ga, exhaustive, exact, static-budget), a NAME.wasm of --plugin-dir, or a .wasm path.
     #[arg(long)]
     policy: String,
-    /// The utility component: a name or a .wasm path.
-    #[arg(long, default_value = "utility")]
-    utility: String,
+    #[command(flatten)]
+    utility: UtilityChoice,
     /// The GPU state, as JSON: {"workload":"high","vram_used_mib":12000,"utilization":0.7}.
     /// Default: medium load, the running configuration's VRAM, utilisation 0.5.
     #[arg(long, value_name = "JSON")]
@@ -56,6 +55,8 @@ struct Output {
     policy: String,
     policy_title: String,
     utility: String,
+    /// Every parameter the utility is called with (given or its default).
+    utility_params: Vec<(String, String)>,
     state: GpuState,
     params: Vec<(String, String)>,
     accepted: bool,
@@ -74,18 +75,9 @@ struct Output {
 }
 
 pub(super) fn parse_params(raw: &[String], seed: u64) -> Result<Vec<(String, String)>> {
-    let mut params = Vec::new();
-    for p in raw {
-        let (k, v) = p
-            .split_once('=')
-            .with_context(|| format!("--param {p}: expected KEY=VALUE"))?;
-        if k.trim().is_empty() {
-            bail!("--param {p}: the key is empty");
-        }
-        if k == "seed" {
-            bail!("--param seed=...: use --seed");
-        }
-        params.push((k.trim().to_string(), v.trim().to_string()));
+    let mut params = key_values("--param", raw)?;
+    if params.iter().any(|(k, _)| k == "seed") {
+        bail!("--param seed=...: use --seed");
     }
     params.push(("seed".into(), seed.to_string()));
     Ok(params)
@@ -108,7 +100,7 @@ pub fn run(args: DecideArgs) -> Result<()> {
     let dir = args.opts.dir.as_deref();
     let policy = resolve_policy(&engine, &args.policy, dir)?;
     let params = policy_params(&args.policy, &policy, params)?;
-    let utility = resolve_utility(&engine, &args.utility, dir)?;
+    let utility = args.utility.resolve(&engine, dir)?;
     let registry = Registry::default();
     let mut decider = Decider::new(
         Arc::clone(&engine),
@@ -136,6 +128,7 @@ pub fn run(args: DecideArgs) -> Result<()> {
         policy: policy.info.name.clone(),
         policy_title: policy.info.title.clone(),
         utility: utility.info.name.clone(),
+        utility_params: utility.params_pairs(),
         state,
         params,
         accepted: reason.is_none(),
@@ -211,7 +204,16 @@ fn print_text(o: &Output) {
         o.policy_title,
         params.join(" ")
     );
-    println!("utility    {}", o.utility);
+    let utility_params: Vec<String> = o
+        .utility_params
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    if utility_params.is_empty() {
+        println!("utility    {}", o.utility);
+    } else {
+        println!("utility    {}, {}", o.utility, utility_params.join(" "));
+    }
     println!();
     // Columns as wide as their widest cell: model names and knob settings are
     // data of any length.

@@ -1,7 +1,7 @@
 //! `ab` and `demo`: closed-loop policy comparisons on the simulator (and the
 //! shared machinery `repro`'s Table II runs on).
 
-use super::plugins::{PluginOpts, policy_params};
+use super::plugins::{PluginOpts, UtilityChoice, policy_params};
 use super::profile::progress_bar;
 use anyhow::{Context as _, Result, bail};
 use clap::Args;
@@ -12,7 +12,7 @@ use mfsched_lab::eval::closed_loop::{Harness, PolicySpec};
 use mfsched_lab::eval::report::Comparison;
 use mfsched_lab::sim;
 use mfsched_plugin_host::PluginEngine;
-use mfsched_plugin_host::registry::{resolve_policy, resolve_utility};
+use mfsched_plugin_host::registry::resolve_policy;
 use mfsched_surrogate::serve::Served;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -33,9 +33,8 @@ pub struct EvalOpts {
     /// Seed of the workload traces, the simulator and every policy.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Utility component: an embedded name or a .wasm file.
-    #[arg(long, default_value = "utility")]
-    utility: String,
+    #[command(flatten)]
+    utility: UtilityChoice,
     #[command(flatten)]
     plugins: PluginOpts,
 }
@@ -181,7 +180,7 @@ fn load_spec(
 pub(super) fn compare(
     problem_name: &str,
     plugins: &PluginOpts,
-    utility: &str,
+    utility: &UtilityChoice,
     loops: &[Loop],
     traces: &[Trace],
     seed: u64,
@@ -190,7 +189,7 @@ pub(super) fn compare(
     let served = plugins.served(&scenario)?;
     let engine = plugins.engine()?;
     let plugin_dir = plugins.dir.as_deref();
-    let utility = resolve_utility(&engine, utility, plugin_dir)?;
+    let utility = utility.resolve(&engine, plugin_dir)?;
     let loaded: Vec<(PolicySpec, Vec<PolicySpec>)> = loops
         .iter()
         .map(|l| {
@@ -365,7 +364,7 @@ pub fn demo(args: DemoArgs) -> Result<()> {
     let cmp = compare(
         "paper-n5",
         &args.plugins,
-        "utility",
+        &UtilityChoice::embedded(),
         &loops,
         &traces,
         args.seed,

@@ -13,7 +13,7 @@ use mfsched_plugin_host::registry;
 use mfsched_plugin_host::setup;
 use mfsched_plugin_host::template;
 use mfsched_plugin_host::wit_package;
-use mfsched_plugin_host::{CompileCache, LoadedPolicy, PluginEngine, PluginLimits};
+use mfsched_plugin_host::{CompileCache, LoadedPolicy, LoadedUtility, PluginEngine, PluginLimits};
 use mfsched_surrogate::backend::BackendChoice;
 use mfsched_surrogate::serve::{ServeOptions, Served, serve};
 use std::path::PathBuf;
@@ -147,6 +147,57 @@ pub fn policy_params(
     setup::with_declared_params(&policy.info, params).map_err(|e| anyhow::anyhow!("{label}: {e}"))
 }
 
+/// The utility a command scores with, and the parameters it is called with.
+#[derive(Debug, clap::Args)]
+pub struct UtilityChoice {
+    /// The utility component: a name or a .wasm path.
+    #[arg(long, default_value = "utility")]
+    pub utility: String,
+    /// A utility parameter (repeatable), checked against what the utility
+    /// declares; `mfsched plugins list` shows each utility's.
+    #[arg(long = "utility-param", value_name = "KEY=VALUE")]
+    pub utility_params: Vec<String>,
+}
+
+impl UtilityChoice {
+    /// The embedded, published utility, at its defaults.
+    pub fn embedded() -> Self {
+        Self {
+            utility: "utility".into(),
+            utility_params: Vec::new(),
+        }
+    }
+    /// The utility, loaded and called with the parameters given.
+    pub fn resolve(
+        &self,
+        engine: &PluginEngine,
+        dir: Option<&std::path::Path>,
+    ) -> Result<Arc<LoadedUtility>> {
+        let utility = registry::resolve_utility(engine, &self.utility, dir)?;
+        let given = key_values("--utility-param", &self.utility_params)?;
+        let configured = utility
+            .configured(given)
+            .map_err(|e| anyhow::anyhow!("--utility-param: {e}"))?;
+        Ok(Arc::new(configured))
+    }
+}
+
+/// `KEY=VALUE` arguments of `flag` as pairs, trimmed; an empty key or a
+/// missing `=` is refused, naming the argument.
+pub(super) fn key_values(flag: &str, raw: &[String]) -> Result<Vec<(String, String)>> {
+    raw.iter()
+        .map(|p| {
+            let (k, v) = p
+                .split_once('=')
+                .with_context(|| format!("{flag} {p}: expected KEY=VALUE"))?;
+            if k.trim().is_empty() {
+                bail!("{flag} {p}: the key is empty");
+            }
+            Ok((k.trim().to_string(), v.trim().to_string()))
+        })
+        .collect()
+}
+
 /// What `plugins check` and `plugins test` run a policy with.
 #[derive(Debug, clap::Args)]
 pub struct PolicyRun {
@@ -206,9 +257,8 @@ pub enum PluginsCommand {
         /// The latency one decision must stay within, milliseconds (default: --deadline-ms).
         #[arg(long, value_name = "MS")]
         budget_ms: Option<u64>,
-        /// The utility component: a name or a .wasm path.
-        #[arg(long, default_value = "utility")]
-        utility: String,
+        #[command(flatten)]
+        utility: UtilityChoice,
         #[command(flatten)]
         run: PolicyRun,
     },
@@ -369,9 +419,14 @@ pub fn run(cmd: PluginsCommand) -> Result<()> {
                                 mfsched_core::text::path(p)
                             );
                         }
+                        // The flag that sets it: a utility's parameters are not a policy's.
+                        let flag = match i.world {
+                            mfsched_plugin_host::World::Policy => "--param",
+                            mfsched_plugin_host::World::Utility => "--utility-param",
+                        };
                         for p in &i.params {
                             println!(
-                                "{:<16} {:<8} {:<24} {:<10} {:<12}   --param {}={}  {}",
+                                "{:<16} {:<8} {:<24} {:<10} {:<12}   {flag} {}={}  {}",
                                 "", "", "", "", "", p.name, p.default_value, p.description
                             );
                         }
@@ -480,6 +535,11 @@ fn new_crate(
                     component.display()
                 );
             }
+            // The template declares a parameter: show how it is set.
+            println!(
+                "  mfsched decide --scenario paper-n5 --policy exact --utility {} --utility-param throughput-weight=0.5",
+                component.display()
+            );
         }
     }
     Ok(())

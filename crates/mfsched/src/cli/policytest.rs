@@ -9,7 +9,7 @@ use mfsched_core::domain::{GpuState, JointConfig, Problem, WorkloadLevel};
 use mfsched_core::scenario;
 use mfsched_daemon::declog::LogContents;
 use mfsched_plugin_host::harness::{self, CLOCK_STEP, Case, HarnessInputs};
-use mfsched_plugin_host::registry::{resolve_policy, resolve_utility};
+use mfsched_plugin_host::registry::resolve_policy;
 use mfsched_plugin_host::setup;
 use mfsched_surrogate::serve::Served;
 use std::path::{Path, PathBuf};
@@ -34,7 +34,7 @@ pub struct TestArgs<'a> {
     pub scenario: Option<&'a str>,
     pub runs: usize,
     pub budget_ms: Option<u64>,
-    pub utility: &'a str,
+    pub utility: &'a super::plugins::UtilityChoice,
     pub params: &'a [String],
     pub seed: u64,
     pub opts: &'a PluginOpts,
@@ -86,7 +86,7 @@ pub fn run(args: &TestArgs<'_>) -> Result<()> {
     let dir = args.opts.dir.as_deref();
     let policy = resolve_policy(&engine, args.policy, dir)?;
     let params = policy_params(args.policy, &policy, parse_params(args.params, args.seed)?)?;
-    let utility = resolve_utility(&engine, args.utility, dir)?;
+    let utility = args.utility.resolve(&engine, dir)?;
     let budget = Duration::from_millis(args.budget_ms.unwrap_or(args.opts.deadline_ms));
     println!(
         "testing {} (\"{}\", sha256 {}) on {} state(s) of {}, scenario {} (predictor: {predictor_name})",

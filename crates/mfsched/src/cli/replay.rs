@@ -188,7 +188,28 @@ fn counterfactual(args: &ReplayArgs, contents: &LogContents) -> Result<()> {
     }
     let engine = opts.engine()?;
     let dir = opts.dir.as_deref();
+    // Scored as recorded: the utility's parameters come from the log (logs
+    // before utility records: its defaults).
+    let recorded = contents.utility_of(contents.records[first].tick);
+    if let Some(&(_, r)) = ticks.iter().find(|(_, r)| {
+        contents.utility_of(r.tick).map(|u| &u.params) != recorded.map(|u| &u.params)
+    }) {
+        bail!(
+            "{}: tick {} was scored with other utility parameters than tick {}; replay one daemon set-up at a time",
+            args.log.display(),
+            r.tick,
+            contents.records[first].tick
+        );
+    }
     let utility = resolve_utility(&engine, &run.utility, dir)?;
+    let utility = match recorded {
+        Some(u) => Arc::new(
+            utility
+                .configured(u.params.clone())
+                .map_err(|e| anyhow::anyhow!("the utility parameters the log recorded: {e}"))?,
+        ),
+        None => utility,
+    };
     let registry = Registry::default();
     let mut deciders = Vec::with_capacity(args.policies.len());
     let mut replayed_components = Vec::with_capacity(args.policies.len());

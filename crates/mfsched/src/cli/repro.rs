@@ -125,7 +125,7 @@ pub fn repro(args: ReproArgs) -> Result<()> {
         let cmp = compare(
             "paper-n5",
             &args.plugins,
-            "utility",
+            &super::plugins::UtilityChoice::embedded(),
             &loops,
             &traces,
             args.seed,

@@ -4,7 +4,7 @@
 //! refuses the terms, naming the utility.
 
 /// The generated `utility` world. wit-bindgen's glue is FFI, hence unsafe; its
-/// lowered `terms` export takes the flattened problem and table as 15 scalars.
+/// lowered exports may take their flattened arguments as many scalars.
 #[allow(unsafe_code, clippy::too_many_arguments)]
 mod bindings {
     wit_bindgen::generate!({
@@ -17,7 +17,7 @@ mod bindings {
 }
 
 use bindings::Guest;
-use bindings::mfsched::scheduler::types::Problem;
+use bindings::mfsched::scheduler::types::{Param, ParamSpec, Problem};
 
 struct BadTerms;
 
@@ -26,18 +26,27 @@ impl Guest for BadTerms {
         "hostile: NaN among the terms".into()
     }
 
-    fn score(problem: Problem, _: Vec<u64>, predictions: Vec<f32>) -> Vec<f64> {
-        predictions
-            .chunks(problem.models.len().max(1))
-            .map(|row| row.iter().map(|&t| f64::from(t)).sum())
-            .collect()
+    fn parameters() -> Vec<ParamSpec> {
+        Vec::new()
     }
 
-    fn terms(_: Problem, table: Vec<f32>) -> Option<Vec<f64>> {
+    fn score(
+        problem: Problem,
+        _: Vec<Param>,
+        _: Vec<u64>,
+        predictions: Vec<f32>,
+    ) -> Result<Vec<f64>, String> {
+        Ok(predictions
+            .chunks(problem.models.len().max(1))
+            .map(|row| row.iter().map(|&t| f64::from(t)).sum())
+            .collect())
+    }
+
+    fn terms(_: Problem, _: Vec<Param>, table: Vec<f32>) -> Result<Option<Vec<f64>>, String> {
         let mut terms: Vec<f64> = table.iter().map(|&t| f64::from(t)).collect();
         if let Some(first) = terms.first_mut() {
             *first = f64::NAN;
         }
-        Some(terms)
+        Ok(Some(terms))
     }
 }

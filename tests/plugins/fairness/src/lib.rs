@@ -4,7 +4,7 @@
 //! answers `none`. A policy that needs terms (exact) cannot decide with it.
 
 /// The generated `utility` world. wit-bindgen's glue is FFI, hence unsafe; its
-/// lowered `terms` export takes the flattened problem and table as 15 scalars.
+/// lowered exports may take their flattened arguments as many scalars.
 #[allow(unsafe_code, clippy::too_many_arguments)]
 mod bindings {
     wit_bindgen::generate!({
@@ -17,7 +17,7 @@ mod bindings {
 }
 
 use bindings::Guest;
-use bindings::mfsched::scheduler::types::Problem;
+use bindings::mfsched::scheduler::types::{Param, ParamSpec, Problem};
 
 struct Fairness;
 
@@ -26,7 +26,16 @@ impl Guest for Fairness {
         "fairness: the worst-served model's share".into()
     }
 
-    fn score(problem: Problem, _: Vec<u64>, predictions: Vec<f32>) -> Vec<f64> {
+    fn parameters() -> Vec<ParamSpec> {
+        Vec::new()
+    }
+
+    fn score(
+        problem: Problem,
+        _: Vec<Param>,
+        _: Vec<u64>,
+        predictions: Vec<f32>,
+    ) -> Result<Vec<f64>, String> {
         let most: Vec<f64> = problem
             .throughput_ranges
             .iter()
@@ -37,7 +46,7 @@ impl Guest for Fairness {
                     .fold(f64::MIN_POSITIVE, f64::max)
             })
             .collect();
-        predictions
+        Ok(predictions
             .chunks(problem.models.len().max(1))
             .map(|row| {
                 let under_floor = row
@@ -52,10 +61,10 @@ impl Guest for Fairness {
                     .map(|(&t, &m)| f64::from(t) / m)
                     .fold(f64::INFINITY, f64::min)
             })
-            .collect()
+            .collect())
     }
 
-    fn terms(_: Problem, _: Vec<f32>) -> Option<Vec<f64>> {
-        None
+    fn terms(_: Problem, _: Vec<Param>, _: Vec<f32>) -> Result<Option<Vec<f64>>, String> {
+        Ok(None)
     }
 }
