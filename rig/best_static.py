@@ -3,8 +3,7 @@
 
 A static deployment picks one joint configuration and keeps it whatever the
 load. This picks it from the same live profile the surrogate was trained on:
-every pair row is scored with the published utility (rig/realised.py's
-formula, the bundle's throughput ranges, no reconfiguration cost: a static
+every pair row is scored with the published utility (rig/utility.py, the bundle's throughput ranges, no reconfiguration cost: a static
 configuration never changes), a row under a model's SLA floor scores as a
 violation, and each joint configuration measured at two regimes or more gets
 the trace-weighted mean of its rows' scores (the weights: each regime's share
@@ -19,13 +18,15 @@ Usage: best_static.py --profile PROFILE.csv --bundle DIR --scenario S.toml
 
 import argparse
 import csv
-import json
 import os
 import re
 import sys
 import tempfile
 import tomllib
 from collections import defaultdict
+
+from drive import parse_trace
+from utility import Utility
 
 
 def main(argv):
@@ -35,20 +36,11 @@ def main(argv):
     args = p.parse_args(argv)
     with open(args.scenario, "rb") as f:
         scen = tomllib.load(f)
-    with open(f"{args.bundle}/bundle.json", encoding="utf-8") as f:
-        manifest = json.load(f)
-    models = [m["name"] for m in scen["models"]]
-    fam = {m["name"]: scen["families"][m["family"]] for m in scen["models"]}
-    floors = {m["name"]: float(m.get("sla_floor", 0.0)) for m in scen["models"]}
-    quality = {m: {v["name"]: float(v["quality"]) for v in fam[m]["variants"]} for m in models}
-    ranges = {m["name"]: {r["variant"]: (r["min"], r["max"]) for r in m["throughput_ranges"]}
-              for m in manifest["models"]}
+    u = Utility(args.scenario, args.bundle)
+    models, fam = u.models, u.family
     share = defaultdict(float)
-    with open(args.trace, encoding="utf-8") as f:
-        for line in f:
-            line = line.split("#", 1)[0].split()
-            if len(line) == 2:
-                share[line[1]] += float(line[0])
+    for secs, regime in parse_trace(args.trace):
+        share[regime] += secs
 
     cells = defaultdict(list)  # joint -> [(regime, score, violated)]
     with open(args.profile, newline="", encoding="utf-8") as f:
@@ -61,10 +53,8 @@ def main(argv):
                 variant = row[f"{m}.variant"]
                 joint.append((m, variant, tuple((k, row[f"{m}.{k}"]) for k in knobs)))
                 t = float(row[f"{m}.throughput"])
-                lo, hi = ranges[m][variant]
-                norm = 1.0 if hi <= lo else min(max((t - lo) / (hi - lo), 0.0), 1.0)
-                score += quality[m][variant] / max(quality[m].values()) * norm
-                violated |= t < floors[m]
+                score += u.term(m, variant, t)
+                violated |= t < u.floors[m]
             cells[tuple(joint)].append((row["workload"], score, violated))
 
     best = None

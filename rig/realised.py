@@ -6,8 +6,8 @@ the newest 600 ticks) has, per tick, the configuration running after it and
 each model's throughput as its own server reported it over the period before
 it. So tick t's measurement belongs to the configuration tick t-1 left
 running. This scores those pairs with the published utility
-(plugins/utility/src/lib.rs; the same formula, with the bundle's per-variant
-throughput ranges and the scenario's quality and reconfiguration costs):
+(rig/utility.py: plugins/utility/src/lib.rs's formula, with the bundle's
+per-variant throughput ranges and the scenario's quality and reconfiguration costs):
 
     J = sum_i q_i(v)/q_i,max * clamp((T_i - min_i,v)/(max_i,v - min_i,v), 0, 1) - sum_i r_i
 
@@ -34,7 +34,9 @@ Usage: realised.py --history H.json [--history ...] --bundle DIR --scenario S.to
 import argparse
 import json
 import sys
-import tomllib
+
+from drive import parse_trace
+from utility import Utility
 
 
 def load_history(paths):
@@ -58,43 +60,30 @@ def main(argv):
     p.add_argument("--trace")
     p.add_argument("--json")
     args = p.parse_args(argv)
-    with open(args.scenario, "rb") as f:
-        scen = tomllib.load(f)
-    with open(f"{args.bundle}/bundle.json", encoding="utf-8") as f:
-        manifest = json.load(f)
-    models = [m["name"] for m in scen["models"]]
-    family = {m["name"]: scen["families"][m["family"]] for m in scen["models"]}
-    floors = {m["name"]: float(m.get("sla_floor", 0.0)) for m in scen["models"]}
-    quality = {m: {v["name"]: float(v["quality"]) for v in family[m]["variants"]} for m in models}
-    ranges = {}
-    for m in manifest["models"]:
-        ranges[m["name"]] = {r["variant"]: (r["min"], r["max"]) for r in m["throughput_ranges"]}
-    reconfig = scen.get("reconfig", {})
-    switch_cost = float(reconfig.get("variant_switch", 0.0))
-    knob_cost = float(reconfig.get("knob_change", 0.0))
+    u = Utility(args.scenario, args.bundle)
+    models = u.models
 
     ticks = load_history(args.history)
     if len(ticks) < 2:
         sys.exit("fewer than two ticks in the history")
     t0 = ticks[0]["unix_ms"]
+    # (the tick before, the tick) pairs scored: consecutive, past the skip,
+    # every model measured.
+    pairs = [(prev, cur) for prev, cur in zip(ticks, ticks[1:])
+             if cur["tick"] == prev["tick"] + 1 and (cur["unix_ms"] - t0) / 1e3 >= args.skip
+             and all(v is not None for v in cur["measured_throughput"])]
     scored, penalties, violations, reconfigs, predicted = [], [], {m: 0 for m in models}, 0, []
-    for prev, cur in zip(ticks, ticks[1:]):
-        if cur["tick"] != prev["tick"] + 1 or (cur["unix_ms"] - t0) / 1e3 < args.skip:
-            continue
+    for prev, cur in pairs:
         measured = cur["measured_throughput"]
-        if any(v is None for v in measured):
-            continue
         j, penalty = 0.0, 0.0
         for i, m in enumerate(models):
             variant = prev["running"][i].split()[0]
-            lo, hi = ranges[m][variant]
-            norm = 1.0 if hi <= lo else min(max((measured[i] - lo) / (hi - lo), 0.0), 1.0)
-            j += quality[m][variant] / max(quality[m].values()) * norm
-            if measured[i] < floors[m]:
+            j += u.term(m, variant, measured[i])
+            if measured[i] < u.floors[m]:
                 violations[m] += 1
             if cur["running"][i] != prev["running"][i]:
                 reconfigs += 1
-                penalty += switch_cost if cur["running"][i].split()[0] != variant else knob_cost
+                penalty += u.switch_cost if cur["running"][i].split()[0] != variant else u.knob_cost
         scored.append(j)
         penalties.append(penalty)
         active = prev["policies"][0] if prev["policies"] else {}
@@ -102,11 +91,9 @@ def main(argv):
             predicted.append(active["utility"])
     n = len(scored)
     # Floors over windows of consecutive scored ticks.
-    measured_rows = [cur["measured_throughput"] for prev, cur in zip(ticks, ticks[1:])
-                     if cur["tick"] == prev["tick"] + 1 and (cur["unix_ms"] - t0) / 1e3 >= args.skip
-                     and all(v is not None for v in cur["measured_throughput"])]
+    measured_rows = [cur["measured_throughput"] for _, cur in pairs]
     windows = [measured_rows[k:k + args.window] for k in range(0, len(measured_rows) - args.window + 1, args.window)]
-    window_violations = {m: sum(1 for w in windows if sum(r[i] for r in w) / len(w) < floors[m])
+    window_violations = {m: sum(1 for w in windows if sum(r[i] for r in w) / len(w) < u.floors[m])
                          for i, m in enumerate(models)}
     out = {
         "ticks_scored": n,
@@ -144,13 +131,10 @@ def reaction(ticks, models, metrics_path, trace_path):
                         store[model] = store.get(model, 0.0) + float(line.rsplit(" ", 1)[1])
         downtime = {m: sums[m] / counts[m] * 1e3 for m in sums if counts.get(m)}
     steps, at = [], 0.0
-    with open(trace_path, encoding="utf-8") as f:
-        for line in f:
-            parts = line.split("#", 1)[0].split()
-            if len(parts) == 2:
-                if at > 0:
-                    steps.append(at)
-                at += float(parts[0])
+    for secs, _ in parse_trace(trace_path):
+        if at > 0:
+            steps.append(at)
+        at += secs
     start = next((t["unix_ms"] for t in ticks
                   if (t["measured_throughput"][0] or 0.0) > 1.0), None)
     times, unanswered = [], 0
