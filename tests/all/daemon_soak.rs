@@ -21,12 +21,12 @@ use mfsched_daemon::config::{ActuatorConfig, WebhookConfig};
 use mfsched_daemon::daemon::{Daemon, Deciding, LoopSettings, WorkloadSource};
 use mfsched_daemon::declog::{self, DecisionLog};
 use mfsched_daemon::metrics::Metrics;
-use mfsched_daemon::outcome::FailureKind;
 use mfsched_daemon::sampler::{FootprintSampler, Sampler};
+use mfsched_plugin_host::FailureKind;
 use mfsched_plugin_host::registry::{Registry, resolve_utility};
 use mfsched_plugin_host::{
-    Builtin, Call, CompileCache, HOLD, Pipeline, PluginEngine, PluginFailure, PluginLimits,
-    PolicySource, RawDecision,
+    Answer, Builtin, Call, CompileCache, Decider, HOLD, Pipeline, PluginEngine, PluginFailure,
+    PluginLimits, PolicySource, RawDecision,
 };
 use tokio::sync::watch;
 
@@ -83,8 +83,8 @@ impl PolicySource for TestDeciders {
         .to_vec()
     }
 
-    fn propose(&self, policy: &str, call: &Call<'_>) -> Result<RawDecision, PluginFailure> {
-        match policy {
+    fn propose(&self, policy: &str, call: &Call<'_>) -> Answer {
+        Answer::native(match policy {
             "test-round-robin" => Ok(self.next().1),
             "test-flaky" => {
                 let (n, p) = self.next();
@@ -104,8 +104,8 @@ impl PolicySource for TestDeciders {
                 u32::MAX;
                 call.inputs.problem.models.len()
             ])),
-            other => Builtin.propose(other, call),
-        }
+            other => return Builtin.propose(other, call),
+        })
     }
 }
 
@@ -133,11 +133,7 @@ fn pipeline(deadline: Duration) -> Arc<Pipeline> {
 }
 
 fn deciding(policies: Arc<dyn PolicySource>, deadline: Duration) -> Deciding {
-    Deciding {
-        pipeline: pipeline(deadline),
-        policies,
-        params: Vec::new(),
-    }
+    Deciding::new(pipeline(deadline), policies, Vec::new())
 }
 
 fn problem() -> Problem {
@@ -287,6 +283,108 @@ fn a_native_answer_after_the_deadline_is_a_deadline_failure() {
         Duration::from_secs(60),
     );
     assert!(on_time.result.is_ok(), "{:?}", on_time.result);
+}
+
+/// An isolated decider (the daemon's) never waits for a native policy past
+/// the deadline, even one asked alone: the tick ends with a deadline failure
+/// and the running configuration, while the policy's thread sleeps on.
+#[test]
+fn an_isolated_tick_does_not_wait_for_a_stalled_policy() {
+    let problem = problem();
+    let deadline = Duration::from_millis(20);
+    let stall = Duration::from_secs(30);
+    let source = Arc::new(TestDeciders::new(&problem, stall));
+    let mut decider = Decider::with_source(
+        Pipeline::clone(&pipeline(deadline)),
+        source,
+        "test-stall",
+        Vec::new(),
+    )
+    .isolated();
+    let state = mfsched_core::domain::GpuState {
+        workload: mfsched_core::domain::WorkloadLevel::Medium,
+        vram_used_mib: 8000.0,
+        utilization: 0.5,
+    };
+    let outcome = decider.decide(&problem, &state);
+    assert!(
+        matches!(
+            outcome.failure(),
+            Some(mfsched_plugin_host::DecisionFailure::Plugin(
+                PluginFailure::Deadline
+            ))
+        ),
+        "{:?}",
+        outcome.failure()
+    );
+    assert!(outcome.kept_last_valid);
+    assert_eq!(outcome.applied.config, problem.current);
+    assert!(outcome.latency < stall, "it waited for the stalled policy");
+}
+
+/// The one floor check is validation's: a valid answer never misses a floor,
+/// so the SLA-violation metric counts what can happen, the ticks that kept a
+/// configuration predicted under a floor.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_configuration_under_a_floor_is_an_sla_violation_and_a_valid_answer_never_is() {
+    const TICKS: u64 = 6;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log_path = dir.path().join("decisions.log");
+    let mut problem = problem();
+    // No configuration reaches this floor: the active policy's answers are
+    // invalid anyway, the shadow's are all rejected for the floor, and the
+    // running configuration is kept under it.
+    problem.sla_floors[0] = 1e9;
+    let deadline = Duration::from_secs(5);
+    let metrics = Arc::new(Metrics::default());
+    let actuators = Actuators::new(&ActuatorConfig::default(), &problem, Arc::clone(&metrics))
+        .expect("actuators");
+    let (log, _) = DecisionLog::open(&log_path).expect("open log");
+    let daemon = Daemon::new(
+        LoopSettings {
+            period: Duration::from_millis(20),
+            deadline,
+            active: "test-invalid".to_owned(),
+            shadows: vec!["test-round-robin".to_owned()],
+            unknown_utilization: 0.5,
+            downtime_as_cost: false,
+            workload: WorkloadSource::Fixed(mfsched_core::domain::WorkloadLevel::Medium),
+        },
+        problem.clone(),
+        Box::new(FootprintSampler),
+        deciding(Arc::new(TestDeciders::new(&problem, deadline)), deadline),
+        actuators,
+        log,
+        Arc::clone(&metrics),
+    )
+    .expect("daemon");
+    let (_stop_tx, stop_rx) = watch::channel(false);
+    let summary = daemon.run(stop_rx, Some(TICKS)).await.expect("loop ran");
+    assert_eq!(summary.ticks, TICKS);
+    assert_eq!(metrics.counts().kept_last_valid, TICKS);
+    let text = metrics.render(Default::default());
+    let model = &problem.models[0].name;
+    assert!(
+        text.contains(&format!(
+            "mfsched_sla_violations_total{{model=\"{model}\"}} {TICKS}"
+        )),
+        "{text}"
+    );
+    assert_eq!(
+        text.matches("mfsched_sla_violations_total{").count(),
+        1,
+        "only the model under its floor: {text}"
+    );
+    let records = declog::read(&log_path).expect("log").records;
+    assert_eq!(records.len() as u64, TICKS);
+    for r in &records {
+        assert!(r.kept_last_valid && r.applied == problem.current);
+        let shadow = &r.shadows[0].outcome;
+        assert!(
+            matches!(shadow, Err(f) if f.kind == FailureKind::Invalid && f.message.contains("SLA floor")),
+            "{shadow:?}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -669,11 +767,7 @@ async fn soak_with_plugin_files_replaced_while_running() {
         settings,
         problem.clone(),
         Box::new(FootprintSampler),
-        Deciding {
-            pipeline: policies.pipeline(),
-            params: policies.params().to_vec(),
-            policies: Arc::new(policies),
-        },
+        Deciding::plugins(policies),
         actuators,
         log,
         Arc::clone(&metrics),
@@ -809,11 +903,7 @@ async fn the_tick_loop_keeps_going_under_an_api_flood_with_a_hostile_plugin() {
         settings,
         problem.clone(),
         Box::new(FootprintSampler),
-        Deciding {
-            pipeline: policies.pipeline(),
-            params: policies.params().to_vec(),
-            policies: Arc::new(policies),
-        },
+        Deciding::plugins(policies),
         actuators,
         log,
         Arc::clone(&metrics),

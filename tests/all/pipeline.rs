@@ -126,8 +126,8 @@ fn the_daemon_rejects_each_invalid_answer_on_every_tick_and_applies_nothing_inva
     use mfsched_daemon::daemon::{Daemon, Deciding, LoopSettings, WorkloadSource};
     use mfsched_daemon::declog::{self, DecisionLog};
     use mfsched_daemon::metrics::Metrics;
-    use mfsched_daemon::outcome::FailureKind;
     use mfsched_daemon::sampler::FootprintSampler;
+    use mfsched_plugin_host::FailureKind;
     use mfsched_plugin_host::registry::{Loaded, Registry, load_file, resolve_utility};
     use mfsched_plugin_host::{CompileCache, Pipeline, PluginEngine, PluginLimits};
     use std::sync::Arc;
@@ -187,11 +187,11 @@ fn the_daemon_rejects_each_invalid_answer_on_every_tick_and_applies_nothing_inva
             downtime_as_cost: false,
             workload: WorkloadSource::Fixed(mfsched_core::domain::WorkloadLevel::Medium),
         };
-        let deciding = Deciding {
-            pipeline: Arc::clone(&pipeline),
-            policies: Arc::clone(&registry) as Arc<dyn mfsched_plugin_host::PolicySource>,
-            params: Vec::new(),
-        };
+        let deciding = Deciding::new(
+            Arc::clone(&pipeline),
+            Arc::clone(&registry) as Arc<dyn mfsched_plugin_host::PolicySource>,
+            Vec::new(),
+        );
         let daemon = Daemon::new(
             settings,
             served.problem.clone(),

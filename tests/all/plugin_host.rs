@@ -12,8 +12,8 @@ use mfsched_plugin_host::context::Scorer;
 use mfsched_plugin_host::registry::{EMBEDDED_PLUGINS, Registry, resolve_policy, resolve_utility};
 use mfsched_plugin_host::reload::wit_params;
 use mfsched_plugin_host::{
-    Checkpoint, CompileCache, Decider, DecisionFailure, DecisionOutcome, DecisionReport, HotReload,
-    PluginEngine, PluginFailure, PluginLimits, Rejection, ReloadContext, ReloadOutcome, setup,
+    Checkpoint, CompileCache, Decider, DecisionFailure, HotReload, PluginEngine, PluginFailure,
+    PluginLimits, Rejection, ReloadContext, ReloadOutcome, TickOutcome, setup,
 };
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -116,8 +116,8 @@ fn rig_served(
     }
 }
 
-fn accepted(r: &DecisionReport) -> bool {
-    r.outcome == DecisionOutcome::Accepted
+fn accepted(r: &TickOutcome) -> bool {
+    r.failure().is_none()
 }
 
 #[test]
@@ -133,22 +133,22 @@ fn bundled_policies_decide_valid_configurations_on_paper_n5() {
     ] {
         let mut r = rig(Arc::clone(&engine), policy, None, &params);
         let report = r.decider.decide(&p, &s);
-        assert!(accepted(&report), "{policy}: {:?}", report.outcome);
-        assert!(p.check_feasible(&report.config).is_ok());
-        assert_eq!(report.predictions.len(), 5);
-        let u = report.utility.expect("scored");
+        assert!(accepted(&report), "{policy}: {:?}", report.failure());
+        assert!(p.check_feasible(&report.applied.config).is_ok());
+        assert_eq!(report.applied.predictions.len(), 5);
+        let u = report.applied.utility.expect("scored");
         assert!(u.is_finite() && u > 0.0, "{policy}: utility {u}");
-        for (t, f) in report.predictions.iter().zip(&p.sla_floors) {
+        for (t, f) in report.applied.predictions.iter().zip(&p.sla_floors) {
             assert!(f64::from(*t) >= *f);
         }
         // Whether the host took them from the table it served the policy
         // (and the terms the utility gave for it) or not, the predictions and
         // utility are the long way's, bit for bit.
-        let index = p.space().index(&report.config).expect("feasible");
+        let index = p.space().index(&report.applied.config).expect("feasible");
         let joint = predictor()
             .predict_joint(&p, &s, &[index])
             .expect("predicts");
-        assert_eq!(report.predictions, joint, "{policy}");
+        assert_eq!(report.applied.predictions, joint, "{policy}");
         let wit_problem = mfsched_plugin_host::bindings::wit::Problem::from(&p);
         let scored = Scorer::new(Arc::clone(&r.engine), r.utility_slot.load())
             .score(&wit_problem, &[index], &joint, Instant::now() + DEADLINE)
@@ -175,13 +175,18 @@ fn ga_is_within_a_tenth_of_a_percent_of_exhaustive_median_over_seeds() {
     .iter()
     .enumerate()
     {
-        let best = exhaustive.decider.decide(&p, s).utility.expect("scored");
+        let best = exhaustive
+            .decider
+            .decide(&p, s)
+            .applied
+            .utility
+            .expect("scored");
         for seed in 1..=5u64 {
             let seed = (seed + 10 * k as u64).to_string();
             let mut ga = rig(Arc::clone(&engine), "ga", None, &[("seed", seed.as_str())]);
             let got = ga.decider.decide(&p, s);
-            assert!(accepted(&got), "{:?}", got.outcome);
-            let u = got.utility.expect("scored");
+            assert!(accepted(&got), "{:?}", got.failure());
+            let u = got.applied.utility.expect("scored");
             assert!(u <= best + 1e-9, "GA {u} beat exhaustive {best}");
             gaps.push((best - u) / best.abs());
         }
@@ -206,16 +211,16 @@ fn exhaustive_table_and_candidate_paths_agree() {
         .decider
         .decide(&p, &s);
     assert!(accepted(&table) && accepted(&candidates));
-    assert_eq!(table.config, candidates.config);
+    assert_eq!(table.applied.config, candidates.applied.config);
     // The table path's answer is checked with the served table and summed
     // terms, the candidate path's with a joint prediction and the utility's
     // score: the same numbers.
-    assert_eq!(table.predictions, candidates.predictions);
-    assert_eq!(table.utility, candidates.utility);
-    assert_eq!(table.candidates_evaluated, 78_732);
+    assert_eq!(table.applied.predictions, candidates.applied.predictions);
+    assert_eq!(table.applied.utility, candidates.applied.utility);
+    assert_eq!(table.active.candidates_evaluated, 78_732);
     // Σk table entries vs N per candidate.
-    assert_eq!(table.stats.predictions, 18 + 18 + 9 + 9 + 9);
-    assert_eq!(candidates.stats.predictions, 78_732 * 5);
+    assert_eq!(table.active.stats.predictions, 18 + 18 + 9 + 9 + 9);
+    assert_eq!(candidates.active.stats.predictions, 78_732 * 5);
 }
 
 #[test]
@@ -224,38 +229,38 @@ fn bad_parameters_are_refused_with_the_reason_and_the_last_valid_decision_is_kep
     let s = state(WorkloadLevel::Medium, 0.5);
     let mut r = rig(engine(DEADLINE, 256), "ga", None, &[("populaton", "10")]);
     let report = r.decider.decide(&p, &s);
-    match &report.outcome {
-        DecisionOutcome::Kept(DecisionFailure::Plugin(PluginFailure::Refused(why))) => {
+    match report.failure() {
+        Some(DecisionFailure::Plugin(PluginFailure::Refused(why))) => {
             assert!(why.contains("unknown parameter 'populaton'"), "{why}")
         }
         other => panic!("{other:?}"),
     }
     assert_eq!(
-        report.config, p.current,
+        report.applied.config, p.current,
         "nothing valid yet: the running configuration"
     );
-    assert_eq!(r.decider.events().len(), 1);
+    assert_eq!(r.decider.kept_ticks(), 1);
 }
 
 /// Runs a valid decision with exhaustive, then the hostile plugin in its place.
-fn hostile_tick(name: &str, limits: PluginLimits) -> (DecisionReport, DecisionReport, Vec<u32>) {
+fn hostile_tick(name: &str, limits: PluginLimits) -> (TickOutcome, TickOutcome, Vec<u32>) {
     let p = n5();
     let s = state(WorkloadLevel::Medium, 0.5);
     let engine = Arc::new(PluginEngine::new(limits, CompileCache::Off).expect("engine"));
     let mut r = rig(Arc::clone(&engine), "exhaustive", None, &[]);
     let first = r.decider.decide(&p, &s);
-    assert!(accepted(&first), "{:?}", first.outcome);
+    assert!(accepted(&first), "{:?}", first.failure());
     let hostile = resolve_policy(&engine, test_plugin(name).to_str().expect("utf-8"), None)
         .expect("hostile plugin loads");
     r.policy_slot.swap(hostile);
     let second = r.decider.decide(&p, &s);
     assert_eq!(
-        second.config, first.config,
+        second.applied.config, first.applied.config,
         "{name}: the last valid decision is used"
     );
-    assert_eq!(r.decider.events().len(), 1);
+    assert_eq!(r.decider.kept_ticks(), 1);
     let _ = (&r.registry, &r.utility_slot, &r.engine);
-    (first.clone(), second, first.config)
+    (first.clone(), second, first.applied.config)
 }
 
 fn limits(deadline: Duration, memory_mib: usize) -> PluginLimits {
@@ -270,8 +275,8 @@ fn limits(deadline: Duration, memory_mib: usize) -> PluginLimits {
 fn infinite_loop_is_interrupted_at_the_deadline() {
     let (_, report, _) = hostile_tick("spin", limits(DEADLINE, 256));
     assert_eq!(
-        report.outcome,
-        DecisionOutcome::Kept(DecisionFailure::Plugin(PluginFailure::Deadline))
+        report.failure(),
+        Some(&DecisionFailure::Plugin(PluginFailure::Deadline))
     );
     assert!(report.latency >= DEADLINE, "{:?}", report.latency);
     assert!(
@@ -287,8 +292,8 @@ fn memory_hog_is_stopped_at_the_memory_limit_within_the_deadline() {
     // guest is the limit even on a busy machine (it once hit 400 ms first).
     let deadline = DEADLINE * 25;
     let (_, report, _) = hostile_tick("memory-bomb", limits(deadline, 64));
-    match &report.outcome {
-        DecisionOutcome::Kept(DecisionFailure::Plugin(PluginFailure::Memory { requested_mib })) => {
+    match report.failure() {
+        Some(DecisionFailure::Plugin(PluginFailure::Memory { requested_mib })) => {
             assert!(*requested_mib > 64, "{requested_mib}")
         }
         other => panic!("{other:?}"),
@@ -299,8 +304,8 @@ fn memory_hog_is_stopped_at_the_memory_limit_within_the_deadline() {
 #[test]
 fn trap_is_caught_within_the_deadline() {
     let (_, report, _) = hostile_tick("trap", limits(DEADLINE, 256));
-    match &report.outcome {
-        DecisionOutcome::Kept(DecisionFailure::Plugin(PluginFailure::Trap(why))) => {
+    match report.failure() {
+        Some(DecisionFailure::Plugin(PluginFailure::Trap(why))) => {
             assert!(why.contains("unreachable"), "{why}")
         }
         other => panic!("{other:?}"),
@@ -311,8 +316,8 @@ fn trap_is_caught_within_the_deadline() {
 #[test]
 fn out_of_range_decision_is_rejected() {
     let (_, report, _) = hostile_tick("out-of-range", limits(DEADLINE, 256));
-    match &report.outcome {
-        DecisionOutcome::Kept(DecisionFailure::Rejected(Rejection::Infeasible(e))) => {
+    match report.failure() {
+        Some(DecisionFailure::Rejected(Rejection::Infeasible(e))) => {
             assert!(e.to_string().contains("out of range"), "{e}")
         }
         other => panic!("{other:?}"),
@@ -323,8 +328,8 @@ fn out_of_range_decision_is_rejected() {
 #[test]
 fn vram_infeasible_decision_is_rejected() {
     let (_, report, _) = hostile_tick("vram-infeasible", limits(DEADLINE, 256));
-    match &report.outcome {
-        DecisionOutcome::Kept(DecisionFailure::Rejected(Rejection::Infeasible(e))) => {
+    match report.failure() {
+        Some(DecisionFailure::Rejected(Rejection::Infeasible(e))) => {
             assert!(e.to_string().contains("MiB of VRAM"), "{e}")
         }
         other => panic!("{other:?}"),
@@ -345,8 +350,8 @@ fn a_decision_under_an_sla_floor_is_rejected_by_prediction() {
         &[],
     );
     let report = r.decider.decide(&p, &state(WorkloadLevel::Medium, 0.5));
-    match &report.outcome {
-        DecisionOutcome::Kept(DecisionFailure::Rejected(Rejection::Floor { model, .. })) => {
+    match report.failure() {
+        Some(DecisionFailure::Rejected(Rejection::Floor { model, .. })) => {
             assert_eq!(model, "qwen1.5b")
         }
         other => panic!("{other:?}"),
@@ -429,9 +434,13 @@ fn replacing_a_plugin_while_deciding_swaps_it_without_a_failed_decision() {
     let mut titles = Vec::new();
     while Instant::now() < until {
         let report = r.decider.decide(&p, &s);
-        assert!(accepted(&report), "a decision failed: {:?}", report.outcome);
-        titles.push(report.policy_title.clone());
-        if report.policy_title == "genetic algorithm" && titles.len() > 3 {
+        assert!(
+            accepted(&report),
+            "a decision failed: {:?}",
+            report.failure()
+        );
+        titles.push(report.active.title().to_owned());
+        if report.active.title() == "genetic algorithm" && titles.len() > 3 {
             break;
         }
     }
@@ -445,7 +454,7 @@ fn replacing_a_plugin_while_deciding_swaps_it_without_a_failed_decision() {
         Some("genetic algorithm"),
         "{titles:?}"
     );
-    assert!(r.decider.events().is_empty());
+    assert_eq!(r.decider.kept_ticks(), 0);
     // The reload thread records the swap just after installing it, so a
     // decision may see the new plugin a moment before the event is there.
     let swapped = |events: &[mfsched_plugin_host::ReloadEvent]| {
@@ -523,7 +532,7 @@ fn a_corrupt_or_hostile_file_keeps_the_old_plugin_and_says_why() {
             "{what}"
         );
         let report = r.decider.decide(&p, &s);
-        assert!(accepted(&report), "{what}: {:?}", report.outcome);
+        assert!(accepted(&report), "{what}: {:?}", report.failure());
     }
 }
 
@@ -545,12 +554,15 @@ fn utility_terms_holding_nan_fail_the_decision_naming_the_utility() {
         Vec::new(),
     );
     let report = decider.decide(&p, &s);
-    match &report.outcome {
-        DecisionOutcome::Kept(DecisionFailure::Plugin(PluginFailure::Utility(why))) => {
+    match report.failure() {
+        Some(DecisionFailure::Plugin(PluginFailure::Utility(why))) => {
             assert!(why.contains("bad-terms"), "{why}");
             assert!(why.contains("the term NaN"), "{why}");
         }
         other => panic!("{other:?}"),
     }
-    assert_eq!(report.config, p.current, "nothing valid yet: kept running");
+    assert_eq!(
+        report.applied.config, p.current,
+        "nothing valid yet: kept running"
+    );
 }

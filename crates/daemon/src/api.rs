@@ -352,11 +352,11 @@ async fn policies(State(shared): State<Arc<Shared>>) -> Response {
         shadows: shared.shadows(),
         components: available
             .iter()
-            .filter_map(|p| Some((p.clone(), shared.deciding.policies.component(p)?)))
+            .filter_map(|p| Some((p.clone(), shared.deciding.identity(p)?.sha256)))
             .collect(),
         metadata: available
             .iter()
-            .filter_map(|p| Some((p.clone(), shared.deciding.policies.metadata(p)?)))
+            .filter_map(|p| Some((p.clone(), shared.deciding.identity(p)?.metadata)))
             .filter(|(_, m)| *m != Default::default())
             .collect(),
         available,
@@ -452,7 +452,7 @@ async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        shared.metrics.render(shared.deciding.policies.reloads()),
+        shared.metrics.render(shared.deciding.reloads()),
     )
         .into_response()
 }

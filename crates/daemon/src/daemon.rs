@@ -9,19 +9,19 @@ use tokio::sync::watch;
 use tokio::time::MissedTickBehavior;
 
 use super::actuator::Actuators;
-use super::declog::{
-    DecisionLog, LoadRecord, PolicyRecord, ReconfigRecord, TickRecord, UtilityRecord,
-};
+use super::declog::{DecisionLog, LoadRecord, ReconfigRecord, TickRecord, UtilityRecord};
 use super::history::History;
 use super::load::{LoadMonitor, LoadReading};
 use super::metrics::{Metrics, Role};
-use super::outcome::{DecideOutcome, Failure, FailureKind, from_verdict};
+use super::policies::PluginPolicies;
 use super::sampler::{Sample, Sampler};
 use super::streak::{Change, Streaks};
 use mfsched_core::domain::{GpuState, Problem, ReconfigCosts, WorkloadLevel};
 use mfsched_plugin_host::bindings::wit;
 use mfsched_plugin_host::precheck::ComponentIdentity;
-use mfsched_plugin_host::{CallInputs, LastValid, Pipeline, PolicySource};
+use mfsched_plugin_host::{
+    Decider, Pipeline, PolicyRecord, PolicySource, ReloadCounts, ReloadEvent,
+};
 
 /// Where each tick's workload level comes from.
 #[derive(Debug)]
@@ -115,13 +115,15 @@ impl DowntimeBook {
     }
 }
 
-/// What decides: the policies, and the one pipeline they decide through with
-/// the parameters every policy gets.
+/// What decides: the policies, the one pipeline they decide through, the
+/// parameters every policy gets, and (for plugin components) where they were
+/// loaded, which says what each declares and how often it was reloaded.
 #[derive(Clone)]
 pub struct Deciding {
     pub pipeline: Arc<Pipeline>,
     pub policies: Arc<dyn PolicySource>,
     pub params: Vec<wit::Param>,
+    plugins: Option<Arc<PluginPolicies>>,
 }
 
 impl std::fmt::Debug for Deciding {
@@ -130,6 +132,70 @@ impl std::fmt::Debug for Deciding {
             .field("pipeline", &self.pipeline)
             .field("policies", &self.policies.policies())
             .finish_non_exhaustive()
+    }
+}
+
+impl Deciding {
+    /// Policies of any source (native ones, a test's stand-ins): no
+    /// components to describe, nothing reloaded.
+    pub fn new(
+        pipeline: Arc<Pipeline>,
+        policies: Arc<dyn PolicySource>,
+        params: Vec<wit::Param>,
+    ) -> Self {
+        Self {
+            pipeline,
+            policies,
+            params,
+            plugins: None,
+        }
+    }
+
+    /// The plugin host's components (and `hold`), hot-reloaded.
+    pub fn plugins(plugins: PluginPolicies) -> Self {
+        let plugins = Arc::new(plugins);
+        Self {
+            pipeline: plugins.pipeline(),
+            params: plugins.params().to_vec(),
+            policies: Arc::clone(&plugins) as Arc<dyn PolicySource>,
+            plugins: Some(plugins),
+        }
+    }
+
+    /// The component behind `policy` now (`None` for a native one).
+    pub fn identity(&self, policy: &str) -> Option<ComponentIdentity> {
+        self.plugins.as_ref()?.registry().policy_identity(policy)
+    }
+
+    pub fn reloads(&self) -> ReloadCounts {
+        self.plugins
+            .as_ref()
+            .map_or_else(ReloadCounts::default, |p| p.reloads())
+    }
+
+    pub fn reload_events(&self) -> Vec<ReloadEvent> {
+        self.plugins
+            .as_ref()
+            .map(|p| p.reload_events())
+            .unwrap_or_default()
+    }
+
+    /// The decider of the daemon's ticks: every policy on a thread of its
+    /// own (a hung native policy costs a thread, never the tick), numbered
+    /// from `first_tick`, its checkpoint the one hot reload checks on.
+    pub(crate) fn decider(&self, active: &str, first_tick: u64) -> Decider {
+        let decider = Decider::with_source(
+            Pipeline::clone(&self.pipeline),
+            Arc::clone(&self.policies),
+            active,
+            self.params.clone(),
+        )
+        .isolated()
+        .numbered_from(first_tick);
+        match &self.plugins {
+            Some(p) => decider.sharing_checkpoint(p.checkpoint()),
+            None => decider,
+        }
     }
 }
 
@@ -324,7 +390,8 @@ pub struct Daemon {
     log: DecisionLog,
     shared: Arc<Shared>,
     next_tick: u64,
-    last_valid: LastValid,
+    /// Runs every tick's decision; on a blocking thread while it does.
+    decider: Option<Decider>,
     /// The last append failed (the next failure is not logged again).
     log_failing: bool,
     /// Each policy's run of failed ticks, for the log's one line per edge.
@@ -352,6 +419,7 @@ impl Daemon {
             &settings.active,
             &settings.shadows,
         )?;
+        let decider = deciding.decider(&settings.active, first_tick);
         let shared = Arc::new(Shared {
             metrics,
             deciding,
@@ -373,7 +441,7 @@ impl Daemon {
             log,
             shared,
             next_tick: first_tick,
-            last_valid: LastValid::default(),
+            decider: Some(decider),
             log_failing: false,
             streaks: Streaks::default(),
             downtime: DowntimeBook::default(),
@@ -461,10 +529,6 @@ impl Daemon {
         };
 
         let Roles { active, shadows } = read(&self.shared.roles).clone();
-        let policies: Vec<String> = std::iter::once(active).chain(shadows).collect();
-        // The problem is prepared once for every policy of the tick; each
-        // answer is validated and scored by the one pipeline.
-        let inputs = Arc::new(self.shared.deciding.pipeline.prepare(&self.problem));
         // The utility this tick is scored with, named on the dashboard and
         // recorded in the decision log when it changes.
         let (utility, scored_with) = {
@@ -479,49 +543,42 @@ impl Daemon {
                 },
             )
         };
-        let (records, components) = decide_all(
-            &self.shared.deciding,
-            tick,
-            inputs,
-            &policies,
-            state,
-            self.settings.deadline,
-            started + self.settings.deadline,
-        )
-        .await;
-        let mut records = records.into_iter();
-        let active_record = records.next().context("the active policy was asked")?;
-        let shadows: Vec<PolicyRecord> = records.collect();
+        // The tick's decision, off the async runtime (WASI guests block on
+        // it), done by the tick's deadline counted from its start.
+        let mut decider = self
+            .decider
+            .take()
+            .context("the decider is back after every tick")?;
+        let problem = self.problem.clone();
+        let budget = self.settings.deadline.saturating_sub(started.elapsed());
+        let (decider, outcome) = tokio::task::spawn_blocking(move || {
+            let outcome = decider.tick(&problem, &state, &active, &shadows, budget);
+            (decider, outcome)
+        })
+        .await
+        .context("the tick's decision")?;
+        self.decider = Some(decider);
+        let active_record = PolicyRecord::from(&outcome.active);
+        let shadows: Vec<PolicyRecord> = outcome.shadows.iter().map(PolicyRecord::from).collect();
+        let components: Vec<(String, ComponentIdentity)> = std::iter::once(&outcome.active)
+            .chain(&outcome.shadows)
+            .filter_map(|v| Some((v.policy.clone(), v.from.as_ref()?.identity.clone())))
+            .collect();
         self.count(&active_record, Role::Active);
         for r in &shadows {
             self.count(r, Role::Shadow);
         }
         self.log_edges(tick, &active_record, &shadows);
-        // Only the active policy's valid proposal is applied; else the one
-        // fallback rule of the pipeline.
-        let (applied, kept_last_valid) = match &active_record.outcome {
-            Ok(p) => {
-                self.last_valid.accept(&p.joint);
-                (p.joint.clone(), false)
-            }
-            Err(_) => {
-                self.shared.metrics.kept_last_valid();
-                (self.last_valid.fallback(&self.problem), true)
-            }
-        };
-        if let Ok(p) = &active_record.outcome
-            && let Some(throughput) = &p.predicted_throughput
-        {
-            for ((t, floor), m) in throughput
-                .iter()
-                .zip(&self.problem.sla_floors)
-                .zip(&self.problem.models)
-            {
-                if *floor > 0.0 && t < floor {
-                    self.shared.metrics.sla_violation(&m.name);
-                }
+        let kept_last_valid = outcome.kept_last_valid;
+        if kept_last_valid {
+            self.shared.metrics.kept_last_valid();
+            for m in outcome.floors_missed(&self.problem) {
+                self.shared
+                    .metrics
+                    .sla_violation(&self.problem.models[m].name);
             }
         }
+        let applied = outcome.applied.config;
         let changed: Vec<usize> = applied
             .iter()
             .zip(&self.problem.current)
@@ -585,8 +642,8 @@ impl Daemon {
             &record,
             utility,
             &load.measured_throughput,
-            self.shared.deciding.policies.reloads(),
-            || self.shared.deciding.policies.reload_events(),
+            self.shared.deciding.reloads(),
+            || self.shared.deciding.reload_events(),
         );
         *self.shared.last.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(record));
         *self
@@ -676,75 +733,6 @@ impl Daemon {
             Err(f) => self.shared.metrics.failed(&record.policy, f.kind, latency),
         }
     }
-}
-
-/// Asks every policy at once on blocking threads, through the pipeline, and
-/// waits for each until the deadline; returns each policy's record and the
-/// components that answered. A policy that overruns is recorded as a
-/// `Deadline` failure; its thread is left to finish on its own (the plugin host
-/// interrupts guests and bounds host calls, so only a misbehaving native
-/// policy can hold one for long).
-async fn decide_all(
-    deciding: &Deciding,
-    tick: u64,
-    inputs: Arc<CallInputs>,
-    policies: &[String],
-    state: GpuState,
-    budget: Duration,
-    deadline: tokio::time::Instant,
-) -> (Vec<PolicyRecord>, Vec<(String, ComponentIdentity)>) {
-    let handles: Vec<_> = policies
-        .iter()
-        .map(|policy| {
-            let deciding = deciding.clone();
-            let inputs = Arc::clone(&inputs);
-            let policy = policy.clone();
-            tokio::task::spawn_blocking(move || {
-                let verdict = deciding.pipeline.evaluate(
-                    &inputs,
-                    deciding.policies.as_ref(),
-                    &policy,
-                    &state,
-                    &deciding.params,
-                    budget,
-                );
-                verdict.output.log(&policy, tick);
-                (from_verdict(&verdict), verdict.latency, verdict.component)
-            })
-        })
-        .collect();
-    let mut records = Vec::with_capacity(policies.len());
-    let mut components = Vec::new();
-    for (policy, handle) in policies.iter().zip(handles) {
-        let (outcome, latency, component): (DecideOutcome, Duration, Option<ComponentIdentity>) =
-            match tokio::time::timeout_at(deadline, handle).await {
-                Ok(Ok(done)) => done,
-                Ok(Err(join)) => (
-                    Err(Failure {
-                        kind: FailureKind::Error,
-                        message: format!("the decider panicked: {join}"),
-                    }),
-                    budget,
-                    None,
-                ),
-                Err(_) => (
-                    Err(Failure {
-                        kind: FailureKind::Deadline,
-                        message: format!("no answer within {} ms", budget.as_millis()),
-                    }),
-                    budget,
-                    None,
-                ),
-            };
-        records.push(PolicyRecord {
-            policy: policy.clone(),
-            outcome,
-            latency_us: latency.as_micros() as u64,
-            component: component.as_ref().map(|c| c.sha256.clone()),
-        });
-        components.extend(component.map(|c| (policy.clone(), c)));
-    }
-    (records, components)
 }
 
 #[cfg(test)]

@@ -35,9 +35,9 @@ use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
-use super::outcome::DecideOutcome;
 use super::sampler::Sample;
 use mfsched_core::domain::{GpuState, JointConfig};
+pub use mfsched_plugin_host::PolicyRecord;
 use mfsched_plugin_host::precheck::ComponentIdentity;
 
 const MAGIC: &[u8; 8] = b"MFSDLOG3";
@@ -241,16 +241,6 @@ impl From<TickRecordV2> for TickRecord {
             changed_models: r.changed_models,
         }
     }
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PolicyRecord {
-    pub policy: String,
-    pub outcome: DecideOutcome,
-    pub latency_us: u64,
-    /// SHA-256 of the component that answered (none for `hold`, or when the
-    /// call failed before it answered): which build decided, whatever its name.
-    pub component: Option<String>,
 }
 
 /// Bytes at the end of a log that do not form a whole, intact record.
@@ -918,7 +908,7 @@ impl DecisionLog {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::outcome::{Failure, FailureKind, Proposal};
+    use mfsched_plugin_host::{Failure, FailureKind, Proposal};
 
     pub(crate) fn record(tick: u64) -> TickRecord {
         TickRecord {

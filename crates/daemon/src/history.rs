@@ -416,7 +416,7 @@ mod tests {
     #[test]
     fn failures_recoveries_and_reloads_become_events_and_totals() {
         use crate::declog::tests::record;
-        use crate::outcome::Proposal;
+        use mfsched_plugin_host::Proposal;
         let problem = mfsched_core::scenario::load("paper-n2")
             .expect("bundled")
             .problem;

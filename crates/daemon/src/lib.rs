@@ -2,10 +2,12 @@
 //! (A/B) policies, actuators, append-only decision log, HTTP control API and
 //! Prometheus metrics, graceful shutdown.
 //!
-//! The loop decides through the plugin host's one decision pipeline
-//! (`mfsched_plugin_host::pipeline`); its policies are a `PolicySource`:
-//! [`policies::PluginPolicies`] (components, hot-reloaded, and `hold`) in
-//! production. [`outcome`] is what the decision log records of each answer.
+//! The loop's ticks are the plugin host's (`mfsched_plugin_host::tick`: every
+//! policy through the one pipeline, the last-valid rule, the outcome and its
+//! recorded form); the daemon keeps the sampler, the load source, the
+//! actuators, the log's framing and the API. Its policies are a
+//! `PolicySource`: [`policies::PluginPolicies`] (components, hot-reloaded, and
+//! `hold`) in production.
 
 pub mod actuator;
 pub mod api;
@@ -17,7 +19,6 @@ pub mod forecast;
 pub mod history;
 pub mod load;
 pub mod metrics;
-pub mod outcome;
 pub mod policies;
 pub mod replay;
 pub mod sampler;
@@ -176,11 +177,7 @@ pub async fn run(
     if let Some(note) = note {
         tracing::warn!("{note}");
     }
-    let deciding = daemon::Deciding {
-        pipeline: policies.pipeline(),
-        params: policies.params().to_vec(),
-        policies: Arc::new(policies),
-    };
+    let deciding = daemon::Deciding::plugins(policies);
     // Refused before anything is written: a configuration that cannot decide.
     can_decide(&deciding, &problem, &config).await?;
     // Refused before anything runs: an unguarded API off loopback.
@@ -269,7 +266,7 @@ pub async fn run(
 
 /// Refuses a configuration whose active policy cannot decide: one trial
 /// decision at start-up (medium load, the running configuration's memory),
-/// through the one pipeline with the configured utility, off the async runtime
+/// through the ticks' own runner with the configured utility, off the async runtime
 /// as every decision is. A policy that refuses, traps or misuses the host (exact
 /// with a utility that is not additive) stops the daemon here, naming the keys;
 /// a rejected decision (a floor missed at this state), a deadline or a host
@@ -283,25 +280,16 @@ async fn can_decide(
     use mfsched_plugin_host::{DecisionFailure, PluginFailure};
     let active = config.policy.active.clone();
     daemon::check_loaded(deciding.policies.as_ref(), &active, &config.policy.shadows)?;
-    let (deciding, problem, policy) = (deciding.clone(), problem.clone(), active.clone());
+    let mut decider = deciding.decider(&active, 0);
+    let (problem, policy) = (problem.clone(), active.clone());
     let deadline = config.tick.deadline();
-    let verdict = tokio::task::spawn_blocking(move || {
-        let inputs = deciding.pipeline.prepare(&problem);
+    let outcome = tokio::task::spawn_blocking(move || {
         let state = mfsched_plugin_host::setup::default_state(&problem);
-        let verdict = deciding.pipeline.evaluate(
-            &inputs,
-            deciding.policies.as_ref(),
-            &policy,
-            &state,
-            &deciding.params,
-            deadline,
-        );
-        verdict.output.log(&policy, 0);
-        verdict
+        decider.tick(&problem, &state, &policy, &[], deadline)
     })
     .await
     .context("the start-up decision")?;
-    let failure = match verdict.result {
+    let failure = match outcome.active.result {
         Ok(_) => return Ok(()),
         Err(DecisionFailure::Plugin(
             f @ (PluginFailure::Refused(_)

@@ -6,8 +6,8 @@ use std::fmt::Write;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use super::outcome::FailureKind;
 use mfsched_core::domain::Problem;
+use mfsched_plugin_host::FailureKind;
 use mfsched_plugin_host::ReloadCounts;
 
 /// Upper bounds of the decision-latency histogram, seconds.
@@ -421,7 +421,7 @@ impl Metrics {
             &mut out,
             "mfsched_sla_violations_total",
             "counter",
-            "Applied decisions whose predicted throughput is under a model's floor.",
+            "Ticks that kept a configuration (the active policy failed) predicted under a model's floor: a valid decision never is.",
             m.sla_violations
                 .iter()
                 .map(|(model, c)| {

@@ -10,12 +10,12 @@ use std::time::Duration;
 use mfsched_core::domain::Problem;
 use mfsched_core::predict::Predictor;
 use mfsched_plugin_host::bindings::wit;
-use mfsched_plugin_host::precheck::ComponentIdentity;
+use mfsched_plugin_host::pipeline::run_component;
 use mfsched_plugin_host::registry::{self, Loaded, Registry};
 use mfsched_plugin_host::reload::self_check;
 use mfsched_plugin_host::{
-    Call, Checkpoint, CompileCache, HotReload, Pipeline, PluginEngine, PluginFailure, PluginLimits,
-    PolicySource, RawDecision, ReloadContext, ReloadCounts, ReloadEvent, setup,
+    Answer, Call, Checkpoint, CompileCache, Component, HotReload, Pipeline, PluginEngine,
+    PluginFailure, PluginLimits, PolicySource, ReloadContext, ReloadCounts, ReloadEvent, setup,
 };
 
 /// The memory a policy instance may grow to.
@@ -220,60 +220,69 @@ fn load_and_check(
     Ok((reload_context, notes))
 }
 
-impl PolicySource for PluginPolicies {
-    fn policies(&self) -> Vec<String> {
-        self.registry.policies()
+impl PluginPolicies {
+    /// The components loaded, by name: what each declares about itself.
+    pub fn registry(&self) -> Arc<Registry> {
+        Arc::clone(&self.registry)
     }
 
-    fn title(&self, policy: &str) -> Option<String> {
-        self.registry.title(policy)
+    /// The inputs of the latest tick, which hot reload self-checks on: the
+    /// tick's decider keeps them.
+    pub fn checkpoint(&self) -> Arc<Mutex<Option<Checkpoint>>> {
+        Arc::clone(&self.checkpoint)
     }
 
-    fn identity(&self, policy: &str) -> Option<ComponentIdentity> {
-        self.registry.identity(policy)
-    }
-
-    fn propose(&self, policy: &str, call: &Call<'_>) -> Result<RawDecision, PluginFailure> {
-        // A reload's self-check runs another policy: only the common parameters.
-        *self.checkpoint.lock().unwrap_or_else(|p| p.into_inner()) = Some(Checkpoint {
-            problem: Arc::clone(&call.inputs.problem),
-            state: *call.state,
-            params: self.params.clone(),
-        });
-        // Every declared parameter not given is passed at its declared default.
-        let mut params = call.params.to_vec();
-        if let Some(slot) = self.registry.find_policy(policy) {
-            let info = &slot.load().info;
-            let given: Vec<(String, String)> = params
-                .iter()
-                .map(|p| (p.key.clone(), p.value.clone()))
-                .collect();
-            let checked =
-                setup::with_declared_params(info, given).map_err(PluginFailure::Misuse)?;
-            params = checked
-                .into_iter()
-                .map(|(key, value)| wit::Param { key, value })
-                .collect();
-        }
-        self.registry.propose(
-            policy,
-            &Call {
-                params: &params,
-                ..*call
-            },
-        )
-    }
-
-    fn reloads(&self) -> ReloadCounts {
+    /// How many times its policies were reloaded from disk, and how many
+    /// reloads were rejected.
+    pub fn reloads(&self) -> ReloadCounts {
         self.reload
             .as_ref()
             .map_or_else(ReloadCounts::default, HotReload::counts)
     }
 
-    fn reload_events(&self) -> Vec<ReloadEvent> {
+    /// The newest reload attempts (bounded), oldest first.
+    pub fn reload_events(&self) -> Vec<ReloadEvent> {
         self.reload
             .as_ref()
             .map(HotReload::events)
             .unwrap_or_default()
+    }
+}
+
+impl PolicySource for PluginPolicies {
+    fn policies(&self) -> Vec<String> {
+        self.registry.policies()
+    }
+
+    fn propose(&self, policy: &str, call: &Call<'_>) -> Answer {
+        let Some(slot) = self.registry.find_policy(policy) else {
+            return self.registry.propose(policy, call);
+        };
+        // Every declared parameter not given is passed at its declared default.
+        let loaded = slot.load();
+        let given: Vec<(String, String)> = call
+            .params
+            .iter()
+            .map(|p| (p.key.clone(), p.value.clone()))
+            .collect();
+        match setup::with_declared_params(&loaded.info, given) {
+            Ok(checked) => {
+                let params: Vec<wit::Param> = checked
+                    .into_iter()
+                    .map(|(key, value)| wit::Param { key, value })
+                    .collect();
+                run_component(
+                    &loaded,
+                    &Call {
+                        params: &params,
+                        ..*call
+                    },
+                )
+            }
+            Err(why) => Answer {
+                from: Some(Component::of(&loaded)),
+                result: Err(PluginFailure::Misuse(why)),
+            },
+        }
     }
 }

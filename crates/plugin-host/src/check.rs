@@ -7,8 +7,8 @@
 use super::bindings::{PACKAGE, wit};
 use super::context::Scorer;
 use super::engine::PluginEngine;
-use super::pipeline::{Decider, DecisionOutcome, DecisionReport};
 use super::registry::{self, Loaded, LoadedPolicy, LoadedUtility, Origin, Registry};
+use super::tick::{Decider, TickOutcome};
 use super::version::WitVersion;
 use mfsched_core::domain::{GpuState, Problem};
 use mfsched_core::predict::Predictor;
@@ -150,21 +150,22 @@ fn check_policy(inputs: &CheckInputs<'_>, policy: Arc<LoadedPolicy>, out: &mut V
         }
     };
     let first = run_once(inputs, &policy, &utility, &params);
-    match &first.outcome {
-        DecisionOutcome::Accepted => out.push(Finding::ok(format!(
+    match first.failure() {
+        None => out.push(Finding::ok(format!(
             "decide on {}: {:?} accepted (VRAM {} of {} MiB, every SLA floor met), utility {}, {} candidates scored, {:.1} ms of the {} ms deadline",
             inputs.problem_name,
-            first.config,
-            inputs.problem.vram_mib(&first.config),
+            first.applied.config,
+            inputs.problem.vram_mib(&first.applied.config),
             inputs.problem.card.vram_mib,
             first
+                .applied
                 .utility
                 .map_or("unavailable".to_string(), |u| format!("{u:.4}")),
-            first.candidates_evaluated,
+            first.active.candidates_evaluated,
             first.latency.as_secs_f64() * 1e3,
             inputs.engine.limits().deadline.as_millis(),
         ))),
-        DecisionOutcome::Kept(why) => {
+        Some(why) => {
             out.push(Finding::fail(format!(
                 "decide on {}: {why}; the host would keep the running configuration",
                 inputs.problem_name
@@ -172,21 +173,20 @@ fn check_policy(inputs: &CheckInputs<'_>, policy: Arc<LoadedPolicy>, out: &mut V
             return;
         }
     }
-    out.push(gap_to_optimum(inputs, &utility, first.utility));
+    out.push(gap_to_optimum(inputs, &utility, first.applied.utility));
     let second = run_once(inputs, &policy, &utility, &params);
-    if second.outcome == DecisionOutcome::Accepted && second.config == first.config {
+    if second.failure().is_none() && second.applied.config == first.applied.config {
         out.push(Finding::ok(
             "deterministic: a second run with the same seed gave the same decision",
         ));
     } else {
         out.push(Finding::fail(format!(
             "not deterministic: the same seed gave {:?} then {:?} ({}); draw randomness only from the `seed` parameter",
-            first.config,
-            second.config,
-            match &second.outcome {
-                DecisionOutcome::Accepted => "accepted".to_string(),
-                DecisionOutcome::Kept(why) => why.to_string(),
-            }
+            first.applied.config,
+            second.applied.config,
+            second
+                .failure()
+                .map_or("accepted".to_string(), ToString::to_string)
         )));
     }
 }
@@ -211,15 +211,15 @@ fn gap_to_optimum(
         .collect();
     let params = super::setup::with_declared_params(&exact.info, seed).unwrap_or_default();
     let optimum = run_once(inputs, &exact, utility, &params);
-    match (&optimum.outcome, optimum.utility, found) {
-        (DecisionOutcome::Accepted, Some(best), Some(found)) => {
+    match (optimum.failure(), optimum.applied.utility, found) {
+        (None, Some(best), Some(found)) => {
             let gap = (best - found) / best.abs().max(f64::MIN_POSITIVE) * 100.0;
             Finding::ok(format!(
                 "optimum on {}: exact reaches utility {best:.4}; this decision is {gap:.2} % below it",
                 inputs.problem_name
             ))
         }
-        (DecisionOutcome::Kept(why), _, _) => Finding::ok(format!(
+        (Some(why), _, _) => Finding::ok(format!(
             "optimum on {}: not computed (exact: {why})",
             inputs.problem_name
         )),
@@ -235,7 +235,7 @@ fn run_once(
     policy: &Arc<LoadedPolicy>,
     utility: &Arc<LoadedUtility>,
     params: &[(String, String)],
-) -> DecisionReport {
+) -> TickOutcome {
     let registry = Registry::default();
     let mut decider = Decider::new(
         Arc::clone(&inputs.engine),
@@ -333,12 +333,12 @@ fn check_utility(inputs: &CheckInputs<'_>, utility: Arc<LoadedUtility>, out: &mu
         .collect();
     let ga_params = super::setup::with_declared_params(&ga.info, seed_only).unwrap_or_default();
     let report = run_once(inputs, &ga, &utility, &ga_params);
-    match report.outcome {
-        DecisionOutcome::Accepted => out.push(Finding::ok(format!(
+    match report.failure() {
+        None => out.push(Finding::ok(format!(
             "ga decides with this utility on {}: {:?} accepted",
-            inputs.problem_name, report.config
+            inputs.problem_name, report.applied.config
         ))),
-        DecisionOutcome::Kept(why) => out.push(Finding::fail(format!(
+        Some(why) => out.push(Finding::fail(format!(
             "ga with this utility on {}: {why}",
             inputs.problem_name
         ))),

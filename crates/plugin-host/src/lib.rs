@@ -12,8 +12,11 @@
 //! - [`output`]: what plugins print (captured per call, capped) and return as
 //!   text (made printable, cut) before anyone sees it.
 //! - [`validate`]: the checks every decision passes before use.
-//! - [`pipeline`]: THE decision pipeline (propose under one deadline, validate
-//!   once, score once, keep the last valid decision), for every caller.
+//! - [`pipeline`]: one policy's answer: proposed under one deadline, validated
+//!   once (floors included), scored once.
+//! - [`tick`]: THE tick, for every caller: the active policy and the shadows
+//!   through the pipeline under one deadline, the last-valid rule, one outcome
+//!   type and its recorded form.
 //! - [`reload`]: hot reload of a plugin directory.
 //! - [`version`]: which WIT versions the host accepts.
 //! - [`wit_package`]: the WIT package, as text and encoded, for `plugins wit`.
@@ -34,6 +37,7 @@ pub mod registry;
 pub mod reload;
 pub mod setup;
 pub mod template;
+pub mod tick;
 pub mod validate;
 pub mod version;
 pub mod wit_package;
@@ -42,14 +46,17 @@ pub use context::{CallInputs, CallStats};
 pub use engine::{CompileCache, PluginEngine, PluginLimits};
 pub use failure::PluginFailure;
 pub use pipeline::{
-    Builtin, Call, Checked, Checkpoint, Decider, DecisionEvent, DecisionFailure, DecisionOutcome,
-    DecisionReport, HOLD, LastValid, Pipeline, PolicySource, RawDecision, Verdict,
+    Answer, Builtin, Call, Checked, Component, DecisionFailure, HOLD, Pipeline, PolicySource,
+    RawDecision, Verdict,
 };
 pub use registry::{
     Loaded, LoadedPolicy, LoadedUtility, Origin, ParamInfo, PluginInfo, Registry, Slot, World,
 };
 pub use reload::{HotReload, ReloadContext, ReloadCounts, ReloadEvent, ReloadOutcome};
-pub use validate::{Rejection, validate};
+pub use tick::{
+    Checkpoint, DecideOutcome, Decider, Failure, FailureKind, PolicyRecord, Proposal, TickOutcome,
+};
+pub use validate::{Rejection, floor_misses, validate};
 
 /// Where the build put the deliberately hostile components of `tests/plugins`
 /// (never embedded): the test suite loads them from here.

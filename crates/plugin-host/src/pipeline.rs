@@ -12,7 +12,8 @@
 //! 4. it is scored once: the sum of its terms when the utility gave terms for
 //!    that table (its contract makes them equal), else by the utility instance
 //!    the policy already used when there is one, under the same deadline;
-//! 5. a [`Decider`] keeps the last valid decision when the policy fails.
+//! 5. the tick ([`crate::tick`]) asks every policy of a tick through it and
+//!    keeps the last valid decision when the active one fails.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -26,13 +27,13 @@ use crate::context::{CallInputs, CallStats, FeasibleCache, PolicyCtx, Scorer, Se
 use crate::engine::{PluginEngine, arm_deadline};
 use crate::failure::{PluginFailure, classify, describe};
 use crate::output::{MESSAGE_BYTES, OutputCapture, PluginOutput, printable};
-use crate::precheck::{ComponentIdentity, ComponentMetadata};
+use crate::precheck::ComponentIdentity;
+use crate::registry::{LoadedPolicy, LoadedUtility, Registry, Slot};
+use crate::validate::{Rejection, validate};
 
 /// Bytes of stdout, and as many of stderr, a policy may print in one call; the
 /// rest is counted and dropped.
 pub const OUTPUT_BYTES_PER_CALL: usize = 64 << 10;
-use crate::registry::{LoadedPolicy, LoadedUtility, Registry, Slot};
-use crate::validate::{Rejection, validate};
 
 /// What a policy answered, before validation.
 #[derive(Debug)]
@@ -72,50 +73,48 @@ pub struct Call<'a> {
 }
 
 /// Where proposals come from: Wasm policy components, native policies (`hold`),
-/// or a test's stand-ins. Implementations are called from several threads at
-/// once (the daemon asks the active and shadow policies in parallel).
+/// or a test's stand-ins. It lists and proposes, nothing else: what a component
+/// declares and how often it was reloaded are kept where it is loaded (the
+/// [`Registry`], [`crate::HotReload`]). Implementations are called from several
+/// threads at once (a tick asks the active and shadow policies in parallel).
 pub trait PolicySource: Send + Sync {
     /// The policies it can propose with, sorted.
     fn policies(&self) -> Vec<String>;
 
-    /// What `policy` calls itself (its title), if it is known.
-    fn title(&self, policy: &str) -> Option<String> {
-        self.policies()
-            .iter()
-            .any(|p| p == policy)
-            .then(|| policy.to_owned())
-    }
-
     /// Asks `policy` for a configuration. Must return by `call.deadline_at`
     /// (the plugin host interrupts guests and bounds host calls).
-    fn propose(&self, policy: &str, call: &Call<'_>) -> Result<RawDecision, PluginFailure>;
+    fn propose(&self, policy: &str, call: &Call<'_>) -> Answer;
+}
 
-    /// The component behind `policy` now (`None` for a native one).
-    fn identity(&self, _policy: &str) -> Option<ComponentIdentity> {
-        None
+/// A policy's answer to one call, and who gave it.
+#[derive(Debug)]
+pub struct Answer {
+    /// The component behind the policy at the call (`None` for a native one).
+    pub from: Option<Component>,
+    pub result: Result<RawDecision, PluginFailure>,
+}
+
+impl Answer {
+    /// A native policy's answer.
+    pub fn native(result: Result<RawDecision, PluginFailure>) -> Self {
+        Self { from: None, result }
     }
+}
 
-    /// SHA-256 of the component behind `policy` now (`None` for a native one).
-    fn component(&self, policy: &str) -> Option<String> {
-        self.identity(policy).map(|c| c.sha256)
-    }
+/// Which build answered, whatever its registry name: what it calls itself and
+/// its identity (SHA-256 and declared metadata).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Component {
+    pub title: String,
+    pub identity: ComponentIdentity,
+}
 
-    /// What the component behind `policy` declares about itself (name,
-    /// version, authors); `None` for a native one.
-    fn metadata(&self, policy: &str) -> Option<ComponentMetadata> {
-        self.identity(policy).map(|c| c.metadata)
-    }
-
-    /// How many times its policies were reloaded from disk (hot reload), and
-    /// how many reloads were rejected.
-    fn reloads(&self) -> crate::reload::ReloadCounts {
-        crate::reload::ReloadCounts::default()
-    }
-
-    /// The newest reload attempts (bounded), oldest first: which file, and
-    /// what became of it.
-    fn reload_events(&self) -> Vec<crate::reload::ReloadEvent> {
-        Vec::new()
+impl Component {
+    pub fn of(policy: &LoadedPolicy) -> Self {
+        Self {
+            title: policy.info.title.clone(),
+            identity: policy.info.identity(),
+        }
     }
 }
 
@@ -132,16 +131,23 @@ impl PolicySource for Builtin {
         vec![HOLD.to_owned()]
     }
 
-    fn propose(&self, policy: &str, call: &Call<'_>) -> Result<RawDecision, PluginFailure> {
-        match policy {
+    fn propose(&self, policy: &str, call: &Call<'_>) -> Answer {
+        Answer::native(match policy {
             HOLD => Ok(RawDecision::native(call.inputs.problem.current.clone())),
             other => Err(PluginFailure::Unknown(other.to_owned())),
-        }
+        })
     }
 }
 
 /// Runs `policy.decide` once in a fresh instance, until `call.deadline_at`.
-pub fn run_component(policy: &LoadedPolicy, call: &Call<'_>) -> Result<RawDecision, PluginFailure> {
+pub fn run_component(policy: &LoadedPolicy, call: &Call<'_>) -> Answer {
+    Answer {
+        from: Some(Component::of(policy)),
+        result: decide_once(policy, call),
+    }
+}
+
+fn decide_once(policy: &LoadedPolicy, call: &Call<'_>) -> Result<RawDecision, PluginFailure> {
     let inputs = call.inputs;
     let engine = &inputs.engine;
     let mut store = Store::new(
@@ -183,15 +189,7 @@ impl PolicySource for Slot<LoadedPolicy> {
         vec![self.load().info.name.clone()]
     }
 
-    fn title(&self, _policy: &str) -> Option<String> {
-        Some(self.load().info.title.clone())
-    }
-
-    fn identity(&self, _policy: &str) -> Option<ComponentIdentity> {
-        Some(self.load().info.identity())
-    }
-
-    fn propose(&self, _policy: &str, call: &Call<'_>) -> Result<RawDecision, PluginFailure> {
+    fn propose(&self, _policy: &str, call: &Call<'_>) -> Answer {
         run_component(&self.load(), call)
     }
 }
@@ -206,19 +204,7 @@ impl PolicySource for Registry {
         all
     }
 
-    fn title(&self, policy: &str) -> Option<String> {
-        match self.find_policy(policy) {
-            Some(slot) => Some(slot.load().info.title.clone()),
-            None => (policy == HOLD).then(|| HOLD.to_owned()),
-        }
-    }
-
-    fn identity(&self, policy: &str) -> Option<ComponentIdentity> {
-        self.find_policy(policy)
-            .map(|slot| slot.load().info.identity())
-    }
-
-    fn propose(&self, policy: &str, call: &Call<'_>) -> Result<RawDecision, PluginFailure> {
+    fn propose(&self, policy: &str, call: &Call<'_>) -> Answer {
         match self.find_policy(policy) {
             Some(slot) => run_component(&slot.load(), call),
             None => Builtin.propose(policy, call),
@@ -280,8 +266,28 @@ pub struct Verdict {
     pub latency: Duration,
     /// What the policy printed (capped), for the caller to log with the tick.
     pub output: PluginOutput,
-    /// The component asked (`None` for a native policy).
-    pub component: Option<ComponentIdentity>,
+    /// The component that answered (`None` for a native policy).
+    pub from: Option<Component>,
+}
+
+impl Verdict {
+    /// A policy that gave no answer the caller could wait for.
+    pub fn unanswered(policy: &str, failure: PluginFailure, latency: Duration) -> Self {
+        Self {
+            policy: policy.to_owned(),
+            result: Err(DecisionFailure::Plugin(failure)),
+            candidates_evaluated: 0,
+            stats: CallStats::default(),
+            latency,
+            output: PluginOutput::default(),
+            from: None,
+        }
+    }
+
+    /// What the policy calls itself: its component's title, else its name.
+    pub fn title(&self) -> &str {
+        self.from.as_ref().map_or(&self.policy, |c| &c.title)
+    }
 }
 
 /// The predictor and utility every policy is served, and the engine they run on.
@@ -402,8 +408,8 @@ impl Pipeline {
             deadline_at: started + deadline,
             output: &capture,
         };
-        let component = source.identity(policy);
-        let (result, candidates_evaluated, stats) = match source.propose(policy, &call) {
+        let Answer { from, result } = source.propose(policy, &call);
+        let (result, candidates_evaluated, stats) = match result {
             // An answer after the deadline failed it, whatever it says: a guest
             // is interrupted there, but a native policy can only be timed, and
             // whether its late answer counted must not depend on when the
@@ -433,7 +439,7 @@ impl Pipeline {
             stats,
             latency: started.elapsed(),
             output: capture.take(),
-            component,
+            from,
         }
     }
 
@@ -523,217 +529,5 @@ impl Pipeline {
         let mut scorer = scorer
             .unwrap_or_else(|| Scorer::new(Arc::clone(&self.engine), Arc::clone(&inputs.utility)));
         Ok(scorer.score(&inputs.wit_problem, &[index], predictions, deadline_at)?[0])
-    }
-}
-
-/// Whether the policy's answer was used.
-#[derive(Debug, Clone, PartialEq)]
-pub enum DecisionOutcome {
-    Accepted,
-    /// The last valid decision (or, before any, the running configuration) was kept.
-    Kept(DecisionFailure),
-}
-
-/// One tick's result.
-#[derive(Debug, Clone, PartialEq)]
-pub struct DecisionReport {
-    pub tick: u64,
-    /// Registry name of the policy that ran.
-    pub policy: String,
-    /// What that policy calls itself (tells two builds under one name apart).
-    pub policy_title: String,
-    pub outcome: DecisionOutcome,
-    /// The configuration to run: the policy's when accepted, else the last valid one.
-    pub config: JointConfig,
-    /// Predicted throughput of each model in `config`.
-    pub predictions: Vec<f32>,
-    /// Predicted utility of `config` (`None` when the utility failed).
-    pub utility: Option<f64>,
-    pub candidates_evaluated: u64,
-    /// Wall time of the tick: instantiation, search and validation.
-    pub latency: Duration,
-    pub stats: CallStats,
-}
-
-/// A tick that kept the previous decision, for the event log.
-#[derive(Debug, Clone, PartialEq)]
-pub struct DecisionEvent {
-    pub tick: u64,
-    pub policy: String,
-    pub failure: DecisionFailure,
-}
-
-/// The inputs of the latest tick, which hot reload self-checks a new plugin on.
-#[derive(Debug, Clone)]
-pub struct Checkpoint {
-    pub problem: Arc<Problem>,
-    pub state: GpuState,
-    pub params: Vec<wit::Param>,
-}
-
-/// The one fallback rule: a failed tick keeps the last valid decision while it
-/// is still feasible for the problem at hand, else the running configuration.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct LastValid(Option<JointConfig>);
-
-impl LastValid {
-    pub fn get(&self) -> Option<&JointConfig> {
-        self.0.as_ref()
-    }
-
-    pub fn accept(&mut self, config: &[u32]) {
-        self.0 = Some(config.to_vec());
-    }
-
-    /// What a failed tick runs.
-    pub fn fallback(&self, problem: &Problem) -> JointConfig {
-        self.0
-            .clone()
-            .filter(|c| problem.check_feasible(c).is_ok())
-            .unwrap_or_else(|| problem.current.clone())
-    }
-}
-
-/// Runs ticks with one policy (of a source) and the pipeline's utility,
-/// validating every answer and falling back to the last valid decision.
-pub struct Decider {
-    pipeline: Pipeline,
-    source: Arc<dyn PolicySource>,
-    policy: String,
-    params: Vec<wit::Param>,
-    last_valid: LastValid,
-    tick: u64,
-    events: Vec<DecisionEvent>,
-    checkpoint: Arc<Mutex<Option<Checkpoint>>>,
-}
-
-impl std::fmt::Debug for Decider {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Decider")
-            .field("policy", &self.policy)
-            .field("pipeline", &self.pipeline)
-            .field("tick", &self.tick)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Decider {
-    /// A decider for the component in `policy` (swappable), scored by `utility`.
-    pub fn new(
-        engine: Arc<PluginEngine>,
-        policy: Arc<Slot<LoadedPolicy>>,
-        utility: Arc<Slot<LoadedUtility>>,
-        predictor: Arc<dyn Predictor>,
-        params: Vec<(String, String)>,
-    ) -> Self {
-        let name = policy.load().info.name.clone();
-        Self::with_source(
-            Pipeline::new(engine, utility, predictor),
-            policy,
-            &name,
-            params,
-        )
-    }
-
-    /// A decider for `policy` of any source.
-    pub fn with_source(
-        pipeline: Pipeline,
-        source: Arc<dyn PolicySource>,
-        policy: &str,
-        params: Vec<(String, String)>,
-    ) -> Self {
-        Self {
-            pipeline,
-            source,
-            policy: policy.to_owned(),
-            params: params
-                .into_iter()
-                .map(|(key, value)| wit::Param { key, value })
-                .collect(),
-            last_valid: LastValid::default(),
-            tick: 0,
-            events: Vec::new(),
-            checkpoint: Arc::new(Mutex::new(None)),
-        }
-    }
-
-    /// The latest tick's inputs, shared with hot reload.
-    pub fn checkpoint(&self) -> Arc<Mutex<Option<Checkpoint>>> {
-        Arc::clone(&self.checkpoint)
-    }
-
-    /// Ticks that kept the previous decision, with their reasons.
-    pub fn events(&self) -> &[DecisionEvent] {
-        &self.events
-    }
-
-    pub fn last_valid(&self) -> Option<&JointConfig> {
-        self.last_valid.get()
-    }
-
-    /// One tick under the engine's per-call deadline.
-    pub fn decide(&mut self, problem: &Problem, state: &GpuState) -> DecisionReport {
-        let deadline = self.pipeline.engine.limits().deadline;
-        self.decide_within(problem, state, deadline)
-    }
-
-    /// One tick that must be done within `deadline`: the policy proposes, the
-    /// host validates and scores, and the answer is used only if valid.
-    pub fn decide_within(
-        &mut self,
-        problem: &Problem,
-        state: &GpuState,
-        deadline: Duration,
-    ) -> DecisionReport {
-        self.tick += 1;
-        let started = Instant::now();
-        let inputs = self.pipeline.prepare(problem);
-        *self.checkpoint.lock().unwrap_or_else(|e| e.into_inner()) = Some(Checkpoint {
-            problem: Arc::clone(&inputs.problem),
-            state: *state,
-            params: self.params.clone(),
-        });
-        let verdict = self.pipeline.evaluate(
-            &inputs,
-            self.source.as_ref(),
-            &self.policy,
-            state,
-            &self.params,
-            deadline,
-        );
-        verdict.output.log(&self.policy, self.tick);
-        let (outcome, checked) = match verdict.result {
-            Ok(checked) => {
-                self.last_valid.accept(&checked.config);
-                (DecisionOutcome::Accepted, checked)
-            }
-            Err(failure) => {
-                self.events.push(DecisionEvent {
-                    tick: self.tick,
-                    policy: self.policy.clone(),
-                    failure: failure.clone(),
-                });
-                let kept = self.last_valid.fallback(problem);
-                let checked =
-                    self.pipeline
-                        .describe_kept(&inputs, state, &kept, started + deadline);
-                (DecisionOutcome::Kept(failure), checked)
-            }
-        };
-        DecisionReport {
-            tick: self.tick,
-            policy: self.policy.clone(),
-            policy_title: self
-                .source
-                .title(&self.policy)
-                .unwrap_or_else(|| self.policy.clone()),
-            outcome,
-            config: checked.config,
-            predictions: checked.predictions,
-            utility: checked.utility,
-            candidates_evaluated: verdict.candidates_evaluated,
-            latency: started.elapsed(),
-            stats: verdict.stats,
-        }
     }
 }

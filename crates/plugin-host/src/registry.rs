@@ -573,6 +573,13 @@ impl Registry {
         map.get(name).cloned()
     }
 
+    /// The component behind the policy `name` now (`None` for a native
+    /// policy or a name not loaded).
+    pub fn policy_identity(&self, name: &str) -> Option<ComponentIdentity> {
+        self.find_policy(name)
+            .map(|slot| slot.load().info.identity())
+    }
+
     pub fn find_utility(&self, name: &str) -> Option<Arc<Slot<LoadedUtility>>> {
         let map = self.utilities.lock().unwrap_or_else(|e| e.into_inner());
         map.get(name).cloned()

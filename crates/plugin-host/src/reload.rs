@@ -12,8 +12,9 @@
 
 use super::bindings::wit;
 use super::engine::PluginEngine;
-use super::pipeline::{Checkpoint, DecisionFailure, Pipeline, PolicySource};
+use super::pipeline::{DecisionFailure, Pipeline, PolicySource};
 use super::registry::{Loaded, Registry, Slot, World, load_file};
+use super::tick::Checkpoint;
 use anyhow::{Context as _, Result};
 use mfsched_core::predict::Predictor;
 use notify::event::{AccessKind, AccessMode, EventKind, ModifyKind};

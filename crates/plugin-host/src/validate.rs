@@ -40,21 +40,28 @@ pub fn validate(
             got: predicted.len(),
         });
     }
-    for ((model, &thr), &floor) in problem
-        .models
-        .iter()
-        .zip(&predicted)
-        .zip(&problem.sla_floors)
-    {
-        let thr = f64::from(thr);
-        // NaN counts as under the floor.
-        if thr.is_nan() || thr < floor {
-            return Err(Rejection::Floor {
-                model: model.name.clone(),
-                predicted: thr,
-                floor,
-            });
-        }
+    if let Some(&m) = floor_misses(problem, &predicted).first() {
+        return Err(Rejection::Floor {
+            model: problem.models[m].name.clone(),
+            predicted: f64::from(predicted[m]),
+            floor: problem.sla_floors[m],
+        });
     }
     Ok(predicted)
+}
+
+/// The models (indices) whose predicted throughput is under their SLA floor
+/// (NaN counts as under). The one floor check: validation refuses a decision
+/// with any, and a tick reports those of a configuration it kept.
+pub fn floor_misses(problem: &Problem, predicted: &[f32]) -> Vec<usize> {
+    predicted
+        .iter()
+        .zip(&problem.sla_floors)
+        .enumerate()
+        .filter(|&(_, (&thr, &floor))| {
+            let thr = f64::from(thr);
+            thr.is_nan() || thr < floor
+        })
+        .map(|(m, _)| m)
+        .collect()
 }

@@ -4,8 +4,9 @@
 
 use mfsched_core::domain::{GpuState, Problem, WorkloadLevel};
 use mfsched_core::predict::{PerCandidate, Predictor};
+use mfsched_plugin_host::bindings::wit;
 use mfsched_plugin_host::registry::{LoadedPolicy, LoadedUtility, Registry, Slot};
-use mfsched_plugin_host::{Decider, DecisionOutcome, DecisionReport, Pipeline, PluginEngine};
+use mfsched_plugin_host::{Decider, Pipeline, PluginEngine};
 use mfsched_rng::Rng;
 use std::sync::Arc;
 use std::time::Duration;
@@ -121,25 +122,30 @@ pub fn run(
         .collect();
     for (state, seed) in ticks {
         for ((c, pipeline), result) in contenders.iter().zip(&pipelines).zip(&mut results) {
-            let mut params = c.params.clone();
-            params.push(("seed".into(), seed.to_string()));
+            let params = c
+                .params
+                .iter()
+                .cloned()
+                .chain([("seed".to_owned(), seed.to_string())])
+                .map(|(key, value)| wit::Param { key, value })
+                .collect();
             let mut decider = Decider::with_source(
                 pipeline.clone(),
                 Arc::new(Slot::new(Arc::clone(&c.policy))),
                 &c.policy.info.name,
                 params,
             );
-            let report: DecisionReport = decider.decide(problem, state);
+            let report = decider.decide(problem, state);
             result.latencies.push(report.latency);
-            result.predict.push(report.stats.predict);
-            result.evaluate.push(report.stats.evaluate);
-            result.candidates.push(report.candidates_evaluated);
-            if report.outcome != DecisionOutcome::Accepted {
+            result.predict.push(report.active.stats.predict);
+            result.evaluate.push(report.active.stats.evaluate);
+            result.candidates.push(report.active.candidates_evaluated);
+            if report.failure().is_some() {
                 result.failures += 1;
             }
             result
                 .utilities
-                .push(report.utility.unwrap_or(f64::NEG_INFINITY));
+                .push(report.applied.utility.unwrap_or(f64::NEG_INFINITY));
             progress();
         }
     }

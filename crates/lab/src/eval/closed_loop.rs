@@ -22,9 +22,7 @@ use mfsched_core::stats::{self, mean};
 use mfsched_core::traces::Trace;
 use mfsched_plugin_host::bindings::wit;
 use mfsched_plugin_host::context::Scorer;
-use mfsched_plugin_host::{
-    Decider, DecisionOutcome, LoadedPolicy, LoadedUtility, PluginEngine, Slot,
-};
+use mfsched_plugin_host::{Decider, LoadedPolicy, LoadedUtility, PluginEngine, Slot};
 use serde::Serialize;
 use std::sync::Arc;
 use std::time::Instant;
@@ -303,10 +301,11 @@ impl Harness {
             let mut applied = None;
             for ((decider, run), &best) in deciders.iter_mut().zip(&mut runs).zip(&best) {
                 let report = decider.decide(&problem, &state);
-                let truth = sim.expected_throughput(&report.config, workload);
+                let config = &report.applied.config;
+                let truth = sim.expected_throughput(config, workload);
                 let index = problem
                     .space()
-                    .index(&report.config)
+                    .index(config)
                     .context("the host returned a configuration outside the joint space")?;
                 let truth_f32: Vec<f32> = truth.iter().map(|&t| t as f32).collect();
                 let deadline = Instant::now() + self.engine.limits().deadline;
@@ -316,32 +315,25 @@ impl Harness {
                         anyhow::anyhow!("the utility failed on the realised throughput: {e}")
                     })?[0];
                 let floors = &problem.sla_floors;
-                let (accepted, failure) = match &report.outcome {
-                    DecisionOutcome::Accepted => (true, None),
-                    DecisionOutcome::Kept(why) => (false, Some(why.to_string())),
-                };
+                let failure = report.failure().map(ToString::to_string);
                 run.ticks.push(TickRecord {
                     tick,
                     workload,
                     state,
-                    predicted_utility: report.utility.unwrap_or(f64::NEG_INFINITY),
+                    predicted_utility: report.applied.utility.unwrap_or(f64::NEG_INFINITY),
                     best_predicted_utility: best,
                     realised_utility: realised,
-                    predicted_sla_violation: report
-                        .predictions
-                        .iter()
-                        .zip(floors)
-                        .any(|(&p, &f)| f64::from(p) < f),
+                    predicted_sla_violation: !report.floors_missed(&problem).is_empty(),
                     realised_sla_violation: truth.iter().zip(floors).any(|(&t, &f)| t < f),
-                    reconfigured: report.config != problem.current,
+                    reconfigured: *config != problem.current,
                     latency_ms: report.latency.as_secs_f64() * 1e3,
-                    candidates_evaluated: report.candidates_evaluated,
-                    accepted,
+                    candidates_evaluated: report.active.candidates_evaluated,
+                    accepted: failure.is_none(),
                     failure,
-                    config: report.config.clone(),
+                    config: config.clone(),
                 });
                 // Only the active policy's decision runs on the card.
-                applied.get_or_insert(report.config);
+                applied.get_or_insert(report.applied.config);
             }
             if let Some(config) = applied {
                 problem.current = config;

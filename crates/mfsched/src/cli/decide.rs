@@ -6,7 +6,7 @@ use clap::Args;
 use mfsched_core::domain::GpuState;
 use mfsched_core::scenario;
 use mfsched_plugin_host::registry::resolve_policy;
-use mfsched_plugin_host::{Decider, DecisionOutcome, Registry, setup};
+use mfsched_plugin_host::{Decider, Registry, setup};
 use mfsched_surrogate::serve::Served;
 use serde::Serialize;
 use std::sync::Arc;
@@ -111,17 +111,11 @@ pub fn run(args: DecideArgs) -> Result<()> {
     );
     let report = decider.decide(&problem, &state);
 
-    let feasible = problem.check_feasible(&report.config).is_ok();
-    let floors_met = report.predictions.len() == problem.models.len()
-        && report
-            .predictions
-            .iter()
-            .zip(&problem.sla_floors)
-            .all(|(&t, &f)| f64::from(t) >= f);
-    let reason = match &report.outcome {
-        DecisionOutcome::Accepted => None,
-        DecisionOutcome::Kept(why) => Some(why.to_string()),
-    };
+    let applied = &report.applied;
+    let feasible = problem.check_feasible(&applied.config).is_ok();
+    let floors_met = applied.predictions.len() == problem.models.len()
+        && report.floors_missed(&problem).is_empty();
+    let reason = report.failure().map(ToString::to_string);
     let out = Output {
         scenario: scenario.name.clone(),
         predictor: predictor_name,
@@ -136,27 +130,27 @@ pub fn run(args: DecideArgs) -> Result<()> {
         models: problem
             .models
             .iter()
-            .zip(&report.config)
+            .zip(&applied.config)
             .enumerate()
             .map(|(i, (m, &c))| ModelLine {
                 model: m.name.clone(),
                 config: c,
                 knobs: m.knobs(c as usize),
                 vram_mib: m.configs[c as usize].vram_mib,
-                predicted: report.predictions.get(i).copied().unwrap_or(f32::NAN),
+                predicted: applied.predictions.get(i).copied().unwrap_or(f32::NAN),
                 floor: problem.sla_floors[i],
             })
             .collect(),
-        joint_index: problem.space().index(&report.config),
-        predicted_utility: report.utility,
+        joint_index: problem.space().index(&applied.config),
+        predicted_utility: applied.utility,
         feasible,
-        vram_mib: problem.vram_mib(&report.config),
+        vram_mib: problem.vram_mib(&applied.config),
         cap_mib: problem.card.vram_mib,
         floors_met,
         latency_ms: report.latency.as_secs_f64() * 1e3,
-        predict_ms: report.stats.predict.as_secs_f64() * 1e3,
-        evaluate_ms: report.stats.evaluate.as_secs_f64() * 1e3,
-        candidates_evaluated: report.candidates_evaluated,
+        predict_ms: report.active.stats.predict.as_secs_f64() * 1e3,
+        evaluate_ms: report.active.stats.evaluate.as_secs_f64() * 1e3,
+        candidates_evaluated: report.active.candidates_evaluated,
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&out)?);

@@ -16,7 +16,7 @@ use mfsched_core::fsutil::write_atomically;
 use mfsched_daemon::declog::{ComponentRecord, LogContents, RunRecord, TickRecord};
 use mfsched_plugin_host::output::{NAME_BYTES, printable};
 use mfsched_plugin_host::registry::{resolve_policy, resolve_utility};
-use mfsched_plugin_host::{Decider, DecisionOutcome, Registry};
+use mfsched_plugin_host::{Decider, Registry};
 
 #[derive(Debug, Args)]
 pub struct ReplayArgs {
@@ -290,21 +290,20 @@ fn counterfactual(args: &ReplayArgs, contents: &LogContents) -> Result<()> {
         let mut mine = Vec::with_capacity(deciders.len());
         for ((_, decider), t) in deciders.iter_mut().zip(&mut totals) {
             let report = decider.decide(&problem, &r.state);
-            let accepted = matches!(report.outcome, DecisionOutcome::Accepted);
+            let accepted = report.failure().is_none();
             if accepted {
                 t.decided += 1;
             } else {
                 t.failed += 1;
             }
-            let joint = accepted.then(|| report.config.clone());
+            let joint = accepted.then(|| report.applied.config.clone());
             if joint != ran_joint {
                 *t.differ_from_ran.get_or_insert(0) += 1;
             }
             t.add(
-                report.utility.filter(|_| accepted),
-                accepted
-                    && misses_a_floor(&problem, report.predictions.iter().map(|&t| f64::from(t))),
-                changed(&report.config, &previous),
+                report.applied.utility.filter(|_| accepted),
+                accepted && !report.floors_missed(&problem).is_empty(),
+                changed(&report.applied.config, &previous),
             );
             mine.push(joint);
         }
