@@ -986,3 +986,109 @@ async fn the_tick_loop_keeps_going_under_an_api_flood_with_a_hostile_plugin() {
         metrics.counts().api_connections_refused
     );
 }
+
+/// Half-sent requests reopened as fast as the server closes them (a
+/// reconnecting slowloris, from the same host as the probe) cannot keep
+/// `/healthz` and `/metrics` from answering: at the connection cap, a new
+/// connection takes the place of the oldest one still waiting for its
+/// headers. (Before, the cap refused every newcomer while the slots were held.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconnecting_slowloris_does_not_keep_probes_out() {
+    use std::io::Write;
+    const CAP: usize = 16;
+    const ATTACKERS: usize = 64;
+    const PROBES: usize = 20;
+    let h = harness(
+        Duration::from_millis(50),
+        Duration::from_millis(40),
+        "hold",
+        &[],
+        ActuatorConfig::default(),
+    );
+    let limits = api::ServeLimits {
+        max_connections: CAP,
+        // Long enough that no held connection is timed out while probing:
+        // only eviction frees a slot.
+        header_timeout: Duration::from_secs(60),
+        connection_lifetime: Duration::from_secs(120),
+    };
+    let (addr, _api) = serve_api(&h.daemon, limits);
+    let metrics = Arc::clone(&h.metrics);
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let run = tokio::spawn(h.daemon.run(stop_rx, None));
+
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reopened = Arc::new(AtomicU64::new(0));
+    let attacker = {
+        let (stop, reopened) = (Arc::clone(&stop), Arc::clone(&reopened));
+        std::thread::spawn(move || {
+            let half_sent = || {
+                let mut s = std::net::TcpStream::connect(addr).ok()?;
+                s.write_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+                    .ok()?;
+                s.set_nonblocking(true).ok()?;
+                Some(s)
+            };
+            let mut held: Vec<Option<std::net::TcpStream>> =
+                (0..ATTACKERS).map(|_| half_sent()).collect();
+            while !stop.load(Ordering::Relaxed) {
+                for slot in &mut held {
+                    let closed = match slot {
+                        None => true,
+                        Some(s) => !matches!(
+                            std::io::Read::read(s, &mut [0u8; 256]),
+                            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock
+                        ),
+                    };
+                    if closed {
+                        *slot = half_sent();
+                        reopened.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        })
+    };
+    // Let the held connections fill the cap first.
+    while metrics.counts().api_connections_evicted + metrics.counts().api_connections_refused == 0 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut answered = 0;
+    for n in 0..PROBES {
+        let path = if n % 2 == 0 { "/healthz" } else { "/metrics" };
+        // Any answer is the API answering (/healthz may say the loop is late
+        // on a busy machine); a probe may try three times (a client stalled
+        // between connecting and sending on a loaded machine is turned away).
+        let answer = tokio::task::spawn_blocking(move || {
+            (0..3).any(|_| {
+                matches!(
+                    common::try_http(addr, "GET", path, None, &[]),
+                    Ok((200 | 503, _))
+                )
+            })
+        })
+        .await
+        .expect("probe thread");
+        answered += usize::from(answer);
+    }
+    stop.store(true, Ordering::Relaxed);
+    attacker.join().expect("attacker");
+    stop_tx.send_replace(true);
+    run.await.expect("loop task").expect("loop ran");
+    let counts = metrics.counts();
+    eprintln!(
+        "slowloris: {answered} of {PROBES} probes answered; {} connections evicted, {} refused, {} reopened",
+        counts.api_connections_evicted,
+        counts.api_connections_refused,
+        reopened.load(Ordering::Relaxed)
+    );
+    assert_eq!(answered, PROBES, "every probe is answered");
+    // The cap was full of held connections when the first probe came (the
+    // attacker's newcomers were being refused), so it took one's place; and
+    // only a whole request evicts: the attacker's half-sent newcomers never did.
+    assert!(counts.api_connections_refused >= 1, "{counts:?}");
+    assert!(
+        (1..=PROBES as u64).contains(&counts.api_connections_evicted),
+        "only the probes evicted held connections: {counts:?}"
+    );
+}

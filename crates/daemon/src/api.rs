@@ -16,7 +16,9 @@
 //! 127.0.0.1 sends its own); changes need the bearer token (reads too with
 //! `api.auth_reads`, all but the dashboard's own files, which hold no data);
 //! bodies are capped and requests time out. The accept loop ([`serve`]) caps
-//! open connections and the time a client has to send its headers. It runs on a runtime of its own, so no client load reaches the
+//! open connections (at the cap, a connection still waiting for its request's
+//! headers gives way to a new one) and the time a client has to send its
+//! headers. It runs on a runtime of its own, so no client load reaches the
 //! tick loop's threads.
 
 use anyhow::{Result, bail};
@@ -31,6 +33,7 @@ use serde_json::json;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use super::config::{ApiConfig, TOKEN_ENV};
@@ -233,10 +236,40 @@ impl ServeLimits {
     }
 }
 
+/// An open connection, as the accept loop tracks it.
+struct Open {
+    /// Its request's headers have arrived (the service was called).
+    headers_read: Arc<AtomicBool>,
+    task: tokio::task::AbortHandle,
+}
+
+/// How long a connection that arrives at the cap has to show a whole request
+/// head before it is refused.
+const TRIAGE: Duration = Duration::from_secs(1);
+
+/// Bytes of a request head a connection at the cap may show: a liveness probe
+/// or a scrape sends a few hundred.
+const TRIAGE_BYTES: usize = 8 << 10;
+
+/// Connections held aside at once, per slot: each costs a descriptor and a
+/// timer, not a slot, so a flood of half-sent ones fills these, not the API.
+const TRIAGE_PER_SLOT: usize = 4;
+
 /// Serves `app` on `listener` until `shutdown` resolves: one request per
-/// connection (no keep-alive), at most `max_connections` open (more are closed
-/// on accept and counted), headers within `header_timeout`, every connection
-/// closed after `connection_lifetime`.
+/// connection (no keep-alive), headers within `header_timeout`, every
+/// connection closed after `connection_lifetime`, at most `max_connections`
+/// open.
+///
+/// At the cap, a new connection whose whole request head has arrived (at
+/// once, or while it is held aside for up to [`TRIAGE`], not in a slot) takes
+/// the place of
+/// the oldest open connection still waiting for its headers (evicted,
+/// counted), so clients holding half-sent requests open, however fast they
+/// reconnect, cannot keep out one that sends its request at once (a liveness
+/// probe, a scraper); a half-sent newcomer evicts nobody. It is refused
+/// (closed, counted) when its head does not arrive in time, when
+/// [`TRIAGE_PER_SLOT`] per slot are already held aside, or when every open
+/// connection is in the middle of a request.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     app: Router,
@@ -244,9 +277,11 @@ pub async fn serve(
     metrics: Arc<Metrics>,
     shutdown: impl Future<Output = ()>,
 ) {
-    use hyper_util::rt::{TokioIo, TokioTimer};
-    use hyper_util::service::TowerToHyperService;
-    let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
+    // In accept order: the first waiting for its headers is the oldest.
+    let mut open: Vec<Open> = Vec::with_capacity(limits.max_connections);
+    let triage_cap = limits.max_connections * TRIAGE_PER_SLOT;
+    let (triaged_tx, mut triaged) = tokio::sync::mpsc::channel(triage_cap.max(1));
+    let mut in_triage = 0usize;
     tokio::pin!(shutdown);
     loop {
         let stream = tokio::select! {
@@ -259,24 +294,132 @@ pub async fn serve(
                     continue;
                 }
             },
+            Some(ready) = triaged.recv() => {
+                in_triage -= 1;
+                match ready {
+                    Some(stream) => {
+                        open.retain(|c| !c.task.is_finished());
+                        if open.len() >= limits.max_connections
+                            && !evict_oldest_waiting(&mut open, &metrics)
+                        {
+                            metrics.api_connection_refused();
+                            continue;
+                        }
+                        open.push(start_connection(stream, &app, limits));
+                    }
+                    None => metrics.api_connection_refused(),
+                }
+                continue;
+            }
             () = &mut shutdown => break,
         };
-        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+        open.retain(|c| !c.task.is_finished());
+        if open.len() < limits.max_connections {
+            open.push(start_connection(stream, &app, limits));
+        } else if head(&stream).await == Head::Whole {
+            if evict_oldest_waiting(&mut open, &metrics) {
+                open.push(start_connection(stream, &app, limits));
+            } else {
+                metrics.api_connection_refused();
+            }
+        } else if in_triage < triage_cap {
+            in_triage += 1;
+            let triaged_tx = triaged_tx.clone();
+            tokio::spawn(async move {
+                let ready = whole_head_within(stream, TRIAGE).await;
+                // The loop may have stopped: the stream is dropped, closed.
+                let _ = triaged_tx.send(ready).await;
+            });
+        } else {
             metrics.api_connection_refused();
-            drop(stream);
-            continue;
-        };
-        let service = TowerToHyperService::new(app.clone());
-        tokio::spawn(async move {
-            let connection = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(limits.header_timeout)
-                .keep_alive(false)
-                .serve_connection(TokioIo::new(stream), service);
-            // A connection past its lifetime is dropped, closing the socket.
-            let _ = tokio::time::timeout(limits.connection_lifetime, connection).await;
-            drop(slot);
-        });
+        }
+    }
+}
+
+/// Closes the oldest open connection whose request's headers have not
+/// arrived; `false` when every one is in the middle of a request.
+fn evict_oldest_waiting(open: &mut Vec<Open>, metrics: &Metrics) -> bool {
+    let Some(oldest) = open
+        .iter()
+        .position(|c| !c.headers_read.load(Ordering::Acquire))
+    else {
+        return false;
+    };
+    // Aborting drops the connection's future: its socket closes.
+    open.remove(oldest).task.abort();
+    metrics.api_connection_evicted();
+    true
+}
+
+/// How much of a request head a connection's receive buffer holds now.
+#[derive(Debug, PartialEq, Eq)]
+enum Head {
+    /// Up to the blank line, within [`TRIAGE_BYTES`].
+    Whole,
+    /// Not yet (possibly nothing).
+    Partial,
+    /// Closed, failed, or [`TRIAGE_BYTES`] without an end: it never will be.
+    Never,
+}
+
+/// Peeks, without waiting (the connection reads the request afresh).
+async fn head(stream: &tokio::net::TcpStream) -> Head {
+    let mut buf = [0u8; TRIAGE_BYTES];
+    // A zero timeout still polls the peek once: data already buffered counts.
+    match tokio::time::timeout(Duration::ZERO, stream.peek(&mut buf)).await {
+        Err(_) => Head::Partial,
+        Ok(Err(_) | Ok(0)) => Head::Never,
+        Ok(Ok(n)) if buf[..n].windows(4).any(|w| w == b"\r\n\r\n") => Head::Whole,
+        Ok(Ok(n)) if n == buf.len() => Head::Never,
+        Ok(Ok(_)) => Head::Partial,
+    }
+}
+
+/// The stream back once its whole request head is buffered, within `wait`;
+/// `None` otherwise.
+async fn whole_head_within(
+    stream: tokio::net::TcpStream,
+    wait: Duration,
+) -> Option<tokio::net::TcpStream> {
+    let until = tokio::time::Instant::now() + wait;
+    loop {
+        match head(&stream).await {
+            Head::Whole => return Some(stream),
+            Head::Never => return None,
+            // Peeking again at once would find the same bytes.
+            Head::Partial if tokio::time::Instant::now() < until => {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            Head::Partial => return None,
+        }
+    }
+}
+
+/// Serves one connection on a task of its own, its head flagged when read.
+fn start_connection(stream: tokio::net::TcpStream, app: &Router, limits: ServeLimits) -> Open {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    use hyper_util::service::TowerToHyperService;
+    let headers_read = Arc::new(AtomicBool::new(false));
+    let service = {
+        let inner = TowerToHyperService::new(app.clone());
+        let flag = Arc::clone(&headers_read);
+        hyper::service::service_fn(move |req| {
+            flag.store(true, Ordering::Release);
+            hyper::service::Service::call(&inner, req)
+        })
+    };
+    let task = tokio::spawn(async move {
+        let connection = hyper::server::conn::http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(limits.header_timeout)
+            .keep_alive(false)
+            .serve_connection(TokioIo::new(stream), service);
+        // A connection past its lifetime is dropped, closing the socket.
+        let _ = tokio::time::timeout(limits.connection_lifetime, connection).await;
+    });
+    Open {
+        headers_read,
+        task: task.abort_handle(),
     }
 }
 

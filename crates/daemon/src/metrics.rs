@@ -90,6 +90,7 @@ struct Inner {
     policy_swaps: u64,
     log_write_failures: u64,
     api_connections_refused: u64,
+    api_connections_evicted: u64,
     load_read_failures: BTreeMap<String, u64>,
     load_fallback_ticks: BTreeMap<&'static str, u64>,
     /// The last tick's load: level ordinal, observed ratio, forecast ratio.
@@ -114,6 +115,7 @@ pub struct Counts {
     pub policy_swaps: u64,
     pub log_write_failures: u64,
     pub api_connections_refused: u64,
+    pub api_connections_evicted: u64,
 }
 
 impl Metrics {
@@ -207,6 +209,10 @@ impl Metrics {
         self.lock().api_connections_refused += 1;
     }
 
+    pub fn api_connection_evicted(&self) {
+        self.lock().api_connections_evicted += 1;
+    }
+
     /// A tick record the decision log could not take (the tick itself went on).
     pub fn log_write_failed(&self) {
         self.lock().log_write_failures += 1;
@@ -271,6 +277,7 @@ impl Metrics {
             policy_swaps: m.policy_swaps,
             log_write_failures: m.log_write_failures,
             api_connections_refused: m.api_connections_refused,
+            api_connections_evicted: m.api_connections_evicted,
         }
     }
 
@@ -401,10 +408,20 @@ impl Metrics {
             &mut out,
             "mfsched_api_connections_refused_total",
             "counter",
-            "API connections closed on accept because api.max_connections were open.",
+            "API connections closed on accept: api.max_connections were open, each in the middle of a request.",
             vec![format!(
                 "mfsched_api_connections_refused_total {}",
                 m.api_connections_refused
+            )],
+        );
+        section(
+            &mut out,
+            "mfsched_api_connections_evicted_total",
+            "counter",
+            "API connections closed before their request's headers had arrived, to make room for a newer one at api.max_connections.",
+            vec![format!(
+                "mfsched_api_connections_evicted_total {}",
+                m.api_connections_evicted
             )],
         );
         section(
