@@ -33,6 +33,9 @@ pub const READ_VERSIONS: [u32; 2] = [1, 2];
 pub const IGNORED_PREFIX: &str = "x-";
 /// The most columns a profile may have (`x-` ones included).
 pub const MAX_COLUMNS: usize = 1 << 16;
+/// The most bytes one record (a header or a row, quoted newlines included)
+/// may take: the reader holds a whole record before it can judge it.
+pub const MAX_RECORD_BYTES: u64 = 16 << 20;
 
 pub const COL_FORMAT: &str = "format_version";
 pub const COL_SCENARIO: &str = "scenario";
@@ -318,9 +321,61 @@ pub fn peek(path: &Path) -> Result<Peek> {
 
 /// Streamed, so not capped in size; but a FIFO or a device is refused
 /// without blocking, as every outside file is (`fsutil::open_regular`).
-fn open(path: &Path) -> Result<::csv::Reader<std::fs::File>> {
+fn open(path: &Path) -> Result<::csv::Reader<RecordCapped<std::fs::File>>> {
     let file = crate::fsutil::open_regular(path, "profile")?;
-    Ok(reader_builder().from_reader(file))
+    Ok(reader_builder().from_reader(RecordCapped::new(file)))
+}
+
+/// Passes a CSV through, failing once one record grows past
+/// [`MAX_RECORD_BYTES`]: a line with no end, or a quoted cell of a billion
+/// short lines, is refused after 16 MiB instead of held whole. Records end at
+/// a newline outside quotes (`"` quotes, `""` escapes one: the parity of the
+/// quotes since the record began says which).
+struct RecordCapped<R> {
+    inner: R,
+    /// Bytes of the record being read, and its number (1: the header).
+    record_bytes: u64,
+    record: u64,
+    in_quotes: bool,
+}
+
+impl<R> RecordCapped<R> {
+    fn new(inner: R) -> Self {
+        Self {
+            inner,
+            record_bytes: 0,
+            record: 1,
+            in_quotes: false,
+        }
+    }
+}
+
+impl<R: std::io::Read> std::io::Read for RecordCapped<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        for &b in &buf[..n] {
+            match b {
+                b'"' => self.in_quotes = !self.in_quotes,
+                b'\n' if !self.in_quotes => {
+                    self.record += 1;
+                    self.record_bytes = 0;
+                    continue;
+                }
+                _ => {}
+            }
+            self.record_bytes += 1;
+            if self.record_bytes > MAX_RECORD_BYTES {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!(
+                        "record {} (counting the header as 1) is longer than {MAX_RECORD_BYTES} bytes",
+                        self.record
+                    ),
+                ));
+            }
+        }
+        Ok(n)
+    }
 }
 
 fn reader_builder() -> ::csv::ReaderBuilder {
@@ -400,7 +455,7 @@ pub fn read_csv(path: &Path, problem: &Problem) -> Result<Profile> {
 
 /// [`read_csv`] of a file already in memory (an embedded profile); `path` names it in errors.
 pub fn read_csv_bytes(bytes: &[u8], path: &Path, problem: &Problem) -> Result<Profile> {
-    let reader = reader_builder().from_reader(bytes);
+    let reader = reader_builder().from_reader(RecordCapped::new(bytes));
     Ok(read(path, reader, problem)?)
 }
 
@@ -926,6 +981,35 @@ mod tests {
         assert!(header.len() > MAX_COLUMNS);
         let (_, message) = layout(&header, &problem).err().expect("too many");
         assert!(message.contains("over the 65536"), "{message}");
+    }
+
+    /// One record is held whole before it is judged, so it is capped: an
+    /// endless line, or a quoted cell of many short lines, is refused once
+    /// past the cap, naming the record; records at the cap's scale pass.
+    #[test]
+    fn a_record_past_the_cap_is_refused_naming_it() {
+        use std::io::Read;
+        let long_line = vec![b'a'; MAX_RECORD_BYTES as usize + 1];
+        let mut quoted = b"h\n\"".to_vec();
+        quoted.extend(b"a\n".repeat(MAX_RECORD_BYTES as usize / 2 + 1));
+        for (what, input, record) in [("one line", long_line, 1), ("a quoted cell", quoted, 2)] {
+            let err = RecordCapped::new(input.as_slice())
+                .read_to_end(&mut Vec::new())
+                .expect_err(what);
+            assert!(
+                err.to_string().starts_with(&format!("record {record} ")),
+                "{what}: {err}"
+            );
+        }
+        // Quotes escaped by doubling keep the parity: the newline after the
+        // cell ends the record, and many records of any total size pass.
+        let mut fine = b"h,\"a \"\"b\"\" c\"\n".to_vec();
+        fine.extend(b"1,2\n".repeat(MAX_RECORD_BYTES as usize / 2));
+        let mut out = Vec::new();
+        RecordCapped::new(fine.as_slice())
+            .read_to_end(&mut out)
+            .expect("records under the cap");
+        assert_eq!(out, fine);
     }
 
     /// A quoted cell holding a newline and an escape stays on one error line.
