@@ -50,8 +50,3 @@ pub use registry::{
 };
 pub use reload::{HotReload, ReloadContext, ReloadCounts, ReloadEvent, ReloadOutcome};
 pub use validate::{Rejection, validate};
-
-/// Where the build put the deliberately hostile components of `tests/plugins`
-/// (never embedded): the test suite loads them from here.
-#[doc(hidden)]
-pub const TEST_PLUGINS_DIR: &str = env!("MFSCHED_TEST_PLUGINS");
