@@ -182,7 +182,7 @@ fn a_plugin_file_name_with_escapes_never_reaches_the_terminal_raw() {
     let plugins = dir.path().join("plugins");
     std::fs::create_dir(&plugins).expect("plugin dir");
     let hostile = plugins.join("<img src=x onerror=alert(5)>\u{1b}[31m.wasm");
-    let noisy = Path::new(mfsched_plugin_host::TEST_PLUGINS_DIR).join("noisy.wasm");
+    let noisy = Path::new(mfsched_test_programs::TEST_PLUGINS_DIR).join("noisy.wasm");
     std::fs::copy(&noisy, &hostile).expect("copy");
     for args in [
         vec!["plugins", "list", "--plugin-dir", utf8(&plugins)],

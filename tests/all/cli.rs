@@ -488,7 +488,7 @@ fn decide_can_use_the_analytic_stand_in_or_a_models_dir() {
 
 #[test]
 fn a_hostile_policy_file_fails_within_the_deadline_with_one_line() {
-    let spin = format!("{}/spin.wasm", mfsched_plugin_host::TEST_PLUGINS_DIR);
+    let spin = format!("{}/spin.wasm", mfsched_test_programs::TEST_PLUGINS_DIR);
     let out = mfsched(&[
         "decide",
         "--scenario",
@@ -1791,7 +1791,7 @@ fn help_names_every_embedded_policy_and_run_prints_its_config() {
 #[test]
 fn ab_fails_naming_the_reason_when_a_policy_fails_every_tick() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let trap = Path::new(mfsched_plugin_host::TEST_PLUGINS_DIR).join("trap.wasm");
+    let trap = Path::new(mfsched_test_programs::TEST_PLUGINS_DIR).join("trap.wasm");
     let report = dir.path().join("ab");
     let out = mfsched(&[
         "ab",

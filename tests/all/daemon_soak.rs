@@ -777,7 +777,7 @@ async fn soak_with_plugin_files_replaced_while_running() {
     let (_stop_tx, stop_rx) = watch::channel(false);
     let run = tokio::spawn(daemon.run(stop_rx, Some(TICKS)));
 
-    let spin = std::fs::read(Path::new(mfsched_plugin_host::TEST_PLUGINS_DIR).join("spin.wasm"))
+    let spin = std::fs::read(Path::new(mfsched_test_programs::TEST_PLUGINS_DIR).join("spin.wasm"))
         .expect("the spin test plugin");
     let replacements: Vec<Vec<u8>> = vec![
         embedded("ga").to_vec(),
@@ -879,7 +879,7 @@ async fn the_tick_loop_keeps_going_under_an_api_flood_with_a_hostile_plugin() {
     let deadline = Duration::from_millis(60);
     let plugins = tempfile::tempdir().expect("tempdir");
     std::fs::copy(
-        Path::new(mfsched_plugin_host::TEST_PLUGINS_DIR).join("hostile-decide.wasm"),
+        Path::new(mfsched_test_programs::TEST_PLUGINS_DIR).join("hostile-decide.wasm"),
         plugins.path().join("turncoat.wasm"),
     )
     .expect("copy");

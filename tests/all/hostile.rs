@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use crate::common::process::{mfsched, stderr, stdout};
 
 fn plugin(name: &str) -> PathBuf {
-    Path::new(mfsched_plugin_host::TEST_PLUGINS_DIR).join(format!("{name}.wasm"))
+    Path::new(mfsched_test_programs::TEST_PLUGINS_DIR).join(format!("{name}.wasm"))
 }
 
 fn utf8(p: &Path) -> &str {

@@ -1,7 +1,8 @@
 //! The product never depends on the lab: core, surrogate, plugin-host, daemon and
 //! the guest SDK run deployments; the simulator, profiling runs, training,
 //! studies, evaluation and benches stay in `mfsched-lab`, which only the binary
-//! (the composition root) may depend on.
+//! (the composition root) may depend on. The hostile test plugins
+//! (`mfsched-test-programs`) are a dev-dependency only.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
@@ -16,10 +17,11 @@ const PRODUCT: &[&str] = &[
     "mfsched-nn",
 ];
 const LAB: &str = "mfsched-lab";
+const TEST_PROGRAMS: &str = "mfsched-test-programs";
 
-/// Every workspace package's workspace dependencies (normal, dev and build), from
-/// `cargo metadata`: what cargo itself resolves, not a reading of the manifests.
-fn workspace_graph() -> BTreeMap<String, BTreeSet<String>> {
+/// The workspace's packages, from `cargo metadata`: what cargo itself resolves,
+/// not a reading of the manifests.
+fn workspace_packages() -> Vec<serde_json::Value> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = Command::new(cargo)
         .args([
@@ -38,7 +40,12 @@ fn workspace_graph() -> BTreeMap<String, BTreeSet<String>> {
         String::from_utf8_lossy(&out.stderr)
     );
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("metadata JSON");
-    let packages = doc["packages"].as_array().expect("packages");
+    doc["packages"].as_array().expect("packages").clone()
+}
+
+/// Every workspace package's workspace dependencies (normal, dev and build).
+fn workspace_graph() -> BTreeMap<String, BTreeSet<String>> {
+    let packages = workspace_packages();
     let names: BTreeSet<String> = packages
         .iter()
         .filter_map(|p| p["name"].as_str().map(str::to_owned))
@@ -81,4 +88,25 @@ fn no_product_crate_depends_on_the_lab() {
     }
     // The lab exists and the binary composes it: the check is not vacuous.
     assert!(graph["mfsched"].contains(LAB));
+}
+
+/// The hostile test plugins are the tests' alone: the crate that builds them is
+/// only ever a dev-dependency, so no build of the product compiles one.
+#[test]
+fn the_test_programs_are_only_a_dev_dependency() {
+    let mut dependents = Vec::new();
+    for package in workspace_packages() {
+        for dep in package["dependencies"].as_array().expect("dependencies") {
+            if dep["name"] == TEST_PROGRAMS {
+                let name = package["name"].as_str().expect("name");
+                assert_eq!(
+                    dep["kind"], "dev",
+                    "{name} depends on {TEST_PROGRAMS} beyond its tests"
+                );
+                dependents.push(name.to_owned());
+            }
+        }
+    }
+    // The tests do use it: the check is not vacuous.
+    assert_eq!(dependents, ["mfsched"]);
 }

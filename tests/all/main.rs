@@ -10,7 +10,9 @@
 //! - [`gavel`]: public co-location measurements, converted and cross-validated.
 //! - [`host_sampler`]: the host sampler on this machine's real `/proc`.
 //! - [`hostile`]: hostile components and files against the sandbox promise.
-//! - [`layering`]: no product crate depends on the lab.
+//! - [`layering`]: no product crate depends on the lab, nor anything but the
+//!   tests on the hostile test plugins.
+//! - [`map`]: ARCHITECTURE.md names every source file of the crates.
 //! - [`operators`]: what the daemon logs, refuses at start-up, and shadows at run time.
 //! - [`pipeline`]: the same invalid answers rejected alike by decide, ab and the daemon.
 //! - [`plugin_host`]: the plugin host against real (and hostile) components.
@@ -30,6 +32,7 @@ mod gavel;
 mod host_sampler;
 mod hostile;
 mod layering;
+mod map;
 mod operators;
 mod pipeline;
 mod plugin_host;

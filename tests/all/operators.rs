@@ -13,7 +13,7 @@ use crate::common::process::{self, fails_in_one_line, mfsched, stderr};
 use crate::common::{self, bearer};
 
 fn test_plugin(name: &str) -> PathBuf {
-    Path::new(mfsched_plugin_host::TEST_PLUGINS_DIR).join(format!("{name}.wasm"))
+    Path::new(mfsched_test_programs::TEST_PLUGINS_DIR).join(format!("{name}.wasm"))
 }
 
 fn embedded(name: &str) -> &'static [u8] {
@@ -498,7 +498,7 @@ fn plugins_check_prints_the_gap_to_the_optimum() {
         ("mfsched_plugin_exact", true),
         ("mfsched_plugin_static_budget", false),
     ] {
-        let file = Path::new(mfsched_plugin_host::TEST_PLUGINS_DIR)
+        let file = Path::new(mfsched_test_programs::TEST_PLUGINS_DIR)
             .join("../wasm32-wasip2/release")
             .join(format!("{stem}.wasm"));
         let out = mfsched(&["plugins", "check", file.to_str().expect("utf-8")]);

@@ -15,7 +15,7 @@ const HOSTILE: &[(&str, &str)] = &[
 ];
 
 fn hostile(name: &str) -> PathBuf {
-    Path::new(mfsched_plugin_host::TEST_PLUGINS_DIR).join(format!("{name}.wasm"))
+    Path::new(mfsched_test_programs::TEST_PLUGINS_DIR).join(format!("{name}.wasm"))
 }
 
 fn utf8(p: &Path) -> &str {
@@ -266,7 +266,7 @@ fn an_undeclared_parameter_is_refused_everywhere_naming_the_known_ones() {
         "{}",
         stderr(&out)
     );
-    let ga = Path::new(mfsched_plugin_host::TEST_PLUGINS_DIR)
+    let ga = Path::new(mfsched_test_programs::TEST_PLUGINS_DIR)
         .join("../wasm32-wasip2/release/mfsched_plugin_ga.wasm");
     let out = mfsched(&["plugins", "check", utf8(&ga), "--param", "bogus=1"]);
     assert!(!out.status.success());

@@ -1,5 +1,5 @@
 //! The plugin host against real Wasm components: the bundled policies on
-//! paper-n5, the hostile plugins of `tests/plugins` (built by `crates/plugin-host/build.rs`),
+//! paper-n5, the hostile plugins of `tests/plugins` (built by `crates/test-programs/build.rs`),
 //! and hot reload of a plugin directory.
 //!
 //! Predictions come from `AnalyticPredictor`, the closed-form stand-in (not
@@ -56,7 +56,7 @@ fn state(workload: WorkloadLevel, utilization: f64) -> GpuState {
 }
 
 fn test_plugin(name: &str) -> PathBuf {
-    Path::new(mfsched_plugin_host::TEST_PLUGINS_DIR).join(format!("{name}.wasm"))
+    Path::new(mfsched_test_programs::TEST_PLUGINS_DIR).join(format!("{name}.wasm"))
 }
 
 fn embedded(name: &str) -> &'static [u8] {

@@ -8,14 +8,14 @@ use std::process::{Command, Output};
 
 use crate::common::process::{fails_in_one_line, mfsched, stderr, stdout};
 
-/// The hostile and incompatible test components build.rs makes.
+/// The hostile and incompatible test components crates/test-programs builds.
 fn test_plugin(name: &str) -> PathBuf {
-    Path::new(mfsched_plugin_host::TEST_PLUGINS_DIR).join(format!("{name}.wasm"))
+    Path::new(mfsched_test_programs::TEST_PLUGINS_DIR).join(format!("{name}.wasm"))
 }
 
 /// A bundled component as a file, as a third party would ship one.
 fn bundled_file(stem: &str) -> PathBuf {
-    Path::new(mfsched_plugin_host::TEST_PLUGINS_DIR)
+    Path::new(mfsched_test_programs::TEST_PLUGINS_DIR)
         .join("../wasm32-wasip2/release")
         .join(format!("{stem}.wasm"))
 }

@@ -4,17 +4,7 @@
 use crate::domain::{GpuState, Problem};
 
 /// Which aggregate state (the "field") a candidate's predictions are made under.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Default,
-    clap::ValueEnum,
-    serde::Serialize,
-    serde::Deserialize,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Field {
     /// The state observed now, for every candidate (the published design).
@@ -26,11 +16,27 @@ pub enum Field {
 }
 
 impl Field {
+    pub const ALL: [Field; 2] = [Field::Observed, Field::CandidateAware];
+
+    /// The field's name, as `--field` spells it (serde's kebab-case name too).
+    pub fn name(self) -> &'static str {
+        match self {
+            Field::Observed => "observed",
+            Field::CandidateAware => "candidate-aware",
+        }
+    }
+
     pub fn label(self) -> &'static str {
         match self {
             Field::Observed => "observed field",
             Field::CandidateAware => "candidate-aware field",
         }
+    }
+}
+
+impl std::fmt::Display for Field {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
     }
 }
 
@@ -219,4 +225,21 @@ pub fn predicted_quantile_floors(
             if floor.is_nan() { 0.0 } else { floor }
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Field;
+    use serde::Deserialize;
+    use serde::de::IntoDeserializer;
+    use serde::de::value::{Error, StrDeserializer};
+
+    /// `--field` and serde spell a field alike.
+    #[test]
+    fn field_names_are_the_serde_names() {
+        for field in Field::ALL {
+            let name: StrDeserializer<'_, Error> = field.name().into_deserializer();
+            assert_eq!(Field::deserialize(name).ok(), Some(field));
+        }
+    }
 }

@@ -9,7 +9,8 @@
 //! - [`analytic`]: the closed-form stand-in predictor.
 //! - [`svg`]: charts; [`published`]: the published figures we print beside ours.
 //!
-//! Product crates never depend on this one (CI checks it: `scripts/check-layering.sh`).
+//! Product crates never depend on this one (`tests/all/layering.rs` checks it, on
+//! `cargo metadata`).
 
 pub mod analytic;
 pub mod bench;

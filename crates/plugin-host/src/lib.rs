@@ -57,8 +57,3 @@ pub use tick::{
     Checkpoint, DecideOutcome, Decider, Failure, FailureKind, PolicyRecord, Proposal, TickOutcome,
 };
 pub use validate::{Rejection, floor_misses, validate};
-
-/// Where the build put the deliberately hostile components of `tests/plugins`
-/// (never embedded): the test suite loads them from here.
-#[doc(hidden)]
-pub const TEST_PLUGINS_DIR: &str = env!("MFSCHED_TEST_PLUGINS");

@@ -14,13 +14,33 @@ use mfsched_core::predict::{PredictError, Predictor, nan_outside};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Where inference should run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BackendChoice {
     /// The GPU on a hardware adapter, else the CPU.
     Auto,
     Cpu,
     /// The GPU on whatever adapter there is, software ones included; no adapter is an error.
     Gpu,
+}
+
+impl BackendChoice {
+    pub const ALL: [BackendChoice; 3] =
+        [BackendChoice::Auto, BackendChoice::Cpu, BackendChoice::Gpu];
+
+    /// The choice's name, as `--backend` spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendChoice::Auto => "auto",
+            BackendChoice::Cpu => "cpu",
+            BackendChoice::Gpu => "gpu",
+        }
+    }
+}
+
+impl std::fmt::Display for BackendChoice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 /// Whether the automatic choice uses this adapter.

@@ -111,25 +111,13 @@ pub fn push_state(problem: &Problem, state: &GpuState, out: &mut Vec<f32>) {
 
 /// Which configurations a predictor sees.
 #[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    PartialOrd,
-    Ord,
-    Hash,
-    Default,
-    Serialize,
-    Deserialize,
-    clap::ValueEnum,
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
 )]
 #[serde(rename_all = "kebab-case")]
 pub enum Layout {
     /// Own configuration + field (the MeanField surrogate: what the scheduler serves).
     #[default]
     #[serde(rename = "meanfield")]
-    #[value(name = "meanfield")]
     MeanField,
     /// Every model's configuration + field (the Joint-MLP baseline: its input
     /// grows with N, so it is trained and scored, never served).
@@ -137,6 +125,16 @@ pub enum Layout {
 }
 
 impl Layout {
+    pub const ALL: [Layout; 2] = [Layout::MeanField, Layout::Joint];
+
+    /// The layout's name, as bundles and `--model` spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Layout::MeanField => "meanfield",
+            Layout::Joint => "joint",
+        }
+    }
+
     pub fn is_meanfield(&self) -> bool {
         *self == Layout::MeanField
     }
@@ -182,18 +180,7 @@ pub fn layout_names(
 ///   the co-runners are, not only how busy the card is, with an input size that
 ///   does not grow with N.
 #[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    PartialOrd,
-    Ord,
-    Hash,
-    Default,
-    Serialize,
-    Deserialize,
-    clap::ValueEnum,
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
 )]
 #[serde(rename_all = "kebab-case")]
 pub enum FieldFeatures {
@@ -344,6 +331,19 @@ mod tests {
     use super::*;
     use mfsched_core::domain::WorkloadLevel;
     use mfsched_core::scenario;
+
+    /// The CLI accepts these names; bundles record the serde ones: one spelling.
+    #[test]
+    fn layout_and_field_names_are_the_serde_names() {
+        for layout in Layout::ALL {
+            let recorded = serde_json::to_value(layout).expect("serialises");
+            assert_eq!(recorded, serde_json::json!(layout.name()));
+        }
+        for field in FieldFeatures::ALL {
+            let recorded = serde_json::to_value(field).expect("serialises");
+            assert_eq!(recorded, serde_json::json!(field.name()));
+        }
+    }
 
     #[test]
     fn names_match_the_rows_they_describe() {

@@ -48,11 +48,11 @@ pub struct AbArgs {
     #[arg(long)]
     b: String,
     /// The field policy A is served under [default: --field].
-    #[arg(long, value_enum)]
+    #[arg(long, value_parser = super::choices::field())]
     a_field: Option<Field>,
     /// The field policy B is served under [default: --field]. `--a ga --b ga
     /// --b-field candidate-aware` compares the two fields under one policy.
-    #[arg(long, value_enum)]
+    #[arg(long, value_parser = super::choices::field())]
     b_field: Option<Field>,
     /// Directory for report.md, results.json and the SVG plots.
     #[arg(long, default_value = "ab-report")]

@@ -83,6 +83,85 @@ enum Command {
     Bench(bench::BenchCommand),
 }
 
+/// The value parsers of the libraries' enums (`--field`, `--backend`, `--model`,
+/// `--fields`): the libraries do not depend on clap, so each enum offers its
+/// values (`ALL`) and their names (`name`), and what `--help` says of each value
+/// lives here.
+mod choices {
+    use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
+    use mfsched_core::predict::Field;
+    use mfsched_surrogate::backend::BackendChoice;
+    use mfsched_surrogate::features::{FieldFeatures, Layout};
+
+    pub(super) fn field() -> impl TypedValueParser<Value = Field> {
+        choice(&Field::ALL, Field::name, |field| {
+            Some(match field {
+                Field::Observed => {
+                    "The state observed now, for every candidate (the published design)"
+                }
+                Field::CandidateAware => {
+                    "Each candidate's own predicted state, solved to a fixed point \
+                     (`surrogate::field`); only joint predictions carry it"
+                }
+            })
+        })
+    }
+
+    pub(super) fn backend() -> impl TypedValueParser<Value = BackendChoice> {
+        choice(
+            &BackendChoice::ALL,
+            BackendChoice::name,
+            |backend| match backend {
+                BackendChoice::Auto => Some("The GPU on a hardware adapter, else the CPU"),
+                BackendChoice::Cpu => None,
+                BackendChoice::Gpu => Some(
+                    "The GPU on whatever adapter there is, software ones included; no adapter is an error",
+                ),
+            },
+        )
+    }
+
+    pub(super) fn layout() -> impl TypedValueParser<Value = Layout> {
+        choice(&Layout::ALL, Layout::name, |layout| {
+            Some(match layout {
+                Layout::MeanField => {
+                    "Own configuration + field (the MeanField surrogate: what the scheduler serves)"
+                }
+                Layout::Joint => {
+                    "Every model's configuration + field (the Joint-MLP baseline: its input \
+                     grows with N, so it is trained and scored, never served)"
+                }
+            })
+        })
+    }
+
+    pub(super) fn field_features() -> impl TypedValueParser<Value = FieldFeatures> {
+        choice(&FieldFeatures::ALL, FieldFeatures::name, |_| None)
+    }
+
+    /// A parser accepting exactly `name` of each of `all`, each value with its `help`
+    /// in `--help`; clap's own message for any other word.
+    fn choice<T: Copy + Send + Sync + 'static>(
+        all: &'static [T],
+        name: fn(T) -> &'static str,
+        help: fn(T) -> Option<&'static str>,
+    ) -> impl TypedValueParser<Value = T> {
+        PossibleValuesParser::new(all.iter().map(|&value| {
+            let possible = PossibleValue::new(name(value));
+            match help(value) {
+                Some(text) => possible.help(text),
+                None => possible,
+            }
+        }))
+        .map(move |word: String| {
+            all.iter()
+                .copied()
+                .find(|&value| name(value) == word)
+                .expect("the parser accepts only these names")
+        })
+    }
+}
+
 /// `mfsched … | head` closes stdout early and `println!` then panics on EPIPE
 /// (Rust ignores SIGPIPE, and `unsafe` is denied here, so it cannot be restored).
 /// Exit quietly with the status a Unix tool killed by SIGPIPE has (128 + 13)

@@ -48,11 +48,11 @@ pub struct PluginOpts {
     /// The field MeanField's joint predictions are made under: the state observed
     /// now (published), or each candidate's own, solved to a fixed point. Only
     /// joint predictions carry it; policies ask the host which field it serves.
-    #[arg(long, value_enum, default_value_t = Field::Observed)]
+    #[arg(long, value_parser = super::choices::field(), default_value_t = Field::Observed)]
     pub field: Field,
     /// Where MeanField inference runs: a hardware GPU when there is one (auto),
     /// the CPU, or any GPU adapter, software ones included.
-    #[arg(long, value_enum, default_value_t = BackendChoice::Auto)]
+    #[arg(long, value_parser = super::choices::backend(), default_value_t = BackendChoice::Auto)]
     pub backend: BackendChoice,
 }
 

@@ -82,7 +82,12 @@ pub struct CvArgs {
     /// Field feature sets for the linear field model and MeanField, each its
     /// own row: `observed` (the state), `co-runner-solo` (the state plus the
     /// co-runners' summed solo profiles; needs solo rows).
-    #[arg(long, value_delimiter = ',', value_enum, default_value = "observed")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_parser = super::choices::field_features(),
+        default_value = "observed"
+    )]
     fields: Vec<FieldFeatures>,
     /// Learning curve: also train on n groups (rows when ungrouped) of each
     /// split's training folds, for each n given (e.g. 20,40,80,160,320).

@@ -49,13 +49,13 @@ pub struct TrainArgs {
     /// The field features the nets see: `observed` (the state; the only field
     /// the scheduler serves) or `co-runner-solo` (plus the co-runners' summed
     /// solo profiles; needs solo rows; scored by `surrogate eval`, not served yet).
-    #[arg(long, value_enum, default_value = "observed")]
+    #[arg(long, value_parser = super::choices::field_features(), default_value = "observed")]
     field: FieldFeatures,
     /// What to train: `meanfield` (one net per model on its own configuration
     /// and the field: what the scheduler serves) or `joint` (the Joint-MLP
     /// baseline: every model's configuration in each net's input; N ≤ 3;
     /// scored by `surrogate eval`, never served).
-    #[arg(long, value_enum, default_value = "meanfield")]
+    #[arg(long, value_parser = super::choices::layout(), default_value = "meanfield")]
     model: Layout,
 }
 
