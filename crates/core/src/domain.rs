@@ -514,6 +514,27 @@ pub struct Problem {
 }
 
 impl Problem {
+    /// Sets every SLA floor the scenario left open (`explicit[i]` false) to
+    /// `floor(i)` where that gives one, and returns how many: the one rule by
+    /// which a scenario's own floors win over those a bundle's profile
+    /// measured or a predictor derived.
+    pub fn fill_open_floors(
+        &mut self,
+        explicit: &[bool],
+        floor: impl Fn(usize) -> Option<f64>,
+    ) -> usize {
+        let mut filled = 0;
+        for (i, f) in self.sla_floors.iter_mut().enumerate() {
+            if !explicit.get(i).copied().unwrap_or(false)
+                && let Some(value) = floor(i)
+            {
+                *f = value;
+                filled += 1;
+            }
+        }
+        filled
+    }
+
     pub fn space(&self) -> JointSpace {
         JointSpace::for_models(&self.models)
     }

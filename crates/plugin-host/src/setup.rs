@@ -25,14 +25,7 @@ pub fn fill_defaults(
     }
     let derived =
         predicted_quantile_floors(predictor, problem, &SWEEP_UTILIZATION, FLOOR_QUANTILE)?;
-    let mut count = 0;
-    for (i, floor) in problem.sla_floors.iter_mut().enumerate() {
-        if !explicit.get(i).copied().unwrap_or(false) {
-            *floor = derived[i];
-            count += 1;
-        }
-    }
-    Ok(count)
+    Ok(problem.fill_open_floors(explicit, |i| derived.get(i).copied()))
 }
 
 /// The parameter the host always passes and a policy may not declare.

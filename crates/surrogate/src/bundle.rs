@@ -465,13 +465,8 @@ impl Bundle {
                     .collect()
             })
             .collect();
-        for (i, m) in self.meta.models.iter().enumerate() {
-            if !explicit_floors.get(i).copied().unwrap_or(false)
-                && let Some(floor) = problem.sla_floors.get_mut(i)
-            {
-                *floor = m.sla_floor_p25;
-            }
-        }
+        let models = &self.meta.models;
+        problem.fill_open_floors(explicit_floors, |i| models.get(i).map(|m| m.sla_floor_p25));
     }
 
     /// Writes both files into `dir` (created if needed), each atomically.
