@@ -848,6 +848,20 @@ fn a_utility_from_the_template_builds_passes_check_decides_with_exact_and_ga_and
             .any(|m| m.contains("my_utility replaced by my_utility.wasm"))
             && d >= Some(3)
     });
+    // The dashboard names the utility each tick was scored with, parameters
+    // included: the swapped-in build kept them.
+    let (_, body) = crate::common::http(addr, "GET", "/v1/history", None);
+    let history: serde_json::Value = serde_json::from_str(&body).expect("history JSON");
+    let scored = history["ticks"]
+        .as_array()
+        .and_then(|t| t.last())
+        .and_then(|t| t["utility"].as_str())
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        scored.starts_with("my_utility@") && scored.ends_with(" (throughput-weight=0.5)"),
+        "{scored}"
+    );
     let embedded = mfsched_plugin_host::registry::EMBEDDED_PLUGINS
         .iter()
         .find(|(n, _)| *n == "utility")

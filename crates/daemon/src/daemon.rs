@@ -534,7 +534,7 @@ impl Daemon {
         let (utility, scored_with) = {
             let u = self.shared.deciding.pipeline.utility().load();
             (
-                format!("{}@{}", u.info.name, u.info.short_hash()),
+                u.label(),
                 UtilityRecord {
                     tick,
                     name: u.info.name.clone(),

@@ -43,7 +43,8 @@ pub struct TickPoint {
     pub kept_last_valid: bool,
     pub missed_before: u64,
     /// The utility component every policy of the tick was scored with
-    /// (`name@hash`: a hot swap shows as a new hash).
+    /// (`name@hash`, then its parameters in brackets when it has any: a hot
+    /// swap shows as a new hash).
     pub utility: String,
     /// The active policy first, then the shadows in their configured order.
     pub policies: Vec<PolicyPoint>,

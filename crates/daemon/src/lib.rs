@@ -73,7 +73,7 @@ pub fn build_policies(
     }
     // What every tick is scored with, for the operator reading the log.
     let utility = policies.pipeline().utility().load();
-    let params = utility.params_pairs();
+    let params = utility.params_text();
     tracing::info!(
         sha256 = %utility.info.sha256,
         "scoring with utility '{}' ({}){}",
@@ -82,14 +82,7 @@ pub fn build_policies(
         if params.is_empty() {
             String::new()
         } else {
-            format!(
-                ", parameters {}",
-                params
-                    .iter()
-                    .map(|(k, v)| format!("{k}={v}"))
-                    .collect::<Vec<_>>()
-                    .join(" ")
-            )
+            format!(", parameters {params}")
         }
     );
     Ok(policies)

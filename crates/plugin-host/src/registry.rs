@@ -161,6 +161,26 @@ impl LoadedUtility {
             .map(|p| (p.key.clone(), p.value.clone()))
             .collect()
     }
+
+    /// Its parameters as people read them: `k=v k=v` (empty when none).
+    pub fn params_text(&self) -> String {
+        self.params
+            .iter()
+            .map(|p| format!("{}={}", p.key, p.value))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    /// Which utility scores, as the dashboard names it: `name@hash`, and its
+    /// parameters in brackets when it has any.
+    pub fn label(&self) -> String {
+        let params = self.params_text();
+        if params.is_empty() {
+            format!("{}@{}", self.info.name, self.info.short_hash())
+        } else {
+            format!("{}@{} ({params})", self.info.name, self.info.short_hash())
+        }
+    }
 }
 
 impl fmt::Debug for LoadedPolicy {
