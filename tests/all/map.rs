@@ -13,14 +13,6 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .ancestors()
-        .nth(2)
-        .expect("crates/mfsched sits two levels below the workspace root")
-        .to_path_buf()
-}
-
 /// The lines of the layout block of ARCHITECTURE.md.
 fn layout(architecture: &str) -> Vec<&str> {
     let after = architecture
@@ -137,7 +129,7 @@ fn head(entry: &str) -> &str {
 
 #[test]
 fn architecture_names_every_source_file() {
-    let root = workspace_root();
+    let root = crate::common::workspace_root();
     let architecture =
         std::fs::read_to_string(root.join("ARCHITECTURE.md")).expect("ARCHITECTURE.md reads");
     let layout = layout(&architecture);

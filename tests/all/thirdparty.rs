@@ -20,14 +20,6 @@ fn bundled_file(stem: &str) -> PathBuf {
         .join(format!("{stem}.wasm"))
 }
 
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .ancestors()
-        .nth(2)
-        .expect("crates/mfsched sits two levels below the workspace root")
-        .to_path_buf()
-}
-
 fn path_str(p: &Path) -> &str {
     p.to_str().expect("test paths are UTF-8")
 }
@@ -146,7 +138,7 @@ fn plugins_check_says_what_is_wrong_one_line_per_finding() {
         (test_plugin("trap"), "the policy trapped"),
         (test_plugin("out-of-range"), "the decision was rejected"),
         (
-            workspace_root().join("tests/fixtures/plugins/corrupt.wasm"),
+            crate::common::workspace_root().join("tests/fixtures/plugins/corrupt.wasm"),
             "not a valid Wasm component",
         ),
     ];
@@ -187,14 +179,15 @@ fn plugins_new_writes_a_standalone_crate_on_the_sdk_of_the_hosts_wit() {
     }
     // The crate depends on this checkout's SDK, whose bindings come from the
     // host's own WIT.
-    let sdk = std::fs::canonicalize(workspace_root().join("sdk")).expect("the SDK");
+    let sdk = std::fs::canonicalize(crate::common::workspace_root().join("sdk")).expect("the SDK");
     let manifest = std::fs::read_to_string(crate_dir.join("Cargo.toml")).expect("written");
     assert!(
         manifest.contains(&format!("mfsched-sdk = {{ path = \"{}\" }}", sdk.display())),
         "{manifest}"
     );
     let wit = std::fs::read_to_string(sdk.join("wit/scheduler.wit")).expect("the SDK's WIT");
-    let ours = std::fs::read_to_string(workspace_root().join("wit/scheduler.wit")).expect("exists");
+    let ours = std::fs::read_to_string(crate::common::workspace_root().join("wit/scheduler.wit"))
+        .expect("exists");
     assert_eq!(wit, ours, "the SDK generates from the host's WIT");
     assert!(
         !crate_dir.join("wit").exists(),
@@ -293,10 +286,11 @@ fn a_policy_from_the_template_builds_passes_check_and_test_and_runs_in_ab_agains
 fn build_check_and_decide(example: &str, title: &str, hint: &str) -> (PathBuf, PathBuf) {
     let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
     let component = tmp.join(format!("{example}.wasm"));
-    let built = Command::new(workspace_root().join(format!("examples/{example}/build.sh")))
-        .arg(&component)
-        .output()
-        .expect("the build script runs");
+    let built =
+        Command::new(crate::common::workspace_root().join(format!("examples/{example}/build.sh")))
+            .arg(&component)
+            .output()
+            .expect("the build script runs");
     assert!(
         built.status.success(),
         "{example} did not build ({hint}): {}{}",
@@ -456,7 +450,8 @@ fn plugins_test_passes_a_bundled_policy_on_a_log_written_by_run() {
 /// writes the text and the encoded package, which decodes to the same package.
 #[test]
 fn plugins_wit_prints_and_writes_the_package() {
-    let ours = std::fs::read_to_string(workspace_root().join("wit/scheduler.wit")).expect("exists");
+    let ours = std::fs::read_to_string(crate::common::workspace_root().join("wit/scheduler.wit"))
+        .expect("exists");
     let out = mfsched(&["plugins", "wit"]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(stdout(&out), ours);
@@ -672,7 +667,8 @@ fn a_utility_from_the_template_builds_passes_check_decides_with_exact_and_ga_and
         path_str(&crate_dir),
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
-    let sdk = std::fs::canonicalize(workspace_root().join("sdk/utility")).expect("the SDK");
+    let sdk = std::fs::canonicalize(crate::common::workspace_root().join("sdk/utility"))
+        .expect("the SDK");
     let manifest = std::fs::read_to_string(crate_dir.join("Cargo.toml")).expect("written");
     assert!(
         manifest.contains(&format!(

@@ -5,11 +5,20 @@ pub mod process;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// The API token the end-to-end tests configure.
 pub const TOKEN: &str = "test-token-3f9c";
+
+/// The workspace's root directory (the product crate sits two levels below).
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .nth(2)
+        .expect("crates/mfsched sits two levels below the workspace root")
+        .to_path_buf()
+}
 
 /// A minimal blocking HTTP/1.1 exchange: returns (status code, body).
 pub fn http(addr: SocketAddr, method: &str, path: &str, body: Option<&str>) -> (u16, String) {
@@ -82,7 +91,7 @@ pub fn daemon_config(
     period_ms: u64,
     policy: &str,
     extra: &str,
-) -> std::path::PathBuf {
+) -> PathBuf {
     let path = dir.join("mfsched.toml");
     let deadline_ms = period_ms * 3 / 4;
     std::fs::write(
