@@ -297,16 +297,7 @@ pub async fn serve(
             Some(ready) = triaged.recv() => {
                 in_triage -= 1;
                 match ready {
-                    Some(stream) => {
-                        open.retain(|c| !c.task.is_finished());
-                        if open.len() >= limits.max_connections
-                            && !evict_oldest_waiting(&mut open, &metrics)
-                        {
-                            metrics.api_connection_refused();
-                            continue;
-                        }
-                        open.push(start_connection(stream, &app, limits));
-                    }
+                    Some(stream) => admit(&mut open, stream, &app, limits, &metrics),
                     None => metrics.api_connection_refused(),
                 }
                 continue;
@@ -314,14 +305,8 @@ pub async fn serve(
             () = &mut shutdown => break,
         };
         open.retain(|c| !c.task.is_finished());
-        if open.len() < limits.max_connections {
-            open.push(start_connection(stream, &app, limits));
-        } else if head(&stream).await == Head::Whole {
-            if evict_oldest_waiting(&mut open, &metrics) {
-                open.push(start_connection(stream, &app, limits));
-            } else {
-                metrics.api_connection_refused();
-            }
+        if open.len() < limits.max_connections || head(&stream).await == Head::Whole {
+            admit(&mut open, stream, &app, limits, &metrics);
         } else if in_triage < triage_cap {
             in_triage += 1;
             let triaged_tx = triaged_tx.clone();
@@ -333,6 +318,23 @@ pub async fn serve(
         } else {
             metrics.api_connection_refused();
         }
+    }
+}
+
+/// Serves `stream` in a free slot, else in the place of the oldest connection
+/// still waiting for its headers; refused when every open one is mid-request.
+fn admit(
+    open: &mut Vec<Open>,
+    stream: tokio::net::TcpStream,
+    app: &Router,
+    limits: ServeLimits,
+    metrics: &Metrics,
+) {
+    open.retain(|c| !c.task.is_finished());
+    if open.len() < limits.max_connections || evict_oldest_waiting(open, metrics) {
+        open.push(start_connection(stream, app, limits));
+    } else {
+        metrics.api_connection_refused();
     }
 }
 
