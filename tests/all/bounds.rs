@@ -30,7 +30,7 @@ fn a_second_daemon_on_the_same_log_is_refused_naming_the_holder() {
     assert!(err.contains("is in use"), "{err}");
     assert!(err.contains(&format!("pid {pid}")), "{err}");
     drop(first);
-    let log = mfsched_daemon::declog::read(&dir.path().join("decisions.log")).expect("log");
+    let log = mfsched_daemon::read_decision_log(&dir.path().join("decisions.log")).expect("log");
     assert!(log.skipped.is_empty() && log.torn.is_none(), "{log:?}");
 }
 
@@ -113,7 +113,7 @@ fn forged_decision_log_frames_are_refused_without_allocating_or_stalling() {
     assert!(err.contains("moved to"), "{err}");
     let kept = dir.path().join("decisions.log.unreadable");
     assert_eq!(std::fs::read(&kept).expect("kept whole"), bytes);
-    let fresh = mfsched_daemon::declog::read(&log).expect("a new log");
+    let fresh = mfsched_daemon::read_decision_log(&log).expect("a new log");
     assert_eq!(fresh.records.len(), 1);
     assert_eq!(fresh.records[0].tick, 2, "tick numbers go on");
 }

@@ -1776,7 +1776,7 @@ fn help_names_every_embedded_policy_and_run_prints_its_config() {
     }
     let out = mfsched(&["run", "--print-config"]);
     assert!(out.status.success(), "{}", stderr(&out));
-    assert_eq!(stdout(&out), mfsched_daemon::config::EXAMPLE);
+    assert_eq!(stdout(&out), mfsched_daemon::EXAMPLE_CONFIG);
     assert!(
         !stdout(&mfsched(&["run", "--help"])).contains("examples/"),
         "run --help points at a file a binary user does not have"

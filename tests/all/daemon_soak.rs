@@ -15,13 +15,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use mfsched_core::domain::Problem;
-use mfsched_daemon::actuator::Actuators;
-use mfsched_daemon::api;
-use mfsched_daemon::config::{ActuatorConfig, WebhookConfig};
-use mfsched_daemon::daemon::{Daemon, Deciding, LoopSettings, WorkloadSource};
-use mfsched_daemon::declog::{self, DecisionLog};
-use mfsched_daemon::metrics::Metrics;
-use mfsched_daemon::sampler::{FootprintSampler, Sampler};
+use mfsched_daemon::Actuators;
+use mfsched_daemon::DecisionLog;
+use mfsched_daemon::Metrics;
+use mfsched_daemon::{ActuatorConfig, WebhookConfig};
+use mfsched_daemon::{ApiGuard, ApiLimits, LogRecovery, api_router, read_decision_log, serve_api};
+use mfsched_daemon::{Daemon, Deciding, LoopSettings, WorkloadSource};
+use mfsched_daemon::{FootprintSampler, Sampler};
 use mfsched_plugin_host::FailureKind;
 use mfsched_plugin_host::registry::{Registry, resolve_utility};
 use mfsched_plugin_host::{
@@ -163,7 +163,7 @@ fn harness(
     let metrics = Arc::new(Metrics::default());
     let actuators = Actuators::new(&actuator, &problem, Arc::clone(&metrics)).expect("actuators");
     let (log, recovery) = DecisionLog::open(&log_path).expect("open log");
-    assert_eq!(recovery, declog::Recovery::default());
+    assert_eq!(recovery, LogRecovery::default());
     let settings = LoopSettings {
         period,
         deadline,
@@ -198,13 +198,13 @@ fn harness(
 /// The API as `mfsched run` serves it: the guard (with the test token), the
 /// accept loop with its limits, on a runtime of its own thread. It stops when
 /// the returned sender is dropped.
-fn serve_api(daemon: &Daemon, limits: api::ServeLimits) -> (SocketAddr, watch::Sender<bool>) {
+fn serve_daemon_api(daemon: &Daemon, limits: ApiLimits) -> (SocketAddr, watch::Sender<bool>) {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     listener.set_nonblocking(true).expect("non-blocking");
     let addr = listener.local_addr().expect("addr");
     let shared = daemon.shared();
     let metrics = Arc::clone(&shared.metrics);
-    let app = api::router(shared, api::Guard::loopback(Some(common::TOKEN)));
+    let app = api_router(shared, ApiGuard::loopback(Some(common::TOKEN)));
     let (stop_tx, mut stop_rx) = watch::channel(false);
     std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_multi_thread()
@@ -214,7 +214,7 @@ fn serve_api(daemon: &Daemon, limits: api::ServeLimits) -> (SocketAddr, watch::S
             .expect("API runtime");
         rt.block_on(async move {
             let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
-            api::serve(listener, app, limits, metrics, async move {
+            serve_api(listener, app, limits, metrics, async move {
                 let _ = stop_rx.wait_for(|stop| *stop).await;
             })
             .await;
@@ -224,8 +224,8 @@ fn serve_api(daemon: &Daemon, limits: api::ServeLimits) -> (SocketAddr, watch::S
 }
 
 /// The default limits of `[api]`.
-fn default_limits() -> api::ServeLimits {
-    api::ServeLimits::from_config(&mfsched_daemon::config::ApiConfig::default())
+fn default_limits() -> ApiLimits {
+    ApiLimits::from_config(&mfsched_daemon::ApiConfig::default())
 }
 
 /// One request; changes carry the test token.
@@ -375,7 +375,7 @@ async fn a_kept_configuration_under_a_floor_is_an_sla_violation_and_a_valid_answ
         1,
         "only the model under its floor: {text}"
     );
-    let records = declog::read(&log_path).expect("log").records;
+    let records = read_decision_log(&log_path).expect("log").records;
     assert_eq!(records.len() as u64, TICKS);
     for r in &records {
         assert!(r.kept_last_valid && r.applied == problem.current);
@@ -399,7 +399,7 @@ async fn soak_at_100_hz_with_policy_swaps_and_failing_policies() {
         ActuatorConfig::default(),
     );
     let problem = problem();
-    let (addr, _api) = serve_api(&h.daemon, default_limits());
+    let (addr, _api) = serve_daemon_api(&h.daemon, default_limits());
     let (_stop_tx, stop_rx) = watch::channel(false);
     let run = tokio::spawn(h.daemon.run(stop_rx, Some(TICKS)));
 
@@ -430,7 +430,7 @@ async fn soak_at_100_hz_with_policy_swaps_and_failing_policies() {
     // Late ticks are a matter of the machine's load, not a promise a test can
     // make: they must be counted, agree between the summary, /metrics and the
     // log, and stay bounded (a loop that stalled would miss far more).
-    let recorded_missed: u64 = declog::read(&h.log_path)
+    let recorded_missed: u64 = read_decision_log(&h.log_path)
         .expect("log")
         .records
         .iter()
@@ -458,7 +458,7 @@ async fn soak_at_100_hz_with_policy_swaps_and_failing_policies() {
         )
     );
 
-    let contents = declog::read(&h.log_path).expect("log");
+    let contents = read_decision_log(&h.log_path).expect("log");
     assert!(contents.torn.is_none());
     assert_eq!(
         contents.records.len() as u64,
@@ -567,7 +567,7 @@ async fn webhooks_get_only_changes_and_failures_are_counted() {
     let (_stop_tx, stop_rx) = watch::channel(false);
     h.daemon.run(stop_rx, Some(12)).await.expect("run");
 
-    let contents = declog::read(&h.log_path).expect("log");
+    let contents = read_decision_log(&h.log_path).expect("log");
     let changes_first = contents
         .records
         .iter()
@@ -627,7 +627,7 @@ impl Sampler for StallingSampler {
         problem: &Problem,
         applied: &[u32],
         workload: mfsched_core::domain::WorkloadLevel,
-    ) -> anyhow::Result<mfsched_daemon::sampler::Sample> {
+    ) -> anyhow::Result<mfsched_daemon::Sample> {
         self.calls += 1;
         if self.calls.is_multiple_of(5) {
             std::thread::sleep(self.stall);
@@ -675,7 +675,7 @@ async fn ticks_that_cannot_start_on_time_are_counted_as_missed() {
     // Ticks 5 and 10 stall for 2.5 periods: each makes at least two ticks late.
     assert!(summary.missed_ticks >= 4, "{summary:?}");
     assert_eq!(metrics.counts().missed_ticks, summary.missed_ticks);
-    let contents = declog::read(&log_path).expect("log");
+    let contents = read_decision_log(&log_path).expect("log");
     let recorded: u64 = contents.records.iter().map(|r| r.missed_before).sum();
     assert_eq!(
         recorded, summary.missed_ticks,
@@ -689,7 +689,7 @@ async fn ticks_that_cannot_start_on_time_are_counted_as_missed() {
 fn plugin_host_on_paper_n2(
     plugins: &Path,
     deadline: Duration,
-) -> (Problem, mfsched_daemon::policies::PluginPolicies) {
+) -> (Problem, mfsched_daemon::PluginPolicies) {
     let scenario = mfsched_core::scenario::load("paper-n2").expect("bundled");
     let mut problem = scenario.problem;
     let predictor: Arc<dyn mfsched_core::predict::Predictor> =
@@ -700,7 +700,7 @@ fn plugin_host_on_paper_n2(
         predictor.as_ref(),
     )
     .expect("predicts");
-    let (policies, notes) = mfsched_daemon::policies::PluginPolicies::new(
+    let (policies, notes) = mfsched_daemon::PluginPolicies::new(
         &problem,
         predictor,
         "utility",
@@ -773,7 +773,7 @@ async fn soak_with_plugin_files_replaced_while_running() {
         Arc::clone(&metrics),
     )
     .expect("daemon");
-    let (addr, _api) = serve_api(&daemon, default_limits());
+    let (addr, _api) = serve_daemon_api(&daemon, default_limits());
     let (_stop_tx, stop_rx) = watch::channel(false);
     let run = tokio::spawn(daemon.run(stop_rx, Some(TICKS)));
 
@@ -836,7 +836,7 @@ async fn soak_with_plugin_files_replaced_while_running() {
             "{rejected}"
         );
     }
-    let contents = declog::read(&log_path).expect("log");
+    let contents = read_decision_log(&log_path).expect("log");
     assert!(contents.torn.is_none());
     assert_eq!(
         contents.records.len() as u64,
@@ -909,12 +909,12 @@ async fn the_tick_loop_keeps_going_under_an_api_flood_with_a_hostile_plugin() {
         Arc::clone(&metrics),
     )
     .expect("daemon");
-    let limits = api::ServeLimits {
+    let limits = ApiLimits {
         max_connections: 64,
         header_timeout: Duration::from_millis(1500),
         connection_lifetime: Duration::from_secs(3),
     };
-    let (addr, _api) = serve_api(&daemon, limits);
+    let (addr, _api) = serve_daemon_api(&daemon, limits);
     let (_stop_tx, stop_rx) = watch::channel(false);
     let run = tokio::spawn(daemon.run(stop_rx, Some(TICKS)));
 
@@ -955,7 +955,7 @@ async fn the_tick_loop_keeps_going_under_an_api_flood_with_a_hostile_plugin() {
     drop(held);
 
     assert_eq!(summary.ticks, TICKS);
-    let contents = declog::read(&log_path).expect("log");
+    let contents = read_decision_log(&log_path).expect("log");
     assert_eq!(contents.records.len() as u64, TICKS, "every tick recorded");
     let recorded_missed: u64 = contents.records.iter().map(|r| r.missed_before).sum();
     assert_eq!(recorded_missed, summary.missed_ticks);
@@ -1005,14 +1005,14 @@ async fn a_reconnecting_slowloris_does_not_keep_probes_out() {
         &[],
         ActuatorConfig::default(),
     );
-    let limits = api::ServeLimits {
+    let limits = ApiLimits {
         max_connections: CAP,
         // Long enough that no held connection is timed out while probing:
         // only eviction frees a slot.
         header_timeout: Duration::from_secs(60),
         connection_lifetime: Duration::from_secs(120),
     };
-    let (addr, _api) = serve_api(&h.daemon, limits);
+    let (addr, _api) = serve_daemon_api(&h.daemon, limits);
     let metrics = Arc::clone(&h.metrics);
     let (stop_tx, stop_rx) = watch::channel(false);
     let run = tokio::spawn(h.daemon.run(stop_rx, None));

@@ -208,7 +208,7 @@ fn fuzz_the_decision_log_reader() {
     );
     let log = std::fs::read(dir.path().join("decisions.log")).expect("log");
     let (read, _) = fuzz("declog", &[log], false, |bytes| {
-        mfsched_daemon::declog::parse(bytes).is_ok()
+        mfsched_daemon::parse_decision_log(bytes).is_ok()
     });
     assert!(
         read > 0,

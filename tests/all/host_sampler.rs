@@ -7,8 +7,8 @@ use std::process::{Child, Command};
 use std::time::Duration;
 
 use mfsched_core::domain::WorkloadLevel;
-use mfsched_daemon::config::HostSamplerConfig;
-use mfsched_daemon::sampler::{HostSampler, Sampler};
+use mfsched_daemon::HostSamplerConfig;
+use mfsched_daemon::{HostSampler, Sampler};
 
 struct Killed(Child);
 

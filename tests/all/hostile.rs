@@ -120,7 +120,7 @@ fn the_daemon_survives_a_policy_that_turns_hostile() {
     let log_path = dir.path().join("decisions.log");
     let size = std::fs::metadata(&log_path).expect("log").len();
     assert!(size < 64 << 10, "the log holds {size} bytes for 4 ticks");
-    let log = mfsched_daemon::declog::read(&log_path).expect("log");
+    let log = mfsched_daemon::read_decision_log(&log_path).expect("log");
     assert_eq!(log.records.len(), 4);
     let sha = mfsched_core::digest::sha256_hex(
         &std::fs::read(plugin("hostile-decide")).expect("component"),
@@ -216,7 +216,7 @@ fn printing_or_panicking_components_at_start_up_do_not_stop_the_daemon() {
     assert!(err.contains("panic-name.wasm not loaded"), "{err}");
     assert!(err.contains("plugin trap not loaded"), "{err}");
     assert_no_forged_line(&err);
-    let log = mfsched_daemon::declog::read(&dir.path().join("decisions.log")).expect("log");
+    let log = mfsched_daemon::read_decision_log(&dir.path().join("decisions.log")).expect("log");
     assert_eq!(log.records.len(), 3);
     for r in &log.records {
         assert_eq!(r.active.policy, "noisy");

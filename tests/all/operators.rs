@@ -101,7 +101,7 @@ fn a_policy_failing_every_tick_is_one_warn_line_then_one_recovery_line() {
     reader.join().expect("the reader ends with the daemon");
     let lines = lines.lock().expect("lines").clone();
 
-    let log = mfsched_daemon::declog::read(&dir.path().join("decisions.log")).expect("log");
+    let log = mfsched_daemon::read_decision_log(&dir.path().join("decisions.log")).expect("log");
     let failed = log
         .records
         .iter()
@@ -300,7 +300,7 @@ fn shadows_are_added_and_removed_at_run_time_with_the_token() {
     assert!(terminate(&mut daemon.0).success());
     reader.join().expect("the reader ends with the daemon");
 
-    let log = mfsched_daemon::declog::read(&dir.path().join("decisions.log")).expect("log");
+    let log = mfsched_daemon::read_decision_log(&dir.path().join("decisions.log")).expect("log");
     let shadowed = log
         .records
         .iter()

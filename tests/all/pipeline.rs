@@ -121,12 +121,13 @@ fn the_daemon_refuses_each_invalid_policy_at_start_up_for_the_same_reason() {
 /// rejects the answer for the same reason and applies nothing new.
 #[test]
 fn the_daemon_rejects_each_invalid_answer_on_every_tick_and_applies_nothing_invalid() {
-    use mfsched_daemon::actuator::Actuators;
-    use mfsched_daemon::config::ActuatorConfig;
-    use mfsched_daemon::daemon::{Daemon, Deciding, LoopSettings, WorkloadSource};
-    use mfsched_daemon::declog::{self, DecisionLog};
-    use mfsched_daemon::metrics::Metrics;
-    use mfsched_daemon::sampler::FootprintSampler;
+    use mfsched_daemon::ActuatorConfig;
+    use mfsched_daemon::Actuators;
+    use mfsched_daemon::DecisionLog;
+    use mfsched_daemon::FootprintSampler;
+    use mfsched_daemon::Metrics;
+    use mfsched_daemon::read_decision_log;
+    use mfsched_daemon::{Daemon, Deciding, LoopSettings, WorkloadSource};
     use mfsched_plugin_host::FailureKind;
     use mfsched_plugin_host::registry::{Loaded, Registry, load_file, resolve_utility};
     use mfsched_plugin_host::{CompileCache, Pipeline, PluginEngine, PluginLimits};
@@ -204,7 +205,7 @@ fn the_daemon_rejects_each_invalid_answer_on_every_tick_and_applies_nothing_inva
         .expect("daemon");
         let (_stop, stop_rx) = tokio::sync::watch::channel(false);
         rt.block_on(daemon.run(stop_rx, Some(2))).expect("runs");
-        let log = declog::read(&log_path).expect("log");
+        let log = read_decision_log(&log_path).expect("log");
         assert_eq!(log.records.len(), 2, "{name}");
         for r in &log.records {
             let failure = r.active.outcome.as_ref().expect_err("rejected");

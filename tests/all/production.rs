@@ -317,7 +317,8 @@ fn the_daemon_follows_the_load_prometheus_reports_and_survives_losing_it() {
         .expect("run log");
     assert!(exit.success(), "the daemon ended badly: {run_text}");
 
-    let log = mfsched_daemon::declog::read(&d.join("decisions.log")).expect("the decision log");
+    let log =
+        mfsched_daemon::read_decision_log(&d.join("decisions.log")).expect("the decision log");
     let records = &log.records;
     assert!(records.len() > 20, "{} ticks", records.len());
     // Nothing invalid was ever applied.
@@ -433,7 +434,7 @@ const REALISED_TOLERANCE: f64 = 0.05;
 /// Mean realised utility per tick of the daemon's applied decisions (regime
 /// from `level_at`) and of the harness deciding exact on the same trace.
 fn realised_utilities(
-    records: &[&mfsched_daemon::declog::TickRecord],
+    records: &[&mfsched_daemon::TickRecord],
     level_at: impl Fn(u64) -> WorkloadLevel,
 ) -> (f64, f64) {
     use mfsched_lab::eval::closed_loop::{Harness, PolicySpec, Summary};

@@ -655,8 +655,8 @@ fn real_servers_are_profiled_and_reconfigured_through_v2_repository_and_process(
 
     // The log: every applied configuration valid, every server-reported one
     // applied at some tick, each reconfiguration's downtime measured.
-    let log =
-        mfsched_daemon::declog::read(&run_dir.join("decisions.log")).expect("the decision log");
+    let log = mfsched_daemon::read_decision_log(&run_dir.join("decisions.log"))
+        .expect("the decision log");
     assert!(log.records.len() >= 22, "{} ticks", log.records.len());
     let mut applied_sets: Vec<BTreeSet<Served>> = vec![BTreeSet::new(), BTreeSet::new()];
     for r in &log.records {

@@ -49,6 +49,14 @@ impl WorkloadLevel {
     pub fn parse(s: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|w| w.as_str() == s)
     }
+
+    /// The regime a load ratio (offered / capacity) falls in, given the three
+    /// thresholds between Low, Medium, High and Burst. The daemon's load source
+    /// and the lab's live profiling and forecast bench all map load this way.
+    pub fn of_ratio(ratio: f64, thresholds: &[f64; 3]) -> Self {
+        let above = thresholds.iter().filter(|t| ratio >= **t).count();
+        Self::from_ordinal(above).unwrap_or(WorkloadLevel::Burst)
+    }
 }
 
 impl fmt::Display for WorkloadLevel {

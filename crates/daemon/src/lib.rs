@@ -2,27 +2,65 @@
 //! (A/B) policies, actuators, append-only decision log, HTTP control API and
 //! Prometheus metrics, graceful shutdown.
 //!
-//! The loop's ticks are the plugin host's (`mfsched_plugin_host::tick`: every
+//! The loop's ticks are the plugin host's (`mfsched_plugin_host::Decider`: every
 //! policy through the one pipeline, the last-valid rule, the outcome and its
 //! recorded form); the daemon keeps the sampler, the load source, the
 //! actuators, the log's framing and the API. Its policies are a
-//! `PolicySource`: [`policies::PluginPolicies`] (components, hot-reloaded, and
-//! `hold`) in production.
+//! `PolicySource`: [`PluginPolicies`] (components, hot-reloaded, and `hold`) in
+//! production.
+//!
+//! # The façade
+//!
+//! Every module is private; what other crates may name is re-exported here, and
+//! nothing else (the compiler enforces it, and `tests/all/layering.rs` checks that
+//! the lab names no path below a product crate's root). Names that read well only
+//! beside their module are re-exported under a qualified name (`api::serve` as
+//! [`serve_api`], `declog::read` as [`read_decision_log`]).
 
-pub mod actuator;
-pub mod api;
-pub mod config;
-pub mod daemon;
-pub mod dashboard;
-pub mod declog;
-pub mod forecast;
-pub mod history;
-pub mod load;
-pub mod metrics;
-pub mod policies;
-pub mod replay;
-pub mod sampler;
-pub mod streak;
+mod actuator;
+mod api;
+mod config;
+mod daemon;
+mod dashboard;
+mod declog;
+mod forecast;
+mod history;
+mod load;
+mod metrics;
+mod policies;
+mod replay;
+mod sampler;
+mod streak;
+
+/// Applying a decision to the servers.
+pub use actuator::{Actuators, ModelUpdate};
+/// The control API and the Prometheus metrics.
+pub use api::{
+    Guard as ApiGuard, ServeLimits as ApiLimits, router as api_router, serve as serve_api,
+};
+/// The configuration file (`mfsched run --config`).
+pub use config::{
+    ActuatorConfig, ApiConfig, DEFAULT_THRESHOLDS, DaemonConfig, EXAMPLE as EXAMPLE_CONFIG,
+    HostSamplerConfig, ModelLoadConfig, SamplerConfig, SamplerKind, WebhookConfig,
+};
+/// Running the daemon: its loop, what it decides with and where its load comes from.
+pub use daemon::{Daemon, Deciding, LoopSettings, WorkloadSource};
+/// The append-only decision log and its replay.
+pub use declog::{
+    ComponentRecord, DecisionLog, LogContents, ReconfigRecord, Recovery as LogRecovery, RunRecord,
+    TickRecord, parse as parse_decision_log, read as read_decision_log,
+};
+/// The load the servers see, and the small HTTP client and metrics-page reader
+/// the load source scrapes with (the lab's live profiling reads the same way).
+pub use forecast::{DEFAULT_FORECAST, ForecastKind, Forecaster};
+pub use load::{HttpClient, get as http_get, http_client, sample_sum};
+pub use metrics::{Metrics, escape_label_value};
+pub use policies::PluginPolicies;
+pub use replay::{lines as replay_lines, summary as replay_summary};
+/// Reading the card or the host: the field a tick decides under.
+pub use sampler::{
+    FootprintSampler, HostSampler, Sample, Sampler, build as build_sampler, nvml_probe,
+};
 
 use anyhow::{Context, Result, bail};
 use mfsched_surrogate::backend::BackendChoice;
@@ -31,15 +69,13 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::sync::watch;
 
-use config::{DaemonConfig, PolicyConfig, WorkloadSourceKind};
-use daemon::{Daemon, LoopSettings, RunSummary, WorkloadSource};
-use metrics::Metrics;
-use policies::PluginPolicies;
+use config::{PolicyConfig, WorkloadSourceKind};
+use daemon::RunSummary;
 
 /// Command-line overrides of the config file.
 #[derive(Debug, Clone, Default)]
 pub struct Overrides {
-    pub sampler: Option<config::SamplerKind>,
+    pub sampler: Option<SamplerKind>,
     pub listen: Option<SocketAddr>,
     /// Stop after this many ticks (bounded runs).
     pub max_ticks: Option<u64>,
@@ -145,7 +181,7 @@ pub async fn run(
     )
     .context("policy.bundle_dir / policy.field")?;
     tracing::info!(predictor = %served.name, "serving the predictor");
-    let run_record = declog::RunRecord {
+    let run_record = RunRecord {
         unix_ms: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64),
@@ -170,18 +206,18 @@ pub async fn run(
     if let Some(note) = note {
         tracing::warn!("{note}");
     }
-    let deciding = daemon::Deciding::plugins(policies);
+    let deciding = Deciding::plugins(policies);
     // Refused before anything is written: a configuration that cannot decide.
     can_decide(&deciding, &problem, &config).await?;
     // Refused before anything runs: an unguarded API off loopback.
     let guard = api::Guard::from_config(&config.api)?;
     let metrics = Arc::new(Metrics::default());
-    let actuators = actuator::Actuators::new(&config.actuator, &problem, Arc::clone(&metrics))?;
+    let actuators = Actuators::new(&config.actuator, &problem, Arc::clone(&metrics))?;
     let workload = workload_source(&config, &problem, Arc::clone(&metrics))?;
     let listener = std::net::TcpListener::bind(config.api.listen)
         .with_context(|| format!("cannot listen on {}", config.api.listen))?;
     // The log last: a start refused above writes nothing to it.
-    let (mut log, recovery) = declog::DecisionLog::open(&config.log.path)?;
+    let (mut log, recovery) = DecisionLog::open(&config.log.path)?;
     for note in recovery.notes() {
         tracing::warn!("decision log {}: {note}", config.log.path.display());
     }
@@ -266,7 +302,7 @@ pub async fn run(
 /// failure may be the state's or the moment's, so the daemon starts and the
 /// ticks tell.
 async fn can_decide(
-    deciding: &daemon::Deciding,
+    deciding: &Deciding,
     problem: &mfsched_core::domain::Problem,
     config: &DaemonConfig,
 ) -> Result<()> {

@@ -55,12 +55,6 @@ pub struct LoadReading {
     pub measured_throughput: Vec<Option<f64>>,
 }
 
-/// The regime a load ratio falls in.
-pub fn level_of(ratio: f64, thresholds: &[f64; 3]) -> WorkloadLevel {
-    let above = thresholds.iter().filter(|t| ratio >= **t).count();
-    WorkloadLevel::from_ordinal(above).unwrap_or(WorkloadLevel::Burst)
-}
-
 /// A model's last reading, as its poller stored it.
 #[derive(Debug, Clone, Copy, Default)]
 struct Reading {
@@ -456,7 +450,7 @@ impl LoadMonitor {
         let forecast = self.forecaster.next().unwrap_or(observed);
         let held = readings.iter().any(|r| r.failing) || usable.len() < readings.len();
         LoadReading {
-            level: level_of(forecast, &self.thresholds),
+            level: WorkloadLevel::of_ratio(forecast, &self.thresholds),
             observed: Some(observed),
             forecast: Some(forecast),
             fallback: held.then_some("held"),
@@ -549,11 +543,14 @@ mod tests {
     #[test]
     fn ratios_fall_in_the_regime_between_the_thresholds() {
         let t = crate::config::DEFAULT_THRESHOLDS;
-        assert_eq!(level_of(0.45, &t), WorkloadLevel::Low);
-        assert_eq!(level_of(0.55, &t), WorkloadLevel::Medium);
-        assert_eq!(level_of(0.8, &t), WorkloadLevel::High);
-        assert_eq!(level_of(1.15, &t), WorkloadLevel::Burst);
-        assert_eq!(level_of(f64::INFINITY, &t), WorkloadLevel::Burst);
+        assert_eq!(WorkloadLevel::of_ratio(0.45, &t), WorkloadLevel::Low);
+        assert_eq!(WorkloadLevel::of_ratio(0.55, &t), WorkloadLevel::Medium);
+        assert_eq!(WorkloadLevel::of_ratio(0.8, &t), WorkloadLevel::High);
+        assert_eq!(WorkloadLevel::of_ratio(1.15, &t), WorkloadLevel::Burst);
+        assert_eq!(
+            WorkloadLevel::of_ratio(f64::INFINITY, &t),
+            WorkloadLevel::Burst
+        );
     }
 
     #[test]

@@ -36,8 +36,10 @@ impl Streaks {
         }
     }
 
-    /// Failed ticks in a row of `policy` up to its latest tick (0 when it answered).
-    pub fn failing_for(&self, policy: &str) -> u64 {
+    /// Failed ticks in a row of `policy` up to its latest tick (0 when it answered);
+    /// the tests' view of the count the edges are drawn from.
+    #[cfg(test)]
+    fn failing_for(&self, policy: &str) -> u64 {
         self.failing.get(policy).copied().unwrap_or(0)
     }
 

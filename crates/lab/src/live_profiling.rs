@@ -24,12 +24,13 @@ use std::time::{Duration, Instant};
 
 use mfsched_core::domain::{GpuState, JointConfig, Problem, WorkloadLevel};
 use mfsched_core::profile::{self, Profile, ProfileRow, SamplingPlan};
-use mfsched_daemon::actuator::Actuators;
-use mfsched_daemon::config::{DaemonConfig, ModelLoadConfig};
-use mfsched_daemon::declog::ReconfigRecord;
-use mfsched_daemon::load::{HttpClient, get, http_client, level_of, sample_sum};
-use mfsched_daemon::metrics::Metrics;
-use mfsched_daemon::sampler::{self, Sampler};
+use mfsched_daemon::Actuators;
+use mfsched_daemon::Metrics;
+use mfsched_daemon::ReconfigRecord;
+use mfsched_daemon::Sampler;
+use mfsched_daemon::build_sampler;
+use mfsched_daemon::{DaemonConfig, ModelLoadConfig};
+use mfsched_daemon::{HttpClient, http_client, http_get, sample_sum};
 
 /// Largest `/metrics` page read.
 const MAX_PAGE_BYTES: usize = 4 << 20;
@@ -96,7 +97,7 @@ impl ModelReader {
     async fn counters(&self, client: &HttpClient, timeout: Duration) -> Result<(f64, f64)> {
         let mut attempt = 1;
         let body = loop {
-            match get(client, &self.uri, timeout, MAX_PAGE_BYTES).await {
+            match http_get(client, &self.uri, timeout, MAX_PAGE_BYTES).await {
                 Ok(body) => break body,
                 Err(e) if attempt < COUNTER_READS => {
                     tracing::warn!(model = %self.name, "reading {} (attempt {attempt} of {COUNTER_READS}): {e:#}", self.uri);
@@ -186,7 +187,7 @@ pub async fn run(
     match &opts.state {
         StateSource::Sampler => {
             state.sampler = Some(
-                sampler::build(
+                build_sampler(
                     &opts.config.sampler,
                     problem,
                     opts.seed,
@@ -279,7 +280,7 @@ pub async fn run(
             ratio += (b.0 - a.0) / seconds / r.reference_rate;
         }
         ratio /= readers.len() as f64;
-        if level_of(ratio, &thresholds) != opts.workload {
+        if WorkloadLevel::of_ratio(ratio, &thresholds) != opts.workload {
             off_regime += 1;
         }
         let n = states.len() as f64;
@@ -369,7 +370,7 @@ impl StateReader {
         workload: WorkloadLevel,
     ) -> Result<(f64, f64)> {
         if let Some(uri) = &self.dcgm {
-            let body = get(&self.client, uri, self.timeout, MAX_PAGE_BYTES).await?;
+            let body = http_get(&self.client, uri, self.timeout, MAX_PAGE_BYTES).await?;
             let text = std::str::from_utf8(&body).context("the GPU metrics page is not UTF-8")?;
             let vram = sample_sum(text, "DCGM_FI_DEV_FB_USED", "gpu", &self.device)?;
             let util = sample_sum(text, "DCGM_FI_DEV_GPU_UTIL", "gpu", &self.device)? / 100.0;

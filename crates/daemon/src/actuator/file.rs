@@ -30,7 +30,7 @@ pub(super) fn write(path: &Path, problem: &Problem, tick: u64, joint: &[u32]) ->
 }
 
 /// Writes JSON to a temp file beside `path`, then renames it over `path`.
-pub fn write_json_atomically(path: &Path, value: &impl Serialize) -> Result<()> {
+fn write_json_atomically(path: &Path, value: &impl Serialize) -> Result<()> {
     let text = serde_json::to_vec_pretty(value).context("encoding JSON")?;
     write_atomically(path, &text)
 }

@@ -24,7 +24,7 @@ mod template;
 mod v2;
 mod webhook;
 
-pub use file::{write_atomically, write_json_atomically};
+pub use file::write_atomically;
 
 use anyhow::{Context, Result, bail};
 use http_body_util::{BodyExt, Full, Limited};

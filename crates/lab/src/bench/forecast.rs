@@ -6,10 +6,10 @@
 //! was in (what the decision for t + 1 is made for), and by its absolute error.
 
 use anyhow::Result;
+use mfsched_core::domain::WorkloadLevel;
 use mfsched_core::traces::{self, TRACE_NAMES};
-use mfsched_daemon::config::DEFAULT_THRESHOLDS;
-use mfsched_daemon::forecast::{ForecastKind, Forecaster};
-use mfsched_daemon::load::level_of;
+use mfsched_daemon::DEFAULT_THRESHOLDS;
+use mfsched_daemon::{ForecastKind, Forecaster};
 use mfsched_rng::Rng;
 
 use crate::sim::physics::PhysicsFile;
@@ -71,7 +71,7 @@ pub fn run(seed: u64, seeds: u64, ticks: usize) -> Result<Vec<ForecastScore>> {
                 for i in 0..loads.len() - 1 {
                     f.observe(loads[i]);
                     let next = f.next().unwrap_or(loads[i]);
-                    if level_of(next, &DEFAULT_THRESHOLDS) == trace.levels[i + 1] {
+                    if WorkloadLevel::of_ratio(next, &DEFAULT_THRESHOLDS) == trace.levels[i + 1] {
                         score.hits += 1;
                     }
                     score.abs_error += (next - loads[i + 1]).abs();
@@ -108,7 +108,7 @@ mod tests {
     #[test]
     fn the_default_thresholds_are_the_midpoints_of_the_simulated_regimes() {
         let w = PhysicsFile::bundled().expect("physics").workload;
-        let loads: Vec<f64> = mfsched_core::domain::WorkloadLevel::ALL
+        let loads: Vec<f64> = WorkloadLevel::ALL
             .iter()
             .map(|&l| w.load(l).offered_load)
             .collect();
@@ -136,7 +136,7 @@ mod tests {
             .expect("three forecasters");
         assert_eq!(
             best.0,
-            mfsched_daemon::forecast::DEFAULT_FORECAST,
+            mfsched_daemon::DEFAULT_FORECAST,
             "the default must be the one that measures best: {totals:?}"
         );
     }

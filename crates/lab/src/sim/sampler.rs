@@ -3,12 +3,12 @@
 
 use anyhow::Result;
 use mfsched_core::domain::{Problem, WorkloadLevel};
-use mfsched_daemon::sampler::{Sample, Sampler};
+use mfsched_daemon::{Sample, Sampler};
 
 use super::Simulator;
 
 /// The daemon's simulated card (`sampler.kind = "sim"`), as the composition root
-/// hands it to `mfsched_daemon::sampler::build`.
+/// hands it to `mfsched_daemon::build_sampler`.
 pub fn simulated_gpu(problem: &Problem, seed: u64) -> Result<Box<dyn Sampler>> {
     Ok(Box::new(SimSampler::new(problem, seed)?))
 }
@@ -50,8 +50,8 @@ impl Sampler for SimSampler {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mfsched_daemon::config::{SamplerConfig, SamplerKind};
-    use mfsched_daemon::sampler;
+    use mfsched_daemon::build_sampler;
+    use mfsched_daemon::{SamplerConfig, SamplerKind};
 
     #[test]
     fn sim_sampler_measures_the_applied_configuration_reproducibly() {
@@ -64,7 +64,7 @@ mod tests {
         };
         let read = || {
             let (mut s, note) =
-                sampler::build(&config, &p, 9, Some(&simulated_gpu)).expect("simulator");
+                build_sampler(&config, &p, 9, Some(&simulated_gpu)).expect("simulator");
             assert!(note.is_none());
             s.sample(&p, &p.current, WorkloadLevel::Burst)
                 .expect("sample")

@@ -48,8 +48,8 @@ use tokio::sync::watch;
 
 use super::Simulator;
 use mfsched_core::domain::{KnobSetting, Problem, WorkloadLevel};
-use mfsched_daemon::actuator::ModelUpdate;
-use mfsched_daemon::metrics::escape_label_value;
+use mfsched_daemon::ModelUpdate;
+use mfsched_daemon::escape_label_value;
 
 /// Largest request body a simulated server reads (a configuration is a few hundred bytes).
 const MAX_BODY_BYTES: usize = 16 << 10;

@@ -133,7 +133,7 @@ fn forecast(args: ForecastArgs) -> Result<()> {
         "regime hit rate (forecast regime = next tick's regime) / mean absolute error of the load ratio"
     );
     print!("{:<12}", "trace");
-    for kind in mfsched_daemon::forecast::ForecastKind::ALL {
+    for kind in mfsched_daemon::ForecastKind::ALL {
         print!(" {:>16}", kind.as_str());
     }
     println!();
@@ -155,7 +155,7 @@ fn forecast(args: ForecastArgs) -> Result<()> {
     println!();
     println!(
         "the daemon's default (workload.forecast): {}",
-        mfsched_daemon::forecast::DEFAULT_FORECAST.as_str()
+        mfsched_daemon::DEFAULT_FORECAST.as_str()
     );
     Ok(())
 }

@@ -5,7 +5,7 @@ use clap::{Args, Subcommand};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use mfsched_daemon::{Overrides, config::DaemonConfig, config::SamplerKind};
+use mfsched_daemon::{DaemonConfig, Overrides, SamplerKind};
 use mfsched_lab::sim::sampler::simulated_gpu;
 
 #[derive(Debug, Args)]
@@ -30,7 +30,7 @@ pub struct RunArgs {
 
 pub fn run(args: RunArgs) -> Result<()> {
     if args.print_config {
-        print!("{}", mfsched_daemon::config::EXAMPLE);
+        print!("{}", mfsched_daemon::EXAMPLE_CONFIG);
         return Ok(());
     }
     // clap requires --config unless --print-config.
@@ -69,7 +69,7 @@ pub enum NvmlCommand {
 pub fn nvml(cmd: NvmlCommand) -> Result<()> {
     match cmd {
         NvmlCommand::Probe => {
-            let text = mfsched_daemon::sampler::nvml_probe()?;
+            let text = mfsched_daemon::nvml_probe()?;
             if text.is_empty() {
                 bail!("NVML answered with nothing");
             }

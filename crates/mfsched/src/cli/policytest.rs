@@ -7,7 +7,7 @@ use super::plugins::{PluginOpts, policy_params};
 use anyhow::{Context as _, Result, bail};
 use mfsched_core::domain::{GpuState, JointConfig, Problem, WorkloadLevel};
 use mfsched_core::scenario;
-use mfsched_daemon::declog::LogContents;
+use mfsched_daemon::LogContents;
 use mfsched_plugin_host::harness::{self, CLOCK_STEP, Case, HarnessInputs};
 use mfsched_plugin_host::registry::resolve_policy;
 use mfsched_plugin_host::setup;
@@ -174,7 +174,7 @@ pub fn run(args: &TestArgs<'_>) -> Result<()> {
 }
 
 fn read_log(path: &Path) -> Result<LogContents> {
-    let contents = mfsched_daemon::declog::read(path)?;
+    let contents = mfsched_daemon::read_decision_log(path)?;
     for skipped in &contents.skipped {
         eprintln!("warning: {}: {skipped}", path.display());
     }

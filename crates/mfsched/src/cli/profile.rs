@@ -116,7 +116,7 @@ pub fn run(args: ProfileArgs) -> Result<()> {
 fn live(args: ProfileArgs) -> Result<()> {
     use mfsched_lab::live_profiling::{self as lp, LiveOptions, StateSource};
     let config_path = args.config.clone().unwrap_or_default();
-    let config = mfsched_daemon::config::DaemonConfig::load(&config_path)?;
+    let config = mfsched_daemon::DaemonConfig::load(&config_path)?;
     let level = args.workload.as_deref().unwrap_or_default();
     let workload = WorkloadLevel::parse(level).with_context(|| {
         format!("--workload '{level}' is unknown: use low, medium, high or burst")

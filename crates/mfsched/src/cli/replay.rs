@@ -13,7 +13,7 @@ use super::eval::parse_policy;
 use super::plugins::{PluginOpts, policy_params};
 use mfsched_core::domain::{JointConfig, Problem};
 use mfsched_core::fsutil::write_atomically;
-use mfsched_daemon::declog::{ComponentRecord, LogContents, RunRecord, TickRecord};
+use mfsched_daemon::{ComponentRecord, LogContents, RunRecord, TickRecord};
 use mfsched_plugin_host::output::{NAME_BYTES, printable};
 use mfsched_plugin_host::registry::{resolve_policy, resolve_utility};
 use mfsched_plugin_host::{Decider, Registry};
@@ -42,7 +42,7 @@ pub struct ReplayArgs {
 }
 
 pub fn replay(args: ReplayArgs) -> Result<()> {
-    let contents = mfsched_daemon::declog::read(&args.log)?;
+    let contents = mfsched_daemon::read_decision_log(&args.log)?;
     for skipped in &contents.skipped {
         eprintln!("warning: {}: {skipped}", args.log.display());
     }
@@ -57,9 +57,9 @@ pub fn replay(args: ReplayArgs) -> Result<()> {
         return counterfactual(&args, &contents);
     }
     if args.summary {
-        print!("{}", mfsched_daemon::replay::summary(&contents));
+        print!("{}", mfsched_daemon::replay_summary(&contents));
     } else {
-        print!("{}", mfsched_daemon::replay::lines(&contents));
+        print!("{}", mfsched_daemon::replay_lines(&contents));
     }
     Ok(())
 }
