@@ -958,7 +958,7 @@ fn profiling_an_unknown_scenario_is_one_clear_line() {
 /// Whether a GPU adapter is there; without one the test skips, unless
 /// `MFSCHED_REQUIRE_GPU_ADAPTER=1` (CI) makes that a failure.
 fn gpu_adapter(test: &str) -> bool {
-    match mfsched_surrogate::gpu::adapter_gate(test).expect("a GPU adapter is required") {
+    match mfsched_surrogate::adapter_gate(test).expect("a GPU adapter is required") {
         Ok(_) => true,
         Err(why) => {
             eprintln!("skipping {test}: {why}");

@@ -165,7 +165,7 @@ fn fuzz_the_profile_reader() {
 #[test]
 fn fuzz_the_bundle_reader() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let bundle = mfsched_surrogate::bundled::embedded("paper-n2")
+    let bundle = mfsched_surrogate::embedded_bundle("paper-n2")
         .expect("shipped")
         .expect("parses");
     bundle.write(dir.path()).expect("write");
@@ -174,7 +174,7 @@ fn fuzz_the_bundle_reader() {
     let scenario = mfsched_core::scenario::load("paper-n2").expect("bundled");
     // The metadata as text, then the weights as bytes.
     fuzz("bundle-meta", std::slice::from_ref(&meta), true, |m| {
-        mfsched_surrogate::bundle::Bundle::from_bytes(m, &weights)
+        mfsched_surrogate::Bundle::from_bytes(m, &weights)
             .and_then(|b| b.checked(&scenario))
             .is_ok()
     });
@@ -183,7 +183,7 @@ fn fuzz_the_bundle_reader() {
         std::slice::from_ref(&weights),
         false,
         |w| {
-            mfsched_surrogate::bundle::Bundle::from_bytes(&meta, w)
+            mfsched_surrogate::Bundle::from_bytes(&meta, w)
                 .and_then(|b| b.checked(&scenario))
                 .is_ok()
         },

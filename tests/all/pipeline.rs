@@ -135,11 +135,11 @@ fn the_daemon_rejects_each_invalid_answer_on_every_tick_and_applies_nothing_inva
     use std::time::Duration;
 
     let scenario = mfsched_core::scenario::load("paper-n5").expect("bundled");
-    let served = mfsched_surrogate::serve::serve(
+    let served = mfsched_surrogate::serve(
         &scenario,
-        mfsched_surrogate::serve::ServeOptions {
+        mfsched_surrogate::ServeOptions {
             models: None,
-            backend: mfsched_surrogate::backend::BackendChoice::Cpu,
+            backend: mfsched_surrogate::BackendChoice::Cpu,
             field: mfsched_core::predict::Field::Observed,
         },
     )

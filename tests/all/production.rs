@@ -449,11 +449,11 @@ fn realised_utilities(
     );
     let utility = resolve_utility(&engine, "utility", None).expect("utility");
     let scenario = mfsched_core::scenario::load("paper-n2").expect("bundled");
-    let served = mfsched_surrogate::serve::serve(
+    let served = mfsched_surrogate::serve(
         &scenario,
-        mfsched_surrogate::serve::ServeOptions {
+        mfsched_surrogate::ServeOptions {
             models: None,
-            backend: mfsched_surrogate::backend::BackendChoice::Cpu,
+            backend: mfsched_surrogate::BackendChoice::Cpu,
             field: mfsched_core::predict::Field::Observed,
         },
     )

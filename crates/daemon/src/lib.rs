@@ -63,8 +63,8 @@ pub use sampler::{
 };
 
 use anyhow::{Context, Result, bail};
-use mfsched_surrogate::backend::BackendChoice;
-use mfsched_surrogate::serve::{ServeOptions, Served, serve};
+use mfsched_surrogate::BackendChoice;
+use mfsched_surrogate::{ServeOptions, Served, serve};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::sync::watch;

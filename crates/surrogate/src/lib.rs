@@ -2,40 +2,67 @@
 //! configuration and the aggregate GPU state. Training lives in the lab
 //! (`mfsched_lab::training`); this crate only serves trained bundles.
 //!
-//! - [`features`]: the input layout (one home for it: training, CPU and GPU
-//!   inference all use it).
-//! - [`net`]: the inference form of a trained predictor (BatchNorm and input
-//!   standardisation folded into dense layers) and its CPU arithmetic (GEMMs).
-//! - [`serve`]: the one composition of the served predictor (bundle → MeanField →
-//!   backend → field) that every command and the daemon use.
-//! - [`fold`]: trained parameters (`mfsched_nn::Mlp`) → [`net::FoldedNet`].
-//! - [`bundle`], [`bundled`]: the on-disk model bundle (safetensors + JSON), its
-//!   validation, and the bundles embedded in the binary.
-//! - [`meanfield`]: the [`MeanField`] predictor (`mfsched_core::predict::Predictor`).
-//! - [`field`]: the candidate-aware (self-consistent) field, beyond the published design.
-//! - [`cpu`]: batched CPU evaluation of a problem's predictors (table and joint).
-//! - [`gpu`]: the same two entry points on a wgpu device (`crates/surrogate/src/meanfield.wgsl`).
-//! - [`backend`]: choosing CPU or GPU (a software adapter loses to the CPU), with fallback.
-//! - [`agreement`]: how far the GPU backend is from the CPU reference.
-//! - [`target`]: what a net learns (absolute, log, relative to solo) and how its
-//!   output becomes throughput.
-//! - [`synthetic`]: seeded untrained predictors with the real shapes, for
-//!   agreement checks and benchmarks without trained bundles.
+//! # The façade
+//!
+//! Every module is private; what other crates may name is re-exported here
+//! (`tests/all/layering.rs` checks the lab and the binary name nothing below the
+//! root). Names that read well only beside their module are qualified
+//! (`bundled::load` as [`load_bundled`], `field::TOLERANCE` as [`FIELD_TOLERANCE`]).
+//!
+//! Inside: `features` is the one home of the input layout (training, CPU and GPU
+//! inference all use it); `net` the inference form of a trained predictor
+//! (BatchNorm and input standardisation folded into dense layers) and its CPU
+//! arithmetic; `serve` the one composition of the served predictor (bundle →
+//! MeanField → backend → field) every command and the daemon use; `fold` trained
+//! parameters → [`FoldedNet`]; `bundle`/`bundled` the on-disk bundle (safetensors +
+//! JSON), its validation and the bundles embedded in the binary; `meanfield` the
+//! [`MeanField`] predictor; `field` the candidate-aware (self-consistent) field;
+//! `cpu` and `gpu` (`meanfield.wgsl` beside it) batched evaluation of a problem's
+//! predictors; `backend` choosing between them, with fallback; `agreement` how far
+//! the GPU is from the CPU reference; `target` what a net learns and how its
+//! output becomes throughput; `synthetic` seeded untrained predictors with the
+//! real shapes.
 
-pub mod agreement;
-pub mod backend;
-pub mod bundle;
-pub mod bundled;
-pub mod cpu;
-pub mod features;
-pub mod field;
-pub mod fold;
-pub mod gpu;
-pub mod meanfield;
-pub mod net;
-pub mod serve;
-pub mod synthetic;
-pub mod target;
+mod agreement;
+mod backend;
+mod bundle;
+mod bundled;
+mod cpu;
+mod features;
+mod field;
+mod fold;
+mod gpu;
+mod meanfield;
+mod net;
+mod serve;
+mod synthetic;
+mod target;
 
-pub use bundle::Bundle;
+/// The candidate-aware field and the GPU–CPU agreement check.
+pub use agreement::{Agreement, TOLERANCE as AGREEMENT_TOLERANCE, check_backends};
+/// Serving: the one composition every command and the daemon use, and the backends.
+pub use backend::{BackendChoice, auto_uses};
+/// Bundles on disk and in the binary.
+pub use bundle::{
+    Architecture, Bundle, BundleMeta, FORMAT_VERSION as BUNDLE_FORMAT_VERSION,
+    Metrics as BundleMetrics, ModelMeta, TrainingInfo, VariantRange,
+};
+pub use bundled::{
+    PROFILE_FILE as BUNDLED_PROFILE_FILE, bundle_dir, embedded as embedded_bundle,
+    embedded_names as embedded_bundle_names, load as load_bundled,
+    training_profile as bundled_training_profile,
+};
+pub use cpu::{CpuBackend, MIN_CANDIDATES_PER_THREAD, default_threads};
+/// What a net sees and learns: the input layout, the targets, the folded form.
+pub use features::{
+    FieldFeatures, Layout, STATE_FEATURES, SoloProfiles, input_row, layout_names, local_len,
+    local_table, push_corunners, push_local, push_state, solo_profiles,
+};
+pub use field::{CandidateAware, TOLERANCE as FIELD_TOLERANCE};
+pub use fold::fold;
+pub use gpu::{GpuBackend, adapter_gate};
 pub use meanfield::MeanField;
+pub use net::FoldedNet;
+pub use serve::{ServeOptions, Served, serve};
+pub use synthetic::{HIDDEN_WIDTHS, synthetic_nets};
+pub use target::{OutputMap, Target, fill_solo};

@@ -6,10 +6,10 @@
 use anyhow::Result;
 use mfsched_core::domain::{GpuState, Problem};
 use mfsched_core::stats::median_duration;
-use mfsched_surrogate::cpu::CpuBackend;
-use mfsched_surrogate::field::CandidateAware;
-use mfsched_surrogate::gpu::GpuBackend;
-use mfsched_surrogate::net::FoldedNet;
+use mfsched_surrogate::CandidateAware;
+use mfsched_surrogate::CpuBackend;
+use mfsched_surrogate::FoldedNet;
+use mfsched_surrogate::GpuBackend;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 

@@ -7,7 +7,9 @@
 
 use mfsched_core::domain::Problem;
 use mfsched_core::profile::Profile;
-use mfsched_surrogate::features;
+use mfsched_surrogate::{
+    FieldFeatures, STATE_FEATURES, SoloProfiles, local_len, local_table, push_corunners, push_state,
+};
 
 /// One predictor's training data: `rows × width` inputs (row-major), the
 /// measured throughput, and the model's own configuration on each row (what a
@@ -41,7 +43,7 @@ impl ModelData {
 }
 
 /// Which inputs a predictor sees (one home: `features`, which bundles record).
-pub use mfsched_surrogate::features::Layout;
+pub use mfsched_surrogate::Layout;
 
 /// One training matrix per model, rows in profile order, under the observed field.
 pub fn build(problem: &Problem, profile: &Profile, layout: Layout) -> Vec<ModelData> {
@@ -49,22 +51,22 @@ pub fn build(problem: &Problem, profile: &Profile, layout: Layout) -> Vec<ModelD
 }
 
 /// As [`build`]; with `corunners`, every row's state is followed by the
-/// co-runner features of `FieldFeatures::CoRunnerSolo` (`features::push_corunners`).
+/// co-runner features of `FieldFeatures::CoRunnerSolo` (`push_corunners`).
 pub fn build_with(
     problem: &Problem,
     profile: &Profile,
     layout: Layout,
-    corunners: Option<&features::SoloProfiles>,
+    corunners: Option<&SoloProfiles>,
 ) -> Vec<ModelData> {
     let field = if corunners.is_some() {
-        features::FieldFeatures::CoRunnerSolo
+        FieldFeatures::CoRunnerSolo
     } else {
-        features::FieldFeatures::Observed
+        FieldFeatures::Observed
     };
-    let tables: Vec<Vec<f32>> = problem.models.iter().map(features::local_table).collect();
-    let local_lens: Vec<usize> = problem.models.iter().map(features::local_len).collect();
+    let tables: Vec<Vec<f32>> = problem.models.iter().map(local_table).collect();
+    let local_lens: Vec<usize> = problem.models.iter().map(local_len).collect();
     let joint_local: usize = local_lens.iter().sum();
-    let mut state = Vec::with_capacity(features::STATE_FEATURES);
+    let mut state = Vec::with_capacity(STATE_FEATURES);
     let mut out: Vec<ModelData> = local_lens
         .iter()
         .map(|&len| {
@@ -86,7 +88,7 @@ pub fn build_with(
     };
     for row in &profile.rows {
         state.clear();
-        features::push_state(problem, &row.state, &mut state);
+        push_state(problem, &row.state, &mut state);
         for (i, data) in out.iter_mut().enumerate() {
             match layout {
                 Layout::MeanField => data.x.extend_from_slice(local(i, row.joint[i])),
@@ -98,7 +100,7 @@ pub fn build_with(
             }
             data.x.extend_from_slice(&state);
             if let Some(solo) = corunners {
-                features::push_corunners(solo, i, &row.joint, &mut data.x);
+                push_corunners(solo, i, &row.joint, &mut data.x);
             }
             data.y.push(row.throughput[i] as f32);
             data.configs.push(row.joint[i]);
@@ -113,6 +115,7 @@ mod tests {
     use mfsched_core::domain::{GpuState, WorkloadLevel};
     use mfsched_core::profile::ProfileRow;
     use mfsched_core::scenario;
+    use mfsched_surrogate::{input_row, push_local};
 
     #[test]
     fn rows_are_the_feature_layout_and_targets() {
@@ -134,14 +137,14 @@ mod tests {
             solo: vec![],
         };
         let mf = build(&problem, &profile, Layout::MeanField);
-        assert_eq!(mf[0].x, features::input_row(&problem, 0, 5, &state));
-        assert_eq!(mf[1].x, features::input_row(&problem, 1, 7, &state));
+        assert_eq!(mf[0].x, input_row(&problem, 0, 5, &state));
+        assert_eq!(mf[1].x, input_row(&problem, 1, 7, &state));
         assert_eq!((mf[0].y[0], mf[1].y[0]), (321.0, 45.5));
         let joint = build(&problem, &profile, Layout::Joint);
         let mut expected = Vec::new();
-        features::push_local(&problem.models[0], 5, &mut expected);
-        features::push_local(&problem.models[1], 7, &mut expected);
-        features::push_state(&problem, &state, &mut expected);
+        push_local(&problem.models[0], 5, &mut expected);
+        push_local(&problem.models[1], 7, &mut expected);
+        push_state(&problem, &state, &mut expected);
         assert_eq!(joint[0].x, expected);
         assert_eq!(joint[1].x, expected);
         assert_eq!(joint[1].subset(&[0, 0]).rows(), 2);

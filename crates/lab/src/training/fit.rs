@@ -9,13 +9,14 @@ use mfsched_core::scenario::Scenario;
 use mfsched_nn::metrics::r2;
 use mfsched_nn::{Mlp, TrainConfig};
 use mfsched_rng::Rng;
-use mfsched_surrogate::bundle::{
-    Architecture, Bundle, BundleMeta, FORMAT_VERSION, Metrics, ModelMeta, TrainingInfo,
-    VariantRange,
+use mfsched_surrogate::fold;
+use mfsched_surrogate::{
+    Architecture, BUNDLE_FORMAT_VERSION, Bundle, BundleMeta, BundleMetrics, ModelMeta,
+    TrainingInfo, VariantRange,
 };
-use mfsched_surrogate::features::{self, FieldFeatures, SoloProfiles};
-use mfsched_surrogate::fold::fold;
-use mfsched_surrogate::target::{OutputMap, Target, fill_solo};
+use mfsched_surrogate::{FieldFeatures, SoloProfiles};
+use mfsched_surrogate::{OutputMap, Target, fill_solo};
+use mfsched_surrogate::{layout_names, solo_profiles};
 
 /// Default share of the profile held out (stratified) to measure a bundle's R².
 pub const HOLDOUT_FRACTION: f64 = 0.2;
@@ -173,7 +174,7 @@ pub fn field_data(
         FieldFeatures::Observed => None,
         FieldFeatures::CoRunnerSolo => Some(match solo {
             Some(s) => s,
-            None => features::solo_profiles(problem, profile).map_err(anyhow::Error::msg)?,
+            None => solo_profiles(problem, profile).map_err(anyhow::Error::msg)?,
         }),
     };
     Ok((
@@ -302,12 +303,12 @@ pub fn train_bundle(
             family: model.family.clone(),
             kind: model.kind.clone(),
             unit: model.unit.clone(),
-            features: features::layout_names(problem, i, options.layout, options.field),
+            features: layout_names(problem, i, options.layout, options.field),
             input_mean: net.input.mean.clone(),
             input_std: net.input.std.clone(),
             target_offset: net.target.offset,
             target_scale: net.target.scale,
-            metrics: Metrics {
+            metrics: BundleMetrics {
                 train_rows: train.rows(),
                 holdout_rows: test.rows(),
                 r2_holdout: held.r2,
@@ -335,7 +336,7 @@ pub fn train_bundle(
     }
     Ok(Bundle {
         meta: BundleMeta {
-            format_version: FORMAT_VERSION,
+            format_version: BUNDLE_FORMAT_VERSION,
             scenario: scenario.name.clone(),
             scenario_toml: Some(scenario.source.clone()),
             target: options.target,

@@ -19,8 +19,8 @@ use mfsched_core::profile::{self, DEFAULT_REPEATS, Profile, SamplingPlan};
 use mfsched_core::scenario::{self, Scenario};
 use mfsched_nn::TrainConfig;
 use mfsched_rng::Rng;
-use mfsched_surrogate::bundle::Bundle;
-use mfsched_surrogate::bundled::PROFILE_FILE;
+use mfsched_surrogate::BUNDLED_PROFILE_FILE;
+use mfsched_surrogate::Bundle;
 use std::path::Path;
 
 use super::fit;
@@ -78,7 +78,7 @@ pub fn regenerate(
     })?;
     std::fs::create_dir_all(dir)
         .with_context(|| format!("cannot create directory {}", dir.display()))?;
-    let csv_path = dir.join(PROFILE_FILE);
+    let csv_path = dir.join(BUNDLED_PROFILE_FILE);
     profile::write_csv(&profile, problem, &csv_path)?;
     let csv = std::fs::read(&csv_path)
         .with_context(|| format!("cannot read back {}", csv_path.display()))?;
@@ -98,7 +98,7 @@ pub fn regenerate(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mfsched_surrogate::bundled::embedded;
+    use mfsched_surrogate::embedded_bundle;
 
     /// Retrains the smallest shipped bundle exactly as `mfsched models
     /// regenerate` does and checks its accuracy against the committed metrics.
@@ -106,7 +106,9 @@ mod tests {
     /// hash differs): the accuracy must still hold.
     #[test]
     fn retraining_paper_n2_keeps_the_committed_accuracy() {
-        let committed = embedded("paper-n2").expect("shipped").expect("parses");
+        let committed = embedded_bundle("paper-n2")
+            .expect("shipped")
+            .expect("parses");
         let dir = tempfile::tempdir().expect("temp dir");
         let fresh = regenerate(
             "paper-n2",

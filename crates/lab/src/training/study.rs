@@ -31,7 +31,7 @@ use mfsched_core::scenario;
 use mfsched_nn::TrainConfig;
 use mfsched_nn::metrics::mean_std;
 use mfsched_rng::Rng;
-use mfsched_surrogate::target::OutputMap;
+use mfsched_surrogate::OutputMap;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;

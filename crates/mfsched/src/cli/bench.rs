@@ -15,12 +15,12 @@ use mfsched_lab::bench::surrogate::{self as surrogate_bench, Timing};
 use mfsched_lab::bench::{format_load_average, load_average};
 use mfsched_lab::svg::{LineChart, Series};
 use mfsched_plugin_host::registry::{resolve_policy, resolve_utility};
-use mfsched_surrogate::backend::{BackendChoice, auto_uses};
-use mfsched_surrogate::bundled;
-use mfsched_surrogate::cpu::{MIN_CANDIDATES_PER_THREAD, default_threads};
-use mfsched_surrogate::field::CandidateAware;
-use mfsched_surrogate::gpu::GpuBackend;
-use mfsched_surrogate::serve::Served;
+use mfsched_surrogate::CandidateAware;
+use mfsched_surrogate::GpuBackend;
+use mfsched_surrogate::Served;
+use mfsched_surrogate::{BackendChoice, auto_uses};
+use mfsched_surrogate::{MIN_CANDIDATES_PER_THREAD, default_threads};
+use mfsched_surrogate::{bundled_training_profile, load_bundled};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -592,8 +592,8 @@ struct FieldPair {
 
 impl FieldPair {
     fn load(scenario: &scenario::Scenario, models: Option<&std::path::Path>) -> Result<Self> {
-        let bundle = bundled::load(scenario, models)?;
-        let profile = bundled::training_profile(scenario, models, &bundle)?;
+        let bundle = load_bundled(scenario, models)?;
+        let profile = bundled_training_profile(scenario, models, &bundle)?;
         let problem = &scenario.problem;
         let on = |choice| -> Result<CandidateAware> {
             let meanfield = Arc::new(bundle.meanfield_on(problem, choice)?);
@@ -799,7 +799,7 @@ fn surrogate(args: SurrogateArgs) -> Result<()> {
             "one candidate-aware {} decision: every feasible candidate ({} rows in the first pass), fixed point to {:.0e}",
             scenario.name,
             t.rows,
-            mfsched_surrogate::field::TOLERANCE
+            mfsched_surrogate::FIELD_TOLERANCE
         );
         println!(
             "{:<22} {:>9} {:>12} {:>14} {:>10} {:>10}",

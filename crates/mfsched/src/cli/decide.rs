@@ -7,7 +7,7 @@ use mfsched_core::domain::GpuState;
 use mfsched_core::scenario;
 use mfsched_plugin_host::registry::resolve_policy;
 use mfsched_plugin_host::{Decider, Registry, setup};
-use mfsched_surrogate::serve::Served;
+use mfsched_surrogate::Served;
 use serde::Serialize;
 use std::sync::Arc;
 

@@ -90,8 +90,8 @@ enum Command {
 mod choices {
     use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
     use mfsched_core::predict::Field;
-    use mfsched_surrogate::backend::BackendChoice;
-    use mfsched_surrogate::features::{FieldFeatures, Layout};
+    use mfsched_surrogate::BackendChoice;
+    use mfsched_surrogate::{FieldFeatures, Layout};
 
     pub(super) fn field() -> impl TypedValueParser<Value = Field> {
         choice(&Field::ALL, Field::name, |field| {

@@ -5,7 +5,7 @@ use anyhow::Result;
 use clap::Subcommand;
 use mfsched_core::scenario;
 use mfsched_lab::training::regenerate;
-use mfsched_surrogate::bundled;
+use mfsched_surrogate::{embedded_bundle, embedded_bundle_names};
 use std::path::PathBuf;
 
 #[derive(Debug, Subcommand)]
@@ -72,8 +72,8 @@ fn list() -> Result<()> {
         "{:<10} {:>4} {:>6} {:>6}  held-out R² per model",
         "scenario", "N", "rows", "seed"
     );
-    for name in bundled::embedded_names() {
-        if let Some(bundle) = bundled::embedded(name) {
+    for name in embedded_bundle_names() {
+        if let Some(bundle) = embedded_bundle(name) {
             let b = bundle?;
             let r2: Vec<String> = b
                 .meta

@@ -11,7 +11,7 @@ use mfsched_daemon::LogContents;
 use mfsched_plugin_host::harness::{self, CLOCK_STEP, Case, HarnessInputs};
 use mfsched_plugin_host::registry::resolve_policy;
 use mfsched_plugin_host::setup;
-use mfsched_surrogate::serve::Served;
+use mfsched_surrogate::Served;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 

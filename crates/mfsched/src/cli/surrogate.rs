@@ -9,12 +9,13 @@ use mfsched_core::scenario::{self, Scenario};
 use mfsched_lab::training::cv::CvConfig;
 use mfsched_lab::training::fit;
 use mfsched_nn::TrainConfig;
-use mfsched_surrogate::agreement::{Agreement, TOLERANCE, check_backends};
-use mfsched_surrogate::features::FieldFeatures;
-use mfsched_surrogate::net::FoldedNet;
-use mfsched_surrogate::synthetic::{HIDDEN_WIDTHS, synthetic_nets};
-use mfsched_surrogate::target::Target;
-use mfsched_surrogate::{Bundle, bundled};
+use mfsched_surrogate::Bundle;
+use mfsched_surrogate::FieldFeatures;
+use mfsched_surrogate::FoldedNet;
+use mfsched_surrogate::Target;
+use mfsched_surrogate::{AGREEMENT_TOLERANCE, Agreement, check_backends};
+use mfsched_surrogate::{HIDDEN_WIDTHS, synthetic_nets};
+use mfsched_surrogate::{bundle_dir, load_bundled};
 use std::path::PathBuf;
 
 #[derive(Debug, Subcommand)]
@@ -149,13 +150,10 @@ impl PredictorArgs {
                 ),
             ));
         }
-        let bundle = bundled::load(scenario, self.models.as_deref())?;
+        let bundle = load_bundled(scenario, self.models.as_deref())?;
         let meanfield = bundle.meanfield(&scenario.problem)?;
         let origin = match &self.models {
-            Some(dir) => format!(
-                "bundle {}",
-                bundled::bundle_dir(dir, &scenario.name).display()
-            ),
+            Some(dir) => format!("bundle {}", bundle_dir(dir, &scenario.name).display()),
             None => format!("embedded bundle {}", scenario.name),
         };
         Ok((meanfield.nets().to_vec(), format!("MeanField, {origin}")))
@@ -225,13 +223,13 @@ fn check(args: CheckBackendsArgs) -> Result<()> {
     println!();
     println!(
         "σ is the normalised output in [0, 1] (throughput y = out_offset + out_scale·σ); \
-         Δσ = Δy / out_scale is gated at {TOLERANCE:.0e}"
+         Δσ = Δy / out_scale is gated at {AGREEMENT_TOLERANCE:.0e}"
     );
     let worst = check.table.merge(check.joint).max_normalised;
     if !check.passes() {
-        bail!("the backends disagree: max |Δσ| = {worst:.3e} > {TOLERANCE:.0e}");
+        bail!("the backends disagree: max |Δσ| = {worst:.3e} > {AGREEMENT_TOLERANCE:.0e}");
     }
-    println!("PASS: max |Δσ| = {worst:.3e} ≤ {TOLERANCE:.0e}");
+    println!("PASS: max |Δσ| = {worst:.3e} ≤ {AGREEMENT_TOLERANCE:.0e}");
     Ok(())
 }
 
@@ -244,7 +242,7 @@ fn eval(
     let (scenario, bundle) = match (scenario, &model) {
         (Some(name), _) => {
             let scenario = scenario::load(&name)?;
-            let bundle = bundled::load(&scenario, model.as_deref())?;
+            let bundle = load_bundled(&scenario, model.as_deref())?;
             (scenario, bundle)
         }
         (None, Some(dir)) => {

@@ -7,8 +7,8 @@ use mfsched_core::profile;
 use mfsched_core::scenario;
 use mfsched_lab::training::{fit, regenerate};
 use mfsched_nn::TrainConfig;
-use mfsched_surrogate::features::{FieldFeatures, Layout};
-use mfsched_surrogate::target::{OutputMap, Target};
+use mfsched_surrogate::{FieldFeatures, Layout};
+use mfsched_surrogate::{OutputMap, Target};
 use std::path::PathBuf;
 
 /// Trains one MeanField predictor per model on a profile and writes the bundle.
