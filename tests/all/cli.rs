@@ -70,7 +70,7 @@ fn run_serves_the_api_and_stops_cleanly_on_sigterm_with_a_replayable_log() {
     assert!(policies.contains("\"active\":\"hold\""), "{policies}");
     // Each component is named by its content hash too.
     let ga_sha = mfsched_core::digest::sha256_hex(
-        mfsched_plugin_host::registry::EMBEDDED_PLUGINS
+        mfsched_plugin_host::EMBEDDED_PLUGINS
             .iter()
             .find(|(n, _)| *n == "ga")
             .map(|(_, b)| *b)
@@ -1771,7 +1771,7 @@ fn a_scenario_with_kinds_and_knobs_of_its_own_is_shown_checked_trained_and_decid
 fn help_names_every_embedded_policy_and_run_prints_its_config() {
     let out = mfsched(&["decide", "--help"]);
     let help = stdout(&out);
-    for name in mfsched_plugin_host::registry::embedded_names().filter(|n| *n != "utility") {
+    for name in mfsched_plugin_host::embedded_plugin_names().filter(|n| *n != "utility") {
         assert!(help.contains(name), "decide --help omits {name}: {help}");
     }
     let out = mfsched(&["run", "--print-config"]);

@@ -23,11 +23,11 @@ use mfsched_daemon::{ApiGuard, ApiLimits, LogRecovery, api_router, read_decision
 use mfsched_daemon::{Daemon, Deciding, LoopSettings, WorkloadSource};
 use mfsched_daemon::{FootprintSampler, Sampler};
 use mfsched_plugin_host::FailureKind;
-use mfsched_plugin_host::registry::{Registry, resolve_utility};
 use mfsched_plugin_host::{
     Answer, Builtin, Call, CompileCache, Decider, HOLD, Pipeline, PluginEngine, PluginFailure,
     PluginLimits, PolicySource, RawDecision,
 };
+use mfsched_plugin_host::{Registry, resolve_utility};
 use tokio::sync::watch;
 
 /// These tests run one at a time: on a small shared machine, two loops at once
@@ -694,12 +694,8 @@ fn plugin_host_on_paper_n2(
     let mut problem = scenario.problem;
     let predictor: Arc<dyn mfsched_core::predict::Predictor> =
         Arc::new(mfsched_lab::analytic::AnalyticPredictor);
-    mfsched_plugin_host::setup::fill_defaults(
-        &mut problem,
-        &scenario.explicit_floors,
-        predictor.as_ref(),
-    )
-    .expect("predicts");
+    mfsched_plugin_host::fill_defaults(&mut problem, &scenario.explicit_floors, predictor.as_ref())
+        .expect("predicts");
     let (policies, notes) = mfsched_daemon::PluginPolicies::new(
         &problem,
         predictor,
@@ -715,7 +711,7 @@ fn plugin_host_on_paper_n2(
 }
 
 fn embedded(name: &str) -> &'static [u8] {
-    mfsched_plugin_host::registry::EMBEDDED_PLUGINS
+    mfsched_plugin_host::EMBEDDED_PLUGINS
         .iter()
         .find(|(n, _)| *n == name)
         .map(|(_, b)| *b)

@@ -9,8 +9,9 @@ use mfsched_core::predict::Predictor;
 use mfsched_core::traces::{self, TRACE_NAMES};
 use mfsched_lab::analytic::AnalyticPredictor;
 use mfsched_lab::eval::closed_loop::{Harness, PolicySpec, Summary};
-use mfsched_plugin_host::registry::{Registry, resolve_policy, resolve_utility};
-use mfsched_plugin_host::{CompileCache, Decider, PluginEngine, PluginLimits, setup};
+use mfsched_plugin_host::fill_defaults;
+use mfsched_plugin_host::{CompileCache, Decider, PluginEngine, PluginLimits};
+use mfsched_plugin_host::{Registry, resolve_policy, resolve_utility};
 use mfsched_rng::Rng;
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,7 +37,7 @@ fn random_problem(rng: &mut Rng, predictor: &dyn Predictor) -> Option<Problem> {
     let mut p = scenario.problem;
     // Caps from "almost nothing fits" to "everything fits".
     p.card.vram_mib = 8_000 + rng.below(20_000) as u32;
-    setup::fill_defaults(&mut p, &scenario.explicit_floors, predictor).expect("predicts");
+    fill_defaults(&mut p, &scenario.explicit_floors, predictor).expect("predicts");
     // Floors between none and a strict quantile, per model.
     for f in &mut p.sla_floors {
         *f *= 2.0 * rng.next_f64();
@@ -118,8 +119,7 @@ fn exact_has_no_gap_over_the_eight_dynamic_scenarios() {
     let engine = engine();
     let scenario = mfsched_core::scenario::load("paper-n5").expect("bundled");
     let mut problem = scenario.problem;
-    setup::fill_defaults(&mut problem, &scenario.explicit_floors, &AnalyticPredictor)
-        .expect("predicts");
+    fill_defaults(&mut problem, &scenario.explicit_floors, &AnalyticPredictor).expect("predicts");
     let harness = Harness::new(
         Arc::clone(&engine),
         resolve_utility(&engine, "utility", None).expect("utility"),

@@ -167,7 +167,7 @@ fn hostile_files_in_the_plugin_directory_are_refused_without_blocking() {
     assert!(made.success());
     std::os::unix::fs::symlink("/dev/zero", plugins.join("zero.wasm")).expect("symlink");
     let big = std::fs::File::create(plugins.join("big.wasm")).expect("create");
-    big.set_len(mfsched_plugin_host::precheck::MAX_COMPONENT_BYTES + 1)
+    big.set_len(mfsched_plugin_host::MAX_COMPONENT_BYTES + 1)
         .expect("sparse");
     let config = crate::common::daemon_config(
         dir.path(),

@@ -17,7 +17,7 @@ fn test_plugin(name: &str) -> PathBuf {
 }
 
 fn embedded(name: &str) -> &'static [u8] {
-    mfsched_plugin_host::registry::EMBEDDED_PLUGINS
+    mfsched_plugin_host::EMBEDDED_PLUGINS
         .iter()
         .find(|(n, _)| *n == name)
         .map(|(_, b)| *b)

@@ -129,8 +129,8 @@ fn the_daemon_rejects_each_invalid_answer_on_every_tick_and_applies_nothing_inva
     use mfsched_daemon::read_decision_log;
     use mfsched_daemon::{Daemon, Deciding, LoopSettings, WorkloadSource};
     use mfsched_plugin_host::FailureKind;
-    use mfsched_plugin_host::registry::{Loaded, Registry, load_file, resolve_utility};
     use mfsched_plugin_host::{CompileCache, Pipeline, PluginEngine, PluginLimits};
+    use mfsched_plugin_host::{Loaded, Registry, load_plugin_file, resolve_utility};
     use std::sync::Arc;
     use std::time::Duration;
 
@@ -151,7 +151,7 @@ fn the_daemon_rejects_each_invalid_answer_on_every_tick_and_applies_nothing_inva
     let utility =
         registry.utility_slot(resolve_utility(&engine, "utility", None).expect("utility"));
     for (name, _) in HOSTILE {
-        match load_file(&engine, &hostile(name)).expect(name) {
+        match load_plugin_file(&engine, &hostile(name)).expect(name) {
             Loaded::Policy(p) => {
                 registry.policy_slot(p);
             }

@@ -8,13 +8,14 @@
 use mfsched_core::domain::{GpuState, Problem, WorkloadLevel};
 use mfsched_core::predict::{PerCandidate, Predictor};
 use mfsched_lab::analytic::AnalyticPredictor;
-use mfsched_plugin_host::context::Scorer;
-use mfsched_plugin_host::registry::{EMBEDDED_PLUGINS, Registry, resolve_policy, resolve_utility};
-use mfsched_plugin_host::reload::wit_params;
+use mfsched_plugin_host::Scorer;
+use mfsched_plugin_host::fill_defaults;
+use mfsched_plugin_host::wit_params;
 use mfsched_plugin_host::{
     Checkpoint, CompileCache, Decider, DecisionFailure, HotReload, PluginEngine, PluginFailure,
-    PluginLimits, Rejection, ReloadContext, ReloadOutcome, TickOutcome, setup,
+    PluginLimits, Rejection, ReloadContext, ReloadOutcome, TickOutcome,
 };
+use mfsched_plugin_host::{EMBEDDED_PLUGINS, Registry, resolve_policy, resolve_utility};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -43,7 +44,7 @@ fn predictor() -> Arc<dyn Predictor> {
 fn n5() -> Problem {
     let s = mfsched_core::scenario::load("paper-n5").expect("bundled");
     let mut p = s.problem;
-    setup::fill_defaults(&mut p, &s.explicit_floors, &AnalyticPredictor).expect("predicts");
+    fill_defaults(&mut p, &s.explicit_floors, &AnalyticPredictor).expect("predicts");
     p
 }
 
@@ -149,7 +150,7 @@ fn bundled_policies_decide_valid_configurations_on_paper_n5() {
             .predict_joint(&p, &s, &[index])
             .expect("predicts");
         assert_eq!(report.applied.predictions, joint, "{policy}");
-        let wit_problem = mfsched_plugin_host::bindings::wit::Problem::from(&p);
+        let wit_problem = mfsched_plugin_host::wit::Problem::from(&p);
         let scored = Scorer::new(Arc::clone(&r.engine), r.utility_slot.load())
             .score(&wit_problem, &[index], &joint, Instant::now() + DEADLINE)
             .expect("scores");

@@ -438,10 +438,10 @@ fn realised_utilities(
     level_at: impl Fn(u64) -> WorkloadLevel,
 ) -> (f64, f64) {
     use mfsched_lab::eval::closed_loop::{Harness, PolicySpec, Summary};
-    use mfsched_plugin_host::bindings::wit;
-    use mfsched_plugin_host::context::Scorer;
-    use mfsched_plugin_host::registry::{resolve_policy, resolve_utility};
+    use mfsched_plugin_host::Scorer;
+    use mfsched_plugin_host::wit;
     use mfsched_plugin_host::{CompileCache, PluginEngine, PluginLimits};
+    use mfsched_plugin_host::{resolve_policy, resolve_utility};
     use std::sync::Arc;
 
     let engine = Arc::new(

@@ -465,7 +465,7 @@ fn plugins_wit_prints_and_writes_the_package() {
         ours
     );
     let encoded = std::fs::read(target.join("mfsched-scheduler-0.3.0.wasm")).expect("written");
-    assert_eq!(encoded, mfsched_plugin_host::wit_package::ENCODED);
+    assert_eq!(encoded, mfsched_plugin_host::WIT_PACKAGE_ENCODED);
     assert!(
         stdout(&out).contains("mfsched-scheduler-0.3.0.wasm"),
         "{}",
@@ -858,7 +858,7 @@ fn a_utility_from_the_template_builds_passes_check_decides_with_exact_and_ga_and
         scored.starts_with("my_utility@") && scored.ends_with(" (throughput-weight=0.5)"),
         "{scored}"
     );
-    let embedded = mfsched_plugin_host::registry::EMBEDDED_PLUGINS
+    let embedded = mfsched_plugin_host::EMBEDDED_PLUGINS
         .iter()
         .find(|(n, _)| *n == "utility")
         .map(|(_, b)| *b)

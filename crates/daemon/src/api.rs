@@ -487,7 +487,7 @@ struct Policies {
     components: BTreeMap<String, String>,
     /// What each component declares about itself (name, version, authors),
     /// where it declares anything.
-    metadata: BTreeMap<String, mfsched_plugin_host::precheck::ComponentMetadata>,
+    metadata: BTreeMap<String, mfsched_plugin_host::ComponentMetadata>,
 }
 
 async fn policies(State(shared): State<Arc<Shared>>) -> Response {

@@ -37,8 +37,8 @@ use std::path::{Path, PathBuf};
 
 use super::sampler::Sample;
 use mfsched_core::domain::{GpuState, JointConfig};
+use mfsched_plugin_host::ComponentIdentity;
 pub use mfsched_plugin_host::PolicyRecord;
-use mfsched_plugin_host::precheck::ComponentIdentity;
 
 const MAGIC: &[u8; 8] = b"MFSDLOG3";
 const MAGIC_V2: &[u8; 8] = b"MFSDLOG2";
@@ -123,17 +123,14 @@ impl UtilityRecord {
     pub fn label(&self) -> String {
         let mut label = format!(
             "{}@{}",
-            mfsched_plugin_host::output::printable(
-                &self.name,
-                mfsched_plugin_host::output::NAME_BYTES
-            ),
+            mfsched_core::text::printable(&self.name, mfsched_plugin_host::OUTPUT_NAME_BYTES),
             mfsched_core::digest::short(&self.identity.sha256)
         );
         for (k, v) in &self.params {
             label.push_str(&format!(
                 " {}={}",
-                mfsched_plugin_host::output::printable(k, mfsched_plugin_host::output::NAME_BYTES),
-                mfsched_plugin_host::output::printable(v, mfsched_plugin_host::output::NAME_BYTES)
+                mfsched_core::text::printable(k, mfsched_plugin_host::OUTPUT_NAME_BYTES),
+                mfsched_core::text::printable(v, mfsched_plugin_host::OUTPUT_NAME_BYTES)
             ));
         }
         label
@@ -1012,7 +1009,7 @@ pub(crate) mod tests {
         let path = dir.path().join("d.log");
         let identity = ComponentIdentity {
             sha256: "ab".repeat(32),
-            metadata: mfsched_plugin_host::precheck::ComponentMetadata {
+            metadata: mfsched_plugin_host::ComponentMetadata {
                 name: Some("annealer".into()),
                 version: Some("0.3.1".into()),
                 authors: None,

@@ -15,7 +15,7 @@ use super::streak::{Change, Streaks};
 use mfsched_core::digest::short;
 use mfsched_core::domain::{Problem, WorkloadLevel};
 use mfsched_plugin_host::ReloadCounts;
-use mfsched_plugin_host::reload::{ReloadEvent, ReloadOutcome};
+use mfsched_plugin_host::{ReloadEvent, ReloadOutcome};
 
 /// Ticks kept: a minute at 10 Hz, ten at the default 1 s period.
 pub const TICKS_KEPT: usize = 600;

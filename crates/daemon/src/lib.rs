@@ -313,7 +313,7 @@ async fn can_decide(
     let (problem, policy) = (problem.clone(), active.clone());
     let deadline = config.tick.deadline();
     let outcome = tokio::task::spawn_blocking(move || {
-        let state = mfsched_plugin_host::setup::default_state(&problem);
+        let state = mfsched_plugin_host::default_state(&problem);
         decider.tick(&problem, &state, &policy, &[], deadline)
     })
     .await
@@ -332,7 +332,7 @@ async fn can_decide(
         Err(other) => {
             tracing::warn!(
                 "policy.active = '{active}': its start-up decision was not used ({}); starting anyway",
-                mfsched_plugin_host::output::printable(&other.to_string(), 300)
+                mfsched_core::text::printable(&other.to_string(), 300)
             );
             return Ok(());
         }
@@ -360,7 +360,7 @@ async fn can_decide(
     bail!(
         "policy.active = '{active}' cannot decide with policy.utility = '{}'{params}: {whose}{}",
         config.policy.utility.as_deref().unwrap_or("utility"),
-        mfsched_plugin_host::output::printable(&failure.to_string(), 300)
+        mfsched_core::text::printable(&failure.to_string(), 300)
     )
 }
 

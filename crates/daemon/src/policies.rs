@@ -9,13 +9,17 @@ use std::time::Duration;
 
 use mfsched_core::domain::Problem;
 use mfsched_core::predict::Predictor;
-use mfsched_plugin_host::bindings::wit;
-use mfsched_plugin_host::pipeline::run_component;
-use mfsched_plugin_host::registry::{self, Loaded, Registry};
-use mfsched_plugin_host::reload::self_check;
+use mfsched_plugin_host::reload_self_check;
+use mfsched_plugin_host::run_component;
+use mfsched_plugin_host::wit;
 use mfsched_plugin_host::{
     Answer, Call, Checkpoint, CompileCache, Component, HotReload, Pipeline, PluginEngine,
-    PluginFailure, PluginLimits, PolicySource, ReloadContext, ReloadCounts, ReloadEvent, setup,
+    PluginFailure, PluginLimits, PolicySource, ReloadContext, ReloadCounts, ReloadEvent,
+};
+use mfsched_plugin_host::{Loaded, Registry};
+use mfsched_plugin_host::{
+    Origin, default_state, dir_plugins, embedded_plugin_names, load_plugin_file, resolve_plugin,
+    resolve_utility, with_declared_params,
 };
 
 /// The memory a policy instance may grow to.
@@ -155,7 +159,7 @@ fn load_and_check(
         params,
         checkpoint,
     } = inputs;
-    let loaded = registry::resolve_utility(engine, utility, dir)
+    let loaded = resolve_utility(engine, utility, dir)
         .with_context(|| format!("policy.utility = '{utility}'"))?;
     let configured = loaded
         .configured(utility_params.to_vec())
@@ -163,12 +167,12 @@ fn load_and_check(
     let utility = registry.utility_slot(Arc::new(configured));
     // Embedded policies (a NAME.wasm in `dir` overrides one), then the
     // other files of `dir`.
-    let mut candidates: Vec<(String, Result<Loaded>)> = registry::embedded_names()
-        .map(|name| (name.to_owned(), registry::resolve(engine, name, dir)))
+    let mut candidates: Vec<(String, Result<Loaded>)> = embedded_plugin_names()
+        .map(|name| (name.to_owned(), resolve_plugin(engine, name, dir)))
         .collect();
     if let Some(dir) = dir {
-        for path in registry::dir_plugins(dir)? {
-            let loaded = registry::load_file(engine, &path);
+        for path in dir_plugins(dir)? {
+            let loaded = load_plugin_file(engine, &path);
             let name = match &loaded {
                 Ok(l) => l.info().name.clone(),
                 Err(_) => path.display().to_string(),
@@ -186,7 +190,7 @@ fn load_and_check(
         checkpoint: Arc::clone(checkpoint),
         fallback: Checkpoint {
             problem: Arc::new(problem.clone()),
-            state: setup::default_state(problem),
+            state: default_state(problem),
             params: params.to_vec(),
         },
     };
@@ -194,9 +198,9 @@ fn load_and_check(
     for (name, loaded) in candidates {
         match loaded {
             Ok(Loaded::Policy(p)) => {
-                let from_dir = matches!(p.info.origin, registry::Origin::File(_));
+                let from_dir = matches!(p.info.origin, Origin::File(_));
                 let checked = if from_dir {
-                    self_check(
+                    reload_self_check(
                         &reload_context,
                         &Loaded::Policy(Arc::clone(&p)),
                         &reload_context.fallback,
@@ -265,7 +269,7 @@ impl PolicySource for PluginPolicies {
             .iter()
             .map(|p| (p.key.clone(), p.value.clone()))
             .collect();
-        match setup::with_declared_params(&loaded.info, given) {
+        match with_declared_params(&loaded.info, given) {
             Ok(checked) => {
                 let params: Vec<wit::Param> = checked
                     .into_iter()

@@ -4,7 +4,8 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use super::declog::{LogContents, PolicyRecord, TickRecord};
-use mfsched_plugin_host::output::{MESSAGE_BYTES, NAME_BYTES, printable};
+use mfsched_core::text::printable;
+use mfsched_plugin_host::{OUTPUT_MESSAGE_BYTES, OUTPUT_NAME_BYTES};
 
 /// Names and messages come from plugins (through the log): printed escaped, so
 /// none can forge a line.
@@ -13,10 +14,10 @@ fn outcome_text(r: &PolicyRecord) -> String {
         // Which build decided: the name alone does not say after a hot reload.
         Some(sha) => format!(
             "{}@{}",
-            printable(&r.policy, NAME_BYTES),
+            printable(&r.policy, OUTPUT_NAME_BYTES),
             mfsched_core::digest::short(sha)
         ),
-        None => printable(&r.policy, NAME_BYTES),
+        None => printable(&r.policy, OUTPUT_NAME_BYTES),
     };
     match &r.outcome {
         Ok(p) => {
@@ -28,7 +29,7 @@ fn outcome_text(r: &PolicyRecord) -> String {
         Err(f) => format!(
             "{policy} FAILED {}: {} {}us",
             f.kind.as_str(),
-            printable(&f.message, MESSAGE_BYTES),
+            printable(&f.message, OUTPUT_MESSAGE_BYTES),
             r.latency_us
         ),
     }
@@ -179,7 +180,7 @@ pub fn summary(contents: &LogContents) -> String {
                 s.non_finite_utility
             ));
         }
-        let mut policy = printable(&policy, NAME_BYTES);
+        let mut policy = printable(&policy, OUTPUT_NAME_BYTES);
         if several {
             policy.push_str(&seg.map_or_else(|| " [u?]".to_owned(), |i| format!(" [u{}]", i + 1)));
         }
@@ -208,7 +209,7 @@ pub fn summary(contents: &LogContents) -> String {
                 out,
                 "{}  {}  {}",
                 c.identity.sha256,
-                printable(&c.policy, NAME_BYTES),
+                printable(&c.policy, OUTPUT_NAME_BYTES),
                 if declares.is_empty() {
                     "(nothing)".to_owned()
                 } else {

@@ -4,9 +4,9 @@
 
 use mfsched_core::domain::{GpuState, Problem, WorkloadLevel};
 use mfsched_core::predict::{PerCandidate, Predictor};
-use mfsched_plugin_host::bindings::wit;
-use mfsched_plugin_host::registry::{LoadedPolicy, LoadedUtility, Registry, Slot};
+use mfsched_plugin_host::wit;
 use mfsched_plugin_host::{Decider, Pipeline, PluginEngine};
+use mfsched_plugin_host::{LoadedPolicy, LoadedUtility, Registry, Slot};
 use mfsched_rng::Rng;
 use std::sync::Arc;
 use std::time::Duration;

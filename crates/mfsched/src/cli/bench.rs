@@ -14,7 +14,7 @@ use mfsched_lab::bench::policies::{self as bench, Contender, ContenderResult};
 use mfsched_lab::bench::surrogate::{self as surrogate_bench, Timing};
 use mfsched_lab::bench::{format_load_average, load_average};
 use mfsched_lab::svg::{LineChart, Series};
-use mfsched_plugin_host::registry::{resolve_policy, resolve_utility};
+use mfsched_plugin_host::{resolve_policy, resolve_utility};
 use mfsched_surrogate::CandidateAware;
 use mfsched_surrogate::GpuBackend;
 use mfsched_surrogate::Served;

@@ -5,8 +5,9 @@ use anyhow::{Context as _, Result, bail};
 use clap::Args;
 use mfsched_core::domain::GpuState;
 use mfsched_core::scenario;
-use mfsched_plugin_host::registry::resolve_policy;
-use mfsched_plugin_host::{Decider, Registry, setup};
+use mfsched_plugin_host::default_state;
+use mfsched_plugin_host::resolve_policy;
+use mfsched_plugin_host::{Decider, Registry};
 use mfsched_surrogate::Served;
 use serde::Serialize;
 use std::sync::Arc;
@@ -92,7 +93,7 @@ pub fn run(args: DecideArgs) -> Result<()> {
         ..
     } = args.opts.served(&scenario)?;
     let state = match &args.state {
-        None => setup::default_state(&problem),
+        None => default_state(&problem),
         Some(json) => parse_state(json)?,
     };
     let params = parse_params(&args.params, args.seed)?;

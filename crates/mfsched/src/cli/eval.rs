@@ -12,7 +12,7 @@ use mfsched_lab::eval::closed_loop::{Harness, PolicySpec};
 use mfsched_lab::eval::report::Comparison;
 use mfsched_lab::sim;
 use mfsched_plugin_host::PluginEngine;
-use mfsched_plugin_host::registry::resolve_policy;
+use mfsched_plugin_host::resolve_policy;
 use mfsched_surrogate::Served;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

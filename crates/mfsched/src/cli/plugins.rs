@@ -7,13 +7,13 @@ use mfsched_core::scenario;
 use mfsched_core::scenario::Scenario;
 use mfsched_core::text::printable;
 use mfsched_lab::analytic::AnalyticPredictor;
-use mfsched_plugin_host::check::{CheckInputs, check_file};
-use mfsched_plugin_host::harness;
-use mfsched_plugin_host::registry;
-use mfsched_plugin_host::setup;
-use mfsched_plugin_host::template;
-use mfsched_plugin_host::wit_package;
+use mfsched_plugin_host::{CheckInputs, check_file};
 use mfsched_plugin_host::{CompileCache, LoadedPolicy, LoadedUtility, PluginEngine, PluginLimits};
+use mfsched_plugin_host::{
+    HARNESS_MIN_RUNS, TemplateKind, TemplateSdk, WIT_PACKAGE_FILES, default_state, fill_defaults,
+    list_plugins, resolve_utility, template_component_path, with_declared_params, write_template,
+    write_wit_package,
+};
 use mfsched_surrogate::BackendChoice;
 use mfsched_surrogate::{ServeOptions, Served, serve};
 use std::path::PathBuf;
@@ -124,7 +124,7 @@ impl PluginOpts {
                     bail!("--field candidate-aware is an option of --predictor meanfield");
                 }
                 let mut problem = scenario.problem.clone();
-                setup::fill_defaults(&mut problem, &scenario.explicit_floors, &AnalyticPredictor)?;
+                fill_defaults(&mut problem, &scenario.explicit_floors, &AnalyticPredictor)?;
                 Ok(Served::other(
                     Arc::new(AnalyticPredictor),
                     problem,
@@ -137,14 +137,14 @@ impl PluginOpts {
 
 /// The parameters `policy` runs with: every key checked against what the
 /// policy declares and its other declared defaults passed explicitly
-/// ([`setup::with_declared_params`]). The field is not a parameter: a policy
+/// ([`with_declared_params`]). The field is not a parameter: a policy
 /// asks the host (`surrogate.prediction-field`).
 pub fn policy_params(
     label: &str,
     policy: &LoadedPolicy,
     params: Vec<(String, String)>,
 ) -> Result<Vec<(String, String)>> {
-    setup::with_declared_params(&policy.info, params).map_err(|e| anyhow::anyhow!("{label}: {e}"))
+    with_declared_params(&policy.info, params).map_err(|e| anyhow::anyhow!("{label}: {e}"))
 }
 
 /// The utility a command scores with, and the parameters it is called with.
@@ -173,7 +173,7 @@ impl UtilityChoice {
         engine: &PluginEngine,
         dir: Option<&std::path::Path>,
     ) -> Result<Arc<LoadedUtility>> {
-        let utility = registry::resolve_utility(engine, &self.utility, dir)?;
+        let utility = resolve_utility(engine, &self.utility, dir)?;
         let given = key_values("--utility-param", &self.utility_params)?;
         let configured = utility
             .configured(given)
@@ -250,8 +250,8 @@ pub enum PluginsCommand {
         /// Runs per state (at least 5); the policy's clocks read further ahead in each.
         #[arg(
             long,
-            default_value_t = harness::MIN_RUNS as u64,
-            value_parser = clap::value_parser!(u64).range(harness::MIN_RUNS as u64..=1000)
+            default_value_t = HARNESS_MIN_RUNS as u64,
+            value_parser = clap::value_parser!(u64).range(HARNESS_MIN_RUNS as u64..=1000)
         )]
         runs: u64,
         /// The latency one decision must stay within, milliseconds (default: --deadline-ms).
@@ -338,29 +338,29 @@ pub fn run(cmd: PluginsCommand) -> Result<()> {
             utility,
         } => new_crate(
             if utility {
-                template::Kind::Utility
+                TemplateKind::Utility
             } else {
-                template::Kind::Policy
+                TemplateKind::Policy
             },
             &name,
             dir,
             sdk,
         ),
         PluginsCommand::Wit { out: None } => {
-            for (_, text) in wit_package::FILES {
+            for (_, text) in WIT_PACKAGE_FILES {
                 print!("{text}");
             }
             Ok(())
         }
         PluginsCommand::Wit { out: Some(dir) } => {
-            for path in wit_package::write(&dir)? {
+            for path in write_wit_package(&dir)? {
                 println!("wrote {}", path.display());
             }
             Ok(())
         }
         PluginsCommand::List { opts, json } => {
             let engine = opts.engine()?;
-            let listed = registry::list(&engine, opts.dir.as_deref())?;
+            let listed = list_plugins(&engine, opts.dir.as_deref())?;
             if json {
                 let rows: Vec<serde_json::Value> = listed
                     .iter()
@@ -369,7 +369,7 @@ pub fn run(cmd: PluginsCommand) -> Result<()> {
                             "name": i.name,
                             "origin": i.origin.to_string(),
                             "world": i.world.to_string(),
-                            "wit": format!("{}@{}", mfsched_plugin_host::bindings::PACKAGE, i.wit_version),
+                            "wit": format!("{}@{}", mfsched_plugin_host::WIT_PACKAGE_NAME, i.wit_version),
                             "title": i.title,
                             "sha256": i.sha256,
                             "metadata": i.metadata,
@@ -398,7 +398,7 @@ pub fn run(cmd: PluginsCommand) -> Result<()> {
                             i.world.to_string(),
                             format!(
                                 "{}@{}",
-                                mfsched_plugin_host::bindings::PACKAGE,
+                                mfsched_plugin_host::WIT_PACKAGE_NAME,
                                 i.wit_version
                             ),
                             origin,
@@ -465,7 +465,7 @@ fn check(
         predictor,
         problem: &problem,
         problem_name: &scenario.name,
-        state: setup::default_state(&problem),
+        state: default_state(&problem),
         params: super::decide::parse_params(raw_params, seed)?,
     };
     println!(
@@ -492,14 +492,14 @@ fn check(
 }
 
 fn new_crate(
-    kind: template::Kind,
+    kind: TemplateKind,
     name: &str,
     dir: Option<PathBuf>,
     sdk: Option<PathBuf>,
 ) -> Result<()> {
     let dir = dir.unwrap_or_else(|| PathBuf::from(name));
     let sdk = match sdk {
-        None => template::Sdk::default_source(kind),
+        None => TemplateSdk::default_source(kind),
         Some(path) => {
             let path = std::fs::canonicalize(&path)
                 .with_context(|| format!("--sdk {}", path.display()))?;
@@ -509,26 +509,26 @@ fn new_crate(
                     path.display()
                 );
             }
-            template::Sdk::Path(path)
+            TemplateSdk::Path(path)
         }
     };
-    let written = template::write(kind, name, &dir, &sdk)?;
+    let written = write_template(kind, name, &dir, &sdk)?;
     for path in &written {
         println!("wrote {}", path.display());
     }
     println!("the crate depends on the SDK at {sdk}");
-    let component = template::component_path(name);
+    let component = template_component_path(name);
     println!();
     println!("next:");
     println!("  cd {}", dir.display());
     println!("  cargo build --target wasm32-wasip2 --release");
     println!("  mfsched plugins check {}", component.display());
     match kind {
-        template::Kind::Policy => {
+        TemplateKind::Policy => {
             println!("  mfsched plugins test {}", component.display());
             println!("  mfsched ab --a {} --b ga", component.display());
         }
-        template::Kind::Utility => {
+        TemplateKind::Utility => {
             for policy in ["exact", "ga"] {
                 println!(
                     "  mfsched decide --scenario paper-n5 --policy {policy} --utility {}",

@@ -8,9 +8,9 @@ use anyhow::{Context as _, Result, bail};
 use mfsched_core::domain::{GpuState, JointConfig, Problem, WorkloadLevel};
 use mfsched_core::scenario;
 use mfsched_daemon::LogContents;
-use mfsched_plugin_host::harness::{self, CLOCK_STEP, Case, HarnessInputs};
-use mfsched_plugin_host::registry::resolve_policy;
-use mfsched_plugin_host::setup;
+use mfsched_plugin_host::resolve_policy;
+use mfsched_plugin_host::{HARNESS_CLOCK_STEP, HarnessCase, HarnessInputs};
+use mfsched_plugin_host::{default_state, run_harness};
 use mfsched_surrogate::Served;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -100,7 +100,7 @@ pub fn run(args: &TestArgs<'_>) -> Result<()> {
     println!(
         "{} runs per state, the policy's clocks {:.6} s further ahead in each; latency budget {} ms, deadline {} ms",
         args.runs,
-        CLOCK_STEP.as_secs_f64(),
+        HARNESS_CLOCK_STEP.as_secs_f64(),
         budget.as_millis(),
         args.opts.deadline_ms
     );
@@ -112,7 +112,7 @@ pub fn run(args: &TestArgs<'_>) -> Result<()> {
         params,
         runs: args.runs,
     };
-    let reports = harness::run(&inputs, &cases);
+    let reports = run_harness(&inputs, &cases);
 
     println!(
         "\n{:<12} {:<8} {:>9} {:>5}  {:<28} {:>6} {:>5} {:>8} {:>8}",
@@ -192,7 +192,7 @@ fn cases_from_log(
     contents: &LogContents,
     problem: &Problem,
     scenario: &str,
-) -> Result<Vec<Case>> {
+) -> Result<Vec<HarnessCase>> {
     if contents.records.is_empty() {
         bail!("{}: the log holds no record", path.display());
     }
@@ -233,7 +233,7 @@ struct StateLine {
     current: Option<JointConfig>,
 }
 
-fn cases_from_jsonl(path: &Path, problem: &Problem) -> Result<Vec<Case>> {
+fn cases_from_jsonl(path: &Path, problem: &Problem) -> Result<Vec<HarnessCase>> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     let mut cases = Vec::new();
@@ -264,8 +264,8 @@ fn cases_from_jsonl(path: &Path, problem: &Problem) -> Result<Vec<Case>> {
     Ok(cases)
 }
 
-fn level_cases(problem: &Problem) -> Vec<Case> {
-    let default = setup::default_state(problem);
+fn level_cases(problem: &Problem) -> Vec<HarnessCase> {
+    let default = default_state(problem);
     WorkloadLevel::ALL
         .iter()
         .map(|&workload| {
@@ -278,10 +278,10 @@ fn level_cases(problem: &Problem) -> Vec<Case> {
         .collect()
 }
 
-fn case(label: String, problem: &Problem, current: &[u32], state: GpuState) -> Case {
+fn case(label: String, problem: &Problem, current: &[u32], state: GpuState) -> HarnessCase {
     let mut problem = problem.clone();
     problem.current = current.to_vec();
-    Case {
+    HarnessCase {
         label,
         problem,
         state,

@@ -13,10 +13,11 @@ use super::eval::parse_policy;
 use super::plugins::{PluginOpts, policy_params};
 use mfsched_core::domain::{JointConfig, Problem};
 use mfsched_core::fsutil::write_atomically;
+use mfsched_core::text::printable;
 use mfsched_daemon::{ComponentRecord, LogContents, RunRecord, TickRecord};
-use mfsched_plugin_host::output::{NAME_BYTES, printable};
-use mfsched_plugin_host::registry::{resolve_policy, resolve_utility};
+use mfsched_plugin_host::OUTPUT_NAME_BYTES;
 use mfsched_plugin_host::{Decider, Registry};
+use mfsched_plugin_host::{resolve_policy, resolve_utility};
 
 #[derive(Debug, Args)]
 pub struct ReplayArgs {
@@ -386,7 +387,7 @@ fn markdown(r: &Results, predictor: &str) -> String {
                 let sha = &c.identity.sha256;
                 format!(
                     "`{}@{}`{}",
-                    printable(&c.policy, NAME_BYTES),
+                    printable(&c.policy, OUTPUT_NAME_BYTES),
                     mfsched_core::digest::short(sha),
                     if declares.is_empty() {
                         String::new()
