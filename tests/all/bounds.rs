@@ -225,7 +225,7 @@ fn profile_live_skips_readings_that_are_not_a_row() {
         }
     });
     let scenario = "paper-n2";
-    let problem = mfsched_core::scenario::load(scenario)
+    let problem = mfsched_core::load_scenario(scenario)
         .expect("bundled")
         .problem;
     let mut extra =
@@ -270,7 +270,7 @@ fn profile_live_skips_readings_that_are_not_a_row() {
         stderr(&o)
     );
     if out.exists() {
-        let read = mfsched_core::profile::read_csv(&out, &problem).expect("the file reads back");
+        let read = mfsched_core::read_profile(&out, &problem).expect("the file reads back");
         assert!(read.rows.is_empty(), "{:?}", read.rows);
     }
 }

@@ -69,7 +69,7 @@ fn run_serves_the_api_and_stops_cleanly_on_sigterm_with_a_replayable_log() {
     assert_eq!(status, 200);
     assert!(policies.contains("\"active\":\"hold\""), "{policies}");
     // Each component is named by its content hash too.
-    let ga_sha = mfsched_core::digest::sha256_hex(
+    let ga_sha = mfsched_core::sha256_hex(
         mfsched_plugin_host::EMBEDDED_PLUGINS
             .iter()
             .find(|(n, _)| *n == "ga")
@@ -1485,10 +1485,11 @@ fn the_candidate_aware_field_refuses_what_it_cannot_serve_in_one_line() {
 /// feasible joint configurations and all four regimes, written by the profile
 /// writer (CSV version 2) with a provenance column of the user's own (`x-run`).
 fn own_measurements(scenario_path: &str, file: &Path) {
-    use mfsched_core::domain::{GpuState, WorkloadLevel};
-    use mfsched_core::profile::{Profile, ProfileRow, csv};
+    use mfsched_core::write_profile;
+    use mfsched_core::{GpuState, WorkloadLevel};
+    use mfsched_core::{Profile, ProfileRow};
     use mfsched_lab::analytic::AnalyticPredictor;
-    let s = mfsched_core::scenario::load(scenario_path).expect("fixture scenario");
+    let s = mfsched_core::load_scenario(scenario_path).expect("fixture scenario");
     let p = &s.problem;
     let space = p.space();
     let feasible = p.feasible_indices();
@@ -1525,7 +1526,7 @@ fn own_measurements(scenario_path: &str, file: &Path) {
         rows,
         solo: vec![],
     };
-    csv::write_csv(&profile, p, file).expect("write measurements");
+    write_profile(&profile, p, file).expect("write measurements");
     let written = std::fs::read_to_string(file).expect("read back");
     let mut lines = written.lines();
     let mut text = format!("{},x-run\n", lines.next().expect("header"));
@@ -1752,9 +1753,9 @@ fn a_scenario_with_kinds_and_knobs_of_its_own_is_shown_checked_trained_and_decid
         &std::fs::read_to_string(dir.path().join("applied.json")).expect("applied.json"),
     )
     .expect("applied.json is JSON");
-    let s = mfsched_core::scenario::load(&scenario).expect("fixture");
+    let s = mfsched_core::load_scenario(&scenario).expect("fixture");
     for model in &s.problem.models {
-        let setting: mfsched_core::domain::KnobSetting =
+        let setting: mfsched_core::KnobSetting =
             serde_json::from_value(applied["models"][&model.name].clone())
                 .unwrap_or_else(|e| panic!("{}: {e}: {applied}", model.name));
         assert!(

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use mfsched_core::domain::Problem;
+use mfsched_core::Problem;
 use mfsched_daemon::Actuators;
 use mfsched_daemon::DecisionLog;
 use mfsched_daemon::Metrics;
@@ -137,7 +137,7 @@ fn deciding(policies: Arc<dyn PolicySource>, deadline: Duration) -> Deciding {
 }
 
 fn problem() -> Problem {
-    mfsched_core::scenario::load("paper-n3")
+    mfsched_core::load_scenario("paper-n3")
         .expect("bundled scenario")
         .problem
 }
@@ -172,7 +172,7 @@ fn harness(
         unknown_utilization: 0.5,
         downtime_as_cost: false,
         workload: WorkloadSource::Trace(
-            mfsched_core::traces::generate("bursts", 50, 3)
+            mfsched_core::generate_trace("bursts", 50, 3)
                 .expect("trace")
                 .levels,
         ),
@@ -257,8 +257,8 @@ fn a_native_answer_after_the_deadline_is_a_deadline_failure() {
     let pipeline = pipeline(deadline);
     let policies = TestDeciders::new(&problem, deadline * 5);
     let inputs = pipeline.prepare(&problem);
-    let state = mfsched_core::domain::GpuState {
-        workload: mfsched_core::domain::WorkloadLevel::Medium,
+    let state = mfsched_core::GpuState {
+        workload: mfsched_core::WorkloadLevel::Medium,
         vram_used_mib: 8000.0,
         utilization: 0.5,
     };
@@ -301,8 +301,8 @@ fn an_isolated_tick_does_not_wait_for_a_stalled_policy() {
         Vec::new(),
     )
     .isolated();
-    let state = mfsched_core::domain::GpuState {
-        workload: mfsched_core::domain::WorkloadLevel::Medium,
+    let state = mfsched_core::GpuState {
+        workload: mfsched_core::WorkloadLevel::Medium,
         vram_used_mib: 8000.0,
         utilization: 0.5,
     };
@@ -348,7 +348,7 @@ async fn a_kept_configuration_under_a_floor_is_an_sla_violation_and_a_valid_answ
             shadows: vec!["test-round-robin".to_owned()],
             unknown_utilization: 0.5,
             downtime_as_cost: false,
-            workload: WorkloadSource::Fixed(mfsched_core::domain::WorkloadLevel::Medium),
+            workload: WorkloadSource::Fixed(mfsched_core::WorkloadLevel::Medium),
         },
         problem.clone(),
         Box::new(FootprintSampler),
@@ -626,7 +626,7 @@ impl Sampler for StallingSampler {
         &mut self,
         problem: &Problem,
         applied: &[u32],
-        workload: mfsched_core::domain::WorkloadLevel,
+        workload: mfsched_core::WorkloadLevel,
     ) -> anyhow::Result<mfsched_daemon::Sample> {
         self.calls += 1;
         if self.calls.is_multiple_of(5) {
@@ -654,7 +654,7 @@ async fn ticks_that_cannot_start_on_time_are_counted_as_missed() {
         shadows: vec![],
         unknown_utilization: 0.5,
         downtime_as_cost: false,
-        workload: WorkloadSource::Fixed(mfsched_core::domain::WorkloadLevel::Medium),
+        workload: WorkloadSource::Fixed(mfsched_core::WorkloadLevel::Medium),
     };
     let sampler = StallingSampler {
         calls: 0,
@@ -690,9 +690,9 @@ fn plugin_host_on_paper_n2(
     plugins: &Path,
     deadline: Duration,
 ) -> (Problem, mfsched_daemon::PluginPolicies) {
-    let scenario = mfsched_core::scenario::load("paper-n2").expect("bundled");
+    let scenario = mfsched_core::load_scenario("paper-n2").expect("bundled");
     let mut problem = scenario.problem;
-    let predictor: Arc<dyn mfsched_core::predict::Predictor> =
+    let predictor: Arc<dyn mfsched_core::Predictor> =
         Arc::new(mfsched_lab::analytic::AnalyticPredictor);
     mfsched_plugin_host::fill_defaults(&mut problem, &scenario.explicit_floors, predictor.as_ref())
         .expect("predicts");
@@ -754,7 +754,7 @@ async fn soak_with_plugin_files_replaced_while_running() {
         unknown_utilization: 0.5,
         downtime_as_cost: false,
         workload: WorkloadSource::Trace(
-            mfsched_core::traces::generate("mixed", 40, 5)
+            mfsched_core::generate_trace("mixed", 40, 5)
                 .expect("trace")
                 .levels,
         ),
@@ -893,7 +893,7 @@ async fn the_tick_loop_keeps_going_under_an_api_flood_with_a_hostile_plugin() {
         shadows: vec!["turncoat".to_owned()],
         unknown_utilization: 0.5,
         downtime_as_cost: false,
-        workload: WorkloadSource::Fixed(mfsched_core::domain::WorkloadLevel::Burst),
+        workload: WorkloadSource::Fixed(mfsched_core::WorkloadLevel::Burst),
     };
     let daemon = Daemon::new(
         settings,

@@ -4,9 +4,10 @@
 //! configuration, reconfiguration costs, state) and the eight dynamic workload
 //! scenarios in closed loop.
 
-use mfsched_core::domain::{GpuState, Problem, ReconfigCosts, WorkloadLevel};
-use mfsched_core::predict::Predictor;
-use mfsched_core::traces::{self, TRACE_NAMES};
+use mfsched_core::Predictor;
+use mfsched_core::TRACE_NAMES;
+use mfsched_core::generate_trace;
+use mfsched_core::{GpuState, Problem, ReconfigCosts, WorkloadLevel};
 use mfsched_lab::analytic::AnalyticPredictor;
 use mfsched_lab::eval::closed_loop::{Harness, PolicySpec, Summary};
 use mfsched_plugin_host::fill_defaults;
@@ -33,7 +34,7 @@ fn engine() -> Arc<PluginEngine> {
 /// A random variation of a bundled scenario; `None` when it has no feasible start.
 fn random_problem(rng: &mut Rng, predictor: &dyn Predictor) -> Option<Problem> {
     let name = ["paper-n2", "paper-n3", "paper-n4", "paper-n5"][rng.below(4) as usize];
-    let scenario = mfsched_core::scenario::load(name).expect("bundled");
+    let scenario = mfsched_core::load_scenario(name).expect("bundled");
     let mut p = scenario.problem;
     // Caps from "almost nothing fits" to "everything fits".
     p.card.vram_mib = 8_000 + rng.below(20_000) as u32;
@@ -117,7 +118,7 @@ fn exact_equals_exhaustive_on_random_problems() {
 #[test]
 fn exact_has_no_gap_over_the_eight_dynamic_scenarios() {
     let engine = engine();
-    let scenario = mfsched_core::scenario::load("paper-n5").expect("bundled");
+    let scenario = mfsched_core::load_scenario("paper-n5").expect("bundled");
     let mut problem = scenario.problem;
     fill_defaults(&mut problem, &scenario.explicit_floors, &AnalyticPredictor).expect("predicts");
     let harness = Harness::new(
@@ -133,7 +134,7 @@ fn exact_has_no_gap_over_the_eight_dynamic_scenarios() {
         predictor: None,
     };
     for name in TRACE_NAMES {
-        let trace = traces::generate(name, 12, 5).expect(name);
+        let trace = generate_trace(name, 12, 5).expect(name);
         let runs = harness.run(&exact, &[], &trace, 5, || {}).expect("run");
         let s = Summary::of(&runs[0].ticks);
         assert!(

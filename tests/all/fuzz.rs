@@ -133,26 +133,25 @@ fn fixtures(sub: &str) -> std::path::PathBuf {
 fn fuzz_the_scenario_reader() {
     let mut corpus = files(&fixtures("scenarios"), "toml");
     corpus.extend(
-        mfsched_core::scenario::BUNDLED
+        mfsched_core::BUNDLED_SCENARIOS
             .iter()
             .map(|(_, t)| t.as_bytes().to_vec()),
     );
     let (read, _) = fuzz("scenario", &corpus, true, |bytes| {
-        std::str::from_utf8(bytes).is_ok_and(|text| {
-            mfsched_core::scenario::parse(text, mfsched_core::scenario::BUNDLED_ZOO).is_ok()
-        })
+        std::str::from_utf8(bytes)
+            .is_ok_and(|text| mfsched_core::parse_scenario(text, mfsched_core::BUNDLED_ZOO).is_ok())
     });
     assert!(read > 0, "some mutations still parse");
 }
 
 #[test]
 fn fuzz_the_profile_reader() {
-    let problem = mfsched_core::scenario::load("paper-n2")
+    let problem = mfsched_core::load_scenario("paper-n2")
         .expect("bundled")
         .problem;
     let corpus = files(&fixtures("profiles"), "csv");
     let (read, _) = fuzz("profile", &corpus, true, |bytes| {
-        mfsched_core::profile::csv::read_csv_bytes(bytes, Path::new("fuzz.csv"), &problem)
+        mfsched_core::read_profile_bytes(bytes, Path::new("fuzz.csv"), &problem)
             .map_err(|e| {
                 let line = e.to_string();
                 assert_eq!(line.lines().count(), 1, "one error line: {line:?}");
@@ -171,7 +170,7 @@ fn fuzz_the_bundle_reader() {
     bundle.write(dir.path()).expect("write");
     let meta = std::fs::read(dir.path().join("bundle.json")).expect("meta");
     let weights = std::fs::read(dir.path().join("weights.safetensors")).expect("weights");
-    let scenario = mfsched_core::scenario::load("paper-n2").expect("bundled");
+    let scenario = mfsched_core::load_scenario("paper-n2").expect("bundled");
     // The metadata as text, then the weights as bytes.
     fuzz("bundle-meta", std::slice::from_ref(&meta), true, |m| {
         mfsched_surrogate::Bundle::from_bytes(m, &weights)

@@ -6,7 +6,7 @@
 use std::process::{Child, Command};
 use std::time::Duration;
 
-use mfsched_core::domain::WorkloadLevel;
+use mfsched_core::WorkloadLevel;
 use mfsched_daemon::HostSamplerConfig;
 use mfsched_daemon::{HostSampler, Sampler};
 
@@ -25,7 +25,7 @@ fn the_host_sampler_measures_a_real_process_and_survives_its_exit() {
         eprintln!("skipped: no /proc/stat here (the host sampler reads Linux's /proc)");
         return;
     }
-    let scenario = mfsched_core::scenario::load("paper-n2").expect("bundled");
+    let scenario = mfsched_core::load_scenario("paper-n2").expect("bundled");
     let problem = &scenario.problem;
     let mut child = Killed(
         Command::new("sh")

@@ -122,9 +122,8 @@ fn the_daemon_survives_a_policy_that_turns_hostile() {
     assert!(size < 64 << 10, "the log holds {size} bytes for 4 ticks");
     let log = mfsched_daemon::read_decision_log(&log_path).expect("log");
     assert_eq!(log.records.len(), 4);
-    let sha = mfsched_core::digest::sha256_hex(
-        &std::fs::read(plugin("hostile-decide")).expect("component"),
-    );
+    let sha =
+        mfsched_core::sha256_hex(&std::fs::read(plugin("hostile-decide")).expect("component"));
     for r in &log.records {
         assert_eq!(
             r.active.component.as_deref(),

@@ -111,11 +111,6 @@ fn the_test_programs_are_only_a_dev_dependency() {
     assert_eq!(dependents, ["mfsched"]);
 }
 
-/// Product crates whose modules are still public (issue 28, point 4, not done for
-/// them yet): the lab may still name paths inside them. The list only shrinks:
-/// [`a_crate_with_a_facade_keeps_every_module_private`] fails on a crate that is
-/// listed but already private, so a finished crate must leave the list.
-const MODULES_STILL_PUBLIC: &[&str] = &["core"];
 /// The product crates the lab builds on.
 const LIB_CRATES: &[&str] = &["core", "surrogate", "plugin-host", "daemon"];
 
@@ -150,24 +145,17 @@ fn rust_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
 }
 
 #[test]
-fn a_crate_with_a_facade_keeps_every_module_private() {
+fn every_product_library_keeps_its_modules_private() {
     for name in LIB_CRATES {
         let public: Vec<String> = modules(name)
             .into_iter()
             .filter_map(|(m, public)| public.then_some(m))
             .collect();
-        if MODULES_STILL_PUBLIC.contains(name) {
-            assert!(
-                !public.is_empty(),
-                "crates/{name} has no public module left: take it off MODULES_STILL_PUBLIC"
-            );
-        } else {
-            assert!(
-                public.is_empty(),
-                "crates/{name} has a façade (its root re-exports what others may name) \
-                 but declares public modules: {public:?}"
-            );
-        }
+        assert!(
+            public.is_empty(),
+            "crates/{name} has a façade (its root re-exports what others may name) \
+             but declares public modules: {public:?}"
+        );
     }
 }
 

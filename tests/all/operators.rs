@@ -474,7 +474,7 @@ fn the_wit_says_local_memory_includes_the_runtime_overhead() {
         "{}",
         &wit[at.saturating_sub(400)..at]
     );
-    let problem = mfsched_core::scenario::load("paper-n2")
+    let problem = mfsched_core::load_scenario("paper-n2")
         .expect("bundled")
         .problem;
     for m in &problem.models {

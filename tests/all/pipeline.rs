@@ -134,13 +134,13 @@ fn the_daemon_rejects_each_invalid_answer_on_every_tick_and_applies_nothing_inva
     use std::sync::Arc;
     use std::time::Duration;
 
-    let scenario = mfsched_core::scenario::load("paper-n5").expect("bundled");
+    let scenario = mfsched_core::load_scenario("paper-n5").expect("bundled");
     let served = mfsched_surrogate::serve(
         &scenario,
         mfsched_surrogate::ServeOptions {
             models: None,
             backend: mfsched_surrogate::BackendChoice::Cpu,
-            field: mfsched_core::predict::Field::Observed,
+            field: mfsched_core::Field::Observed,
         },
     )
     .expect("the embedded bundle");
@@ -186,7 +186,7 @@ fn the_daemon_rejects_each_invalid_answer_on_every_tick_and_applies_nothing_inva
             shadows: Vec::new(),
             unknown_utilization: 0.5,
             downtime_as_cost: false,
-            workload: WorkloadSource::Fixed(mfsched_core::domain::WorkloadLevel::Medium),
+            workload: WorkloadSource::Fixed(mfsched_core::WorkloadLevel::Medium),
         };
         let deciding = Deciding::new(
             Arc::clone(&pipeline),

@@ -5,8 +5,8 @@
 //! Predictions come from `AnalyticPredictor`, the closed-form stand-in (not
 //! the surrogate): these tests are about the host, not about prediction.
 
-use mfsched_core::domain::{GpuState, Problem, WorkloadLevel};
-use mfsched_core::predict::{PerCandidate, Predictor};
+use mfsched_core::{GpuState, Problem, WorkloadLevel};
+use mfsched_core::{PerCandidate, Predictor};
 use mfsched_lab::analytic::AnalyticPredictor;
 use mfsched_plugin_host::Scorer;
 use mfsched_plugin_host::fill_defaults;
@@ -42,7 +42,7 @@ fn predictor() -> Arc<dyn Predictor> {
 
 /// paper-n5 with ranges and P25 floors derived from the predictor.
 fn n5() -> Problem {
-    let s = mfsched_core::scenario::load("paper-n5").expect("bundled");
+    let s = mfsched_core::load_scenario("paper-n5").expect("bundled");
     let mut p = s.problem;
     fill_defaults(&mut p, &s.explicit_floors, &AnalyticPredictor).expect("predicts");
     p

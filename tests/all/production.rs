@@ -16,7 +16,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::common;
-use mfsched_core::domain::WorkloadLevel;
+use mfsched_core::WorkloadLevel;
 
 /// The simulated servers' trace step and the daemon's period.
 const TICK_MS: u64 = 500;
@@ -127,7 +127,7 @@ fn the_daemon_follows_the_load_prometheus_reports_and_survives_losing_it() {
         ],
         &sim_log,
     );
-    let problem = mfsched_core::scenario::load("paper-n2")
+    let problem = mfsched_core::load_scenario("paper-n2")
         .expect("bundled")
         .problem;
     assert_eq!(servers.len(), problem.models.len());
@@ -208,7 +208,7 @@ fn the_daemon_follows_the_load_prometheus_reports_and_survives_losing_it() {
     let state = sim_state(any_server);
     let started = state["started_unix_ms"].as_u64().expect("started");
     let trace: Vec<WorkloadLevel> =
-        mfsched_core::traces::generate("step-up", TRACE_STEPS as usize, 5)
+        mfsched_core::generate_trace("step-up", TRACE_STEPS as usize, 5)
             .expect("trace")
             .levels;
     let checked_from = listening + LAG_MS;
@@ -448,13 +448,13 @@ fn realised_utilities(
         PluginEngine::new(PluginLimits::default(), CompileCache::Default).expect("engine"),
     );
     let utility = resolve_utility(&engine, "utility", None).expect("utility");
-    let scenario = mfsched_core::scenario::load("paper-n2").expect("bundled");
+    let scenario = mfsched_core::load_scenario("paper-n2").expect("bundled");
     let served = mfsched_surrogate::serve(
         &scenario,
         mfsched_surrogate::ServeOptions {
             models: None,
             backend: mfsched_surrogate::BackendChoice::Cpu,
-            field: mfsched_core::predict::Field::Observed,
+            field: mfsched_core::Field::Observed,
         },
     )
     .expect("the embedded bundle");
@@ -490,7 +490,7 @@ fn realised_utilities(
         params: vec![],
         predictor: None,
     };
-    let trace = mfsched_core::traces::generate("step-up", TRACE_STEPS as usize, 5).expect("trace");
+    let trace = mfsched_core::generate_trace("step-up", TRACE_STEPS as usize, 5).expect("trace");
     let runs = harness
         .run(&exact, &[], &trace, 5, || {})
         .expect("the closed loop");
@@ -535,7 +535,7 @@ fn sim_serve(
 }
 
 /// The preset that reads what `sim serve` serves for `model`.
-fn preset(model: &mfsched_core::domain::Model) -> &'static str {
+fn preset(model: &mfsched_core::Model) -> &'static str {
     mfsched_lab::sim::serve::MetricsFormat::for_kind(&model.kind).as_str()
 }
 
@@ -551,7 +551,7 @@ fn webhook_urls(servers: &BTreeMap<String, SocketAddr>) -> String {
 fn profile_live_measures_the_plan_through_the_actuators_and_resumes() {
     let dir = tempfile::tempdir().expect("tempdir");
     let d = dir.path();
-    let problem = mfsched_core::scenario::load("paper-n2")
+    let problem = mfsched_core::load_scenario("paper-n2")
         .expect("bundled")
         .problem;
     let out = d.join("live.csv");
@@ -614,8 +614,7 @@ fn profile_live_measures_the_plan_through_the_actuators_and_resumes() {
         } else {
             vec!["--out", wrong.to_str().expect("utf-8")]
         };
-        let rows_before =
-            mfsched_core::profile::read_csv(&out, &problem).map_or(0, |p| p.rows.len());
+        let rows_before = mfsched_core::read_profile(&out, &problem).map_or(0, |p| p.rows.len());
         let dry = profile(
             &config,
             told,
@@ -663,9 +662,9 @@ fn profile_live_measures_the_plan_through_the_actuators_and_resumes() {
         "{}",
         common::process::stderr(&check)
     );
-    let measured = mfsched_core::profile::read_csv(&out, &problem).expect("the live profile");
+    let measured = mfsched_core::read_profile(&out, &problem).expect("the live profile");
     assert_eq!(measured.rows.len(), 8);
-    let plan = mfsched_core::profile::SamplingPlan::Stratified { samples: 16 }
+    let plan = mfsched_core::SamplingPlan::Stratified { samples: 16 }
         .points(&problem, 2)
         .expect("plan");
     for row in &measured.rows {

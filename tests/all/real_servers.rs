@@ -364,7 +364,7 @@ fn real_servers_are_profiled_and_reconfigured_through_v2_repository_and_process(
     }
     let scenario = d.join("real-onnx.toml");
     std::fs::write(&scenario, SCENARIO).expect("scenario");
-    let problem = mfsched_core::scenario::load(scenario.to_str().expect("utf-8"))
+    let problem = mfsched_core::load_scenario(scenario.to_str().expect("utf-8"))
         .expect("the scenario loads")
         .problem;
     let (ports_a, ports_b) = (Ports::new(), Ports::new());
@@ -437,8 +437,7 @@ fn real_servers_are_profiled_and_reconfigured_through_v2_repository_and_process(
         }
         drop(server_b);
     }
-    let measured =
-        mfsched_core::profile::read_csv(&profile_csv, &problem).expect("the live profile");
+    let measured = mfsched_core::read_profile(&profile_csv, &problem).expect("the live profile");
     assert_eq!(measured.rows.len(), 16, "8 points per regime");
     for row in &measured.rows {
         assert!(
@@ -669,7 +668,7 @@ fn real_servers_are_profiled_and_reconfigured_through_v2_repository_and_process(
         for (i, &c) in r.applied.iter().enumerate() {
             let k = problem.models[i].knobs(c as usize);
             let threads = match k.knobs["threads"] {
-                mfsched_core::domain::KnobValue::Integer(t) => t,
+                mfsched_core::KnobValue::Integer(t) => t,
                 ref other => panic!("threads is {other:?}"),
             };
             applied_sets[i].insert((k.variant, threads));
@@ -678,7 +677,7 @@ fn real_servers_are_profiled_and_reconfigured_through_v2_repository_and_process(
     for (i, (m, _)) in servers.iter().enumerate() {
         let initial = problem.models[i].knobs(problem.current[i] as usize);
         let mut allowed = applied_sets[i].clone();
-        if let mfsched_core::domain::KnobValue::Integer(t) = initial.knobs["threads"] {
+        if let mfsched_core::KnobValue::Integer(t) = initial.knobs["threads"] {
             allowed.insert((initial.variant, t));
         }
         assert!(

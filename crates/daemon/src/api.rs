@@ -40,7 +40,7 @@ use super::config::{ApiConfig, TOKEN_ENV};
 use super::daemon::Shared;
 use super::dashboard;
 use super::metrics::Metrics;
-use mfsched_core::domain::KnobSetting;
+use mfsched_core::KnobSetting;
 
 /// Who may call the API and how much a request may take.
 #[derive(Clone)]

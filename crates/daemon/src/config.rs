@@ -17,7 +17,7 @@ use crate::forecast::ForecastKind;
 /// example value.
 pub const EXAMPLE: &str = include_str!("../../../examples/mfsched.toml");
 
-use mfsched_core::domain::WorkloadLevel;
+use mfsched_core::WorkloadLevel;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -101,7 +101,7 @@ pub struct PolicyConfig {
     pub bundle_dir: Option<PathBuf>,
     /// The field the surrogate's joint predictions are made under.
     #[serde(default)]
-    pub field: mfsched_core::predict::Field,
+    pub field: mfsched_core::Field,
 }
 
 /// A component parameter's value as TOML writes it: components take text,
@@ -366,7 +366,7 @@ fn default_level() -> WorkloadLevel {
     WorkloadLevel::Medium
 }
 fn default_trace_ticks() -> usize {
-    mfsched_core::traces::DEFAULT_TICKS
+    mfsched_core::DEFAULT_TRACE_TICKS
 }
 fn default_forecast() -> ForecastKind {
     crate::forecast::DEFAULT_FORECAST
@@ -816,7 +816,7 @@ impl ApiConfig {
         let Some(path) = &self.token_file else {
             return Ok(None);
         };
-        let text = mfsched_core::fsutil::read_capped_to_string(path, 4096, "api.token_file")?;
+        let text = mfsched_core::read_capped_to_string(path, 4096, "api.token_file")?;
         let token = text.lines().next().unwrap_or("").trim().to_owned();
         if token.is_empty() {
             bail!("api.token_file {}: the first line is empty", path.display());
@@ -953,11 +953,8 @@ fn is_promql_duration(s: &str) -> bool {
 impl DaemonConfig {
     /// Reads and checks a config file. Relative paths in it are relative to the file.
     pub fn load(path: &Path) -> Result<Self> {
-        let text = mfsched_core::fsutil::read_capped_to_string(
-            path,
-            mfsched_core::fsutil::MAX_CONFIG_BYTES,
-            "config",
-        )?;
+        let text =
+            mfsched_core::read_capped_to_string(path, mfsched_core::MAX_CONFIG_BYTES, "config")?;
         let mut config =
             Self::parse(&text).with_context(|| format!("config {}", path.display()))?;
         let base = path.parent().unwrap_or(Path::new("."));
@@ -1012,22 +1009,22 @@ impl DaemonConfig {
         if self.sampler.fallback == SamplerKind::Nvml {
             bail!("sampler.fallback cannot be 'nvml': it is what the fallback replaces");
         }
-        if self.workload.trace_ticks > mfsched_core::traces::MAX_TICKS {
+        if self.workload.trace_ticks > mfsched_core::MAX_TRACE_TICKS {
             bail!(
                 "workload.trace_ticks {} is over the {} ticks a trace may have",
                 self.workload.trace_ticks,
-                mfsched_core::traces::MAX_TICKS
+                mfsched_core::MAX_TRACE_TICKS
             );
         }
         if self.sampler.kind == SamplerKind::Host || self.sampler.fallback == SamplerKind::Host {
             self.sampler.host.check()?;
         }
         if let Some(trace) = &self.workload.trace
-            && !mfsched_core::traces::TRACE_NAMES.contains(&trace.as_str())
+            && !mfsched_core::TRACE_NAMES.contains(&trace.as_str())
         {
             bail!(
                 "workload.trace '{trace}' is unknown: use one of {}",
-                mfsched_core::traces::TRACE_NAMES.join(", ")
+                mfsched_core::TRACE_NAMES.join(", ")
             );
         }
         self.check_workload()?;

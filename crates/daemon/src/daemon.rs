@@ -16,7 +16,7 @@ use super::metrics::{Metrics, Role};
 use super::policies::PluginPolicies;
 use super::sampler::{Sample, Sampler};
 use super::streak::{Change, Streaks};
-use mfsched_core::domain::{GpuState, Problem, ReconfigCosts, WorkloadLevel};
+use mfsched_core::{GpuState, Problem, ReconfigCosts, WorkloadLevel};
 use mfsched_plugin_host::ComponentIdentity;
 use mfsched_plugin_host::wit;
 use mfsched_plugin_host::{
@@ -290,7 +290,7 @@ impl Shared {
         let shadows = {
             let mut roles = write(&self.roles);
             let Some(at) = roles.shadows.iter().position(|s| s == policy) else {
-                let name = mfsched_core::text::printable(policy, 100);
+                let name = mfsched_core::printable(policy, 100);
                 return Err(format!(
                     "policy '{name}' is not a shadow: the shadows are {}",
                     list_or_none(&roles.shadows)
@@ -313,7 +313,7 @@ impl Shared {
         }
         Err(format!(
             "no policy '{}': available are {}",
-            mfsched_core::text::printable(policy, 100),
+            mfsched_core::printable(policy, 100),
             available.join(", ")
         ))
     }
@@ -658,7 +658,7 @@ impl Daemon {
     /// tick): `warn` with the reason, escaped and cut, when it starts failing;
     /// `info` with the count of failed ticks when it answers again.
     fn log_edges(&mut self, tick: u64, active: &PolicyRecord, shadows: &[PolicyRecord]) {
-        use mfsched_core::text::printable;
+        use mfsched_core::printable;
         let asked =
             std::iter::once((active, "active")).chain(shadows.iter().map(|s| (s, "shadow")));
         for (record, role) in asked {

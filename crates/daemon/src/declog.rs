@@ -36,7 +36,7 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use super::sampler::Sample;
-use mfsched_core::domain::{GpuState, JointConfig};
+use mfsched_core::{GpuState, JointConfig};
 use mfsched_plugin_host::ComponentIdentity;
 pub use mfsched_plugin_host::PolicyRecord;
 
@@ -123,14 +123,14 @@ impl UtilityRecord {
     pub fn label(&self) -> String {
         let mut label = format!(
             "{}@{}",
-            mfsched_core::text::printable(&self.name, mfsched_plugin_host::OUTPUT_NAME_BYTES),
-            mfsched_core::digest::short(&self.identity.sha256)
+            mfsched_core::printable(&self.name, mfsched_plugin_host::OUTPUT_NAME_BYTES),
+            mfsched_core::short_digest(&self.identity.sha256)
         );
         for (k, v) in &self.params {
             label.push_str(&format!(
                 " {}={}",
-                mfsched_core::text::printable(k, mfsched_plugin_host::OUTPUT_NAME_BYTES),
-                mfsched_core::text::printable(v, mfsched_plugin_host::OUTPUT_NAME_BYTES)
+                mfsched_core::printable(k, mfsched_plugin_host::OUTPUT_NAME_BYTES),
+                mfsched_core::printable(v, mfsched_plugin_host::OUTPUT_NAME_BYTES)
             ));
         }
         label
@@ -157,7 +157,7 @@ pub struct RunRecord {
     /// SHA-256 of the MeanField bundle (metadata and weights) the predictions came from.
     pub bundle_sha256: Option<String>,
     /// The field the joint predictions were made under.
-    pub field: mfsched_core::predict::Field,
+    pub field: mfsched_core::Field,
     /// The seed every policy was passed.
     pub seed: u64,
     /// The utility component the policies optimised.
@@ -531,7 +531,7 @@ fn parse_v1(bytes: &[u8]) -> LogContents {
 pub const MAX_LOG_BYTES: u64 = 256 << 20;
 
 pub fn read(path: &Path) -> Result<LogContents> {
-    let bytes = mfsched_core::fsutil::read_capped(path, MAX_LOG_BYTES, "decision log")?;
+    let bytes = mfsched_core::read_capped(path, MAX_LOG_BYTES, "decision log")?;
     parse(&bytes).with_context(|| format!("log {}", path.display()))
 }
 
@@ -826,7 +826,7 @@ impl DecisionLog {
             bail!(
                 "log.path {} is not a regular file ({})",
                 path.display(),
-                mfsched_core::fsutil::kind_of(&meta.file_type())
+                mfsched_core::file_kind(&meta.file_type())
             );
         }
         Ok(file)
@@ -920,7 +920,7 @@ pub(crate) mod tests {
                 processes: vec![],
             },
             state: GpuState {
-                workload: mfsched_core::domain::WorkloadLevel::High,
+                workload: mfsched_core::WorkloadLevel::High,
                 vram_used_mib: 1234.0,
                 utilization: 0.5,
             },
@@ -1159,7 +1159,7 @@ pub(crate) mod tests {
             scenario_toml: "name = \"paper-n2\"".into(),
             predictor: "MeanField".into(),
             bundle_sha256: Some("cd".repeat(32)),
-            field: mfsched_core::predict::Field::Observed,
+            field: mfsched_core::Field::Observed,
             seed,
             utility: "utility".into(),
             active: "exact".into(),

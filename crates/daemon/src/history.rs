@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex};
 
 use super::declog::{PolicyRecord, TickRecord};
 use super::streak::{Change, Streaks};
-use mfsched_core::digest::short;
-use mfsched_core::domain::{Problem, WorkloadLevel};
+use mfsched_core::short_digest;
+use mfsched_core::{Problem, WorkloadLevel};
 use mfsched_plugin_host::ReloadCounts;
 use mfsched_plugin_host::{ReloadEvent, ReloadOutcome};
 
@@ -196,14 +196,14 @@ impl History {
                     "reload",
                     cut(&format!(
                         "hot reload: {name} replaced by {file} ({})",
-                        short(sha256)
+                        short_digest(sha256)
                     )),
                 ),
                 ReloadOutcome::Added { name, sha256, .. } => (
                     "reload",
                     cut(&format!(
                         "hot reload: {name} added from {file} ({})",
-                        short(sha256)
+                        short_digest(sha256)
                     )),
                 ),
                 ReloadOutcome::Rejected { reason, running } => (
@@ -354,7 +354,7 @@ impl TickPoint {
 /// Served to the dashboard: control characters escaped (file names and
 /// reasons come from outside), then cut.
 fn cut(text: &str) -> String {
-    let text = &mfsched_core::text::printable(text, usize::MAX);
+    let text = &mfsched_core::printable(text, usize::MAX);
     match text.char_indices().nth(REASON_CHARS) {
         Some((at, _)) => format!("{}…", &text[..at]),
         None => text.to_owned(),
@@ -418,7 +418,7 @@ mod tests {
     fn failures_recoveries_and_reloads_become_events_and_totals() {
         use crate::declog::tests::record;
         use mfsched_plugin_host::Proposal;
-        let problem = mfsched_core::scenario::load("paper-n2")
+        let problem = mfsched_core::load_scenario("paper-n2")
             .expect("bundled")
             .problem;
         let history = History::new(1);

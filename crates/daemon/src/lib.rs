@@ -86,8 +86,8 @@ pub struct Overrides {
 /// that did not load are logged, one line each.
 pub fn build_policies(
     config: &DaemonConfig,
-    problem: &mfsched_core::domain::Problem,
-    predictor: Arc<dyn mfsched_core::predict::Predictor>,
+    problem: &mfsched_core::Problem,
+    predictor: Arc<dyn mfsched_core::Predictor>,
 ) -> Result<PluginPolicies> {
     let policy: &PolicyConfig = &config.policy;
     if let Some(dir) = &policy.plugin_dir
@@ -128,13 +128,13 @@ pub fn build_policies(
 /// (its pollers start here, so this must run inside tokio).
 pub fn workload_source(
     config: &DaemonConfig,
-    problem: &mfsched_core::domain::Problem,
+    problem: &mfsched_core::Problem,
     metrics: Arc<Metrics>,
 ) -> Result<WorkloadSource> {
     let w = &config.workload;
     Ok(match (w.source(), &w.trace, &w.prometheus) {
         (WorkloadSourceKind::Trace, Some(name), _) => {
-            let trace = mfsched_core::traces::generate(name, w.trace_ticks, config.seed)
+            let trace = mfsched_core::generate_trace(name, w.trace_ticks, config.seed)
                 .with_context(|| format!("unknown workload trace '{name}'"))?;
             WorkloadSource::Trace(trace.levels)
         }
@@ -160,7 +160,7 @@ pub async fn run(
     if let Some(listen) = overrides.listen {
         config.api.listen = listen;
     }
-    let scenario = mfsched_core::scenario::load(&config.scenario)?;
+    let scenario = mfsched_core::load_scenario(&config.scenario)?;
     // The sampler first: a missing NVML is the likeliest start-up failure.
     let (sampler, note) = sampler::build(
         &config.sampler,
@@ -303,7 +303,7 @@ pub async fn run(
 /// ticks tell.
 async fn can_decide(
     deciding: &Deciding,
-    problem: &mfsched_core::domain::Problem,
+    problem: &mfsched_core::Problem,
     config: &DaemonConfig,
 ) -> Result<()> {
     use mfsched_plugin_host::{DecisionFailure, PluginFailure};
@@ -332,7 +332,7 @@ async fn can_decide(
         Err(other) => {
             tracing::warn!(
                 "policy.active = '{active}': its start-up decision was not used ({}); starting anyway",
-                mfsched_core::text::printable(&other.to_string(), 300)
+                mfsched_core::printable(&other.to_string(), 300)
             );
             return Ok(());
         }
@@ -360,7 +360,7 @@ async fn can_decide(
     bail!(
         "policy.active = '{active}' cannot decide with policy.utility = '{}'{params}: {whose}{}",
         config.policy.utility.as_deref().unwrap_or("utility"),
-        mfsched_core::text::printable(&failure.to_string(), 300)
+        mfsched_core::printable(&failure.to_string(), 300)
     )
 }
 

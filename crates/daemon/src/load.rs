@@ -30,7 +30,7 @@ use tokio::task::JoinHandle;
 use super::config::{ModelLoadConfig, PrometheusConfig};
 use super::forecast::{ForecastKind, Forecaster};
 use super::metrics::{Metrics, escape_label_value};
-use mfsched_core::domain::{Problem, WorkloadLevel};
+use mfsched_core::{Problem, WorkloadLevel};
 
 /// The plain-HTTP client every reading goes through (no TLS stack).
 pub type HttpClient = Client<HttpConnector, Empty<Bytes>>;

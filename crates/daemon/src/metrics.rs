@@ -6,7 +6,7 @@ use std::fmt::Write;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use mfsched_core::domain::Problem;
+use mfsched_core::Problem;
 use mfsched_plugin_host::FailureKind;
 use mfsched_plugin_host::ReloadCounts;
 
@@ -231,7 +231,7 @@ impl Metrics {
     /// ratios when the source measures one, and the fallback it used, if any.
     pub fn load(
         &self,
-        level: mfsched_core::domain::WorkloadLevel,
+        level: mfsched_core::WorkloadLevel,
         observed: Option<f64>,
         forecast: Option<f64>,
         fallback: Option<&'static str>,

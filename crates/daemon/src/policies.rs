@@ -7,8 +7,8 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use mfsched_core::domain::Problem;
-use mfsched_core::predict::Predictor;
+use mfsched_core::Predictor;
+use mfsched_core::Problem;
 use mfsched_plugin_host::reload_self_check;
 use mfsched_plugin_host::run_component;
 use mfsched_plugin_host::wit;

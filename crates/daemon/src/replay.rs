@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use super::declog::{LogContents, PolicyRecord, TickRecord};
-use mfsched_core::text::printable;
+use mfsched_core::printable;
 use mfsched_plugin_host::{OUTPUT_MESSAGE_BYTES, OUTPUT_NAME_BYTES};
 
 /// Names and messages come from plugins (through the log): printed escaped, so
@@ -15,7 +15,7 @@ fn outcome_text(r: &PolicyRecord) -> String {
         Some(sha) => format!(
             "{}@{}",
             printable(&r.policy, OUTPUT_NAME_BYTES),
-            mfsched_core::digest::short(sha)
+            mfsched_core::short_digest(sha)
         ),
         None => printable(&r.policy, OUTPUT_NAME_BYTES),
     };
@@ -101,7 +101,7 @@ struct PolicyStats {
 /// Latency quantile in µs (nearest rank); 0 when there is none.
 fn percentile(latencies_us: &[u64], q: f64) -> u64 {
     let mut values: Vec<f64> = latencies_us.iter().map(|&v| v as f64).collect();
-    let p = mfsched_core::stats::nearest_rank(&mut values, q);
+    let p = mfsched_core::nearest_rank(&mut values, q);
     if p.is_nan() { 0 } else { p as u64 }
 }
 

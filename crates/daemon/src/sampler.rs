@@ -14,7 +14,7 @@ use nvml_wrapper::enums::device::UsedGpuMemory;
 use serde::{Deserialize, Serialize};
 
 use super::config::{SamplerConfig, SamplerKind};
-use mfsched_core::domain::{Problem, WorkloadLevel};
+use mfsched_core::{Problem, WorkloadLevel};
 
 pub mod host;
 pub use host::HostSampler;
@@ -270,7 +270,7 @@ mod tests {
 
     #[test]
     fn footprint_sampler_reports_modelled_vram_and_unknown_utilisation() {
-        let s = mfsched_core::scenario::load("paper-n2").expect("bundled");
+        let s = mfsched_core::load_scenario("paper-n2").expect("bundled");
         let p = &s.problem;
         let sample = FootprintSampler
             .sample(p, &p.current, WorkloadLevel::High)

@@ -12,8 +12,8 @@
 //! under a heavier field.
 
 use crate::sim::physics::{CONCURRENCY, IMAGE_SIZE, SKIP_RATE};
-use mfsched_core::domain::{GpuState, Problem};
-use mfsched_core::predict::{PredictError, Predictor};
+use mfsched_core::{GpuState, Problem};
+use mfsched_core::{PredictError, Predictor};
 
 /// The closed-form model. Stateless; every prediction is computed, none cached,
 /// so the batched path costs per row as a real predictor would.
@@ -91,11 +91,11 @@ impl Predictor for AnalyticPredictor {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mfsched_core::domain::WorkloadLevel;
+    use mfsched_core::WorkloadLevel;
 
     #[test]
     fn table_and_joint_paths_agree_and_contention_slows_everyone() {
-        let p = mfsched_core::scenario::load("paper-n3")
+        let p = mfsched_core::load_scenario("paper-n3")
             .expect("bundled")
             .problem;
         let calm = GpuState {
@@ -111,7 +111,7 @@ mod tests {
         let table = AnalyticPredictor
             .predict_table(&p, &calm)
             .expect("predicts");
-        let offsets = mfsched_core::predict::table_offsets(&p);
+        let offsets = mfsched_core::table_offsets(&p);
         let space = p.space();
         for idx in [0, 7, space.size() - 1] {
             let tuple = space.tuple(idx).expect("in range");

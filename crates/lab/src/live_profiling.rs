@@ -22,8 +22,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mfsched_core::domain::{GpuState, JointConfig, Problem, WorkloadLevel};
-use mfsched_core::profile::{self, Profile, ProfileRow, SamplingPlan};
+use mfsched_core::{GpuState, JointConfig, Problem, WorkloadLevel};
+use mfsched_core::{Profile, ProfileRow, SamplingPlan};
+use mfsched_core::{check_profile_row, write_profile};
 use mfsched_daemon::Actuators;
 use mfsched_daemon::Metrics;
 use mfsched_daemon::ReconfigRecord;
@@ -298,7 +299,7 @@ pub async fn run(
         // of ±1e308, a memory reading above the card) is reported and not
         // written: the file stays readable, so a rerun resumes and measures
         // the point again.
-        if let Err(e) = profile::csv::check_row(&row, problem) {
+        if let Err(e) = check_profile_row(&row, problem) {
             tracing::warn!(
                 "point {}: its readings are not a profile row, skipped: {e:#}",
                 k + 1
@@ -308,7 +309,7 @@ pub async fn run(
             continue;
         }
         profile.rows.push(row);
-        profile::write_csv(&profile, problem, &opts.out)?;
+        write_profile(&profile, problem, &opts.out)?;
         on_row(k + 1, points.len());
     }
     actuators.shutdown(Duration::from_secs(2)).await;

@@ -2,8 +2,8 @@
 //! `repeats` measurements averaged per row.
 
 use anyhow::Result;
-use mfsched_core::domain::Problem;
-use mfsched_core::profile::{Profile, ProfileRow, SamplingPlan};
+use mfsched_core::Problem;
+use mfsched_core::{Profile, ProfileRow, SamplingPlan};
 
 use crate::sim::Simulator;
 
@@ -42,19 +42,19 @@ pub fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mfsched_core::domain::{GpuState, WorkloadLevel};
-    use mfsched_core::profile::DEFAULT_REPEATS;
-    use mfsched_core::scenario;
+    use mfsched_core::DEFAULT_PROFILE_REPEATS;
+    use mfsched_core::load_scenario;
+    use mfsched_core::{GpuState, WorkloadLevel};
 
     fn paper_n2_profile(seed: u64) -> (Problem, Profile) {
-        let problem = scenario::load("paper-n2").expect("bundled").problem;
+        let problem = load_scenario("paper-n2").expect("bundled").problem;
         let mut sim = Simulator::new(&problem, seed).expect("physics");
         let profile = run(
             &mut sim,
             &problem,
             "paper-n2",
             &SamplingPlan::for_problem(&problem, None),
-            DEFAULT_REPEATS,
+            DEFAULT_PROFILE_REPEATS,
             seed,
             &mut |_, _| {},
         )
@@ -132,7 +132,7 @@ mod tests {
     #[test]
     fn write_then_read_gives_the_same_profile() {
         for (name, samples) in [("paper-n2", None), ("paper-n4", Some(40))] {
-            let problem = scenario::load(name).expect("bundled").problem;
+            let problem = load_scenario(name).expect("bundled").problem;
             let mut sim = Simulator::new(&problem, 4).expect("physics");
             let plan = SamplingPlan::for_problem(&problem, samples);
             let profile = run(
@@ -140,15 +140,15 @@ mod tests {
                 &problem,
                 name,
                 &plan,
-                DEFAULT_REPEATS,
+                DEFAULT_PROFILE_REPEATS,
                 4,
                 &mut |_, _| {},
             )
             .expect("profile");
             let dir = tempfile::tempdir().expect("temp dir");
             let path = dir.path().join("p.csv");
-            mfsched_core::profile::write_csv(&profile, &problem, &path).expect("write");
-            let back = mfsched_core::profile::read_csv(&path, &problem).expect("read back");
+            mfsched_core::write_profile(&profile, &problem, &path).expect("write");
+            let back = mfsched_core::read_profile(&path, &problem).expect("read back");
             assert_eq!(back, profile, "{name}");
             // Only the file itself is left: the temporary was renamed.
             assert_eq!(std::fs::read_dir(dir.path()).expect("dir").count(), 1);

@@ -1,7 +1,7 @@
 //! Host bindings of the WIT package (`wit/`) and the conversions from the
 //! domain types, which the WIT types mirror one to one.
 
-use mfsched_core::domain;
+use mfsched_core::{GpuState, KnobValue, Model, Problem, WorkloadLevel};
 
 /// The `policy` world: what a search policy imports and exports.
 pub mod policy {
@@ -29,18 +29,18 @@ pub use policy::mfsched::scheduler::types as wit;
 pub const PACKAGE: &str = "mfsched:scheduler";
 pub const VERSION: &str = "0.3.0";
 
-impl From<domain::WorkloadLevel> for wit::WorkloadLevel {
-    fn from(w: domain::WorkloadLevel) -> Self {
+impl From<WorkloadLevel> for wit::WorkloadLevel {
+    fn from(w: WorkloadLevel) -> Self {
         match w {
-            domain::WorkloadLevel::Low => Self::Low,
-            domain::WorkloadLevel::Medium => Self::Medium,
-            domain::WorkloadLevel::High => Self::High,
-            domain::WorkloadLevel::Burst => Self::Burst,
+            WorkloadLevel::Low => Self::Low,
+            WorkloadLevel::Medium => Self::Medium,
+            WorkloadLevel::High => Self::High,
+            WorkloadLevel::Burst => Self::Burst,
         }
     }
 }
 
-impl From<wit::WorkloadLevel> for domain::WorkloadLevel {
+impl From<wit::WorkloadLevel> for WorkloadLevel {
     fn from(w: wit::WorkloadLevel) -> Self {
         match w {
             wit::WorkloadLevel::Low => Self::Low,
@@ -51,8 +51,8 @@ impl From<wit::WorkloadLevel> for domain::WorkloadLevel {
     }
 }
 
-impl From<&domain::GpuState> for wit::GpuState {
-    fn from(s: &domain::GpuState) -> Self {
+impl From<&GpuState> for wit::GpuState {
+    fn from(s: &GpuState) -> Self {
         Self {
             workload: s.workload.into(),
             vram_used_mib: s.vram_used_mib,
@@ -61,7 +61,7 @@ impl From<&domain::GpuState> for wit::GpuState {
     }
 }
 
-impl From<wit::GpuState> for domain::GpuState {
+impl From<wit::GpuState> for GpuState {
     fn from(s: wit::GpuState) -> Self {
         Self {
             workload: s.workload.into(),
@@ -71,27 +71,27 @@ impl From<wit::GpuState> for domain::GpuState {
     }
 }
 
-impl From<&domain::KnobValue> for wit::KnobValue {
-    fn from(v: &domain::KnobValue) -> Self {
+impl From<&KnobValue> for wit::KnobValue {
+    fn from(v: &KnobValue) -> Self {
         match v {
-            domain::KnobValue::Integer(i) => Self::Integer(*i),
-            domain::KnobValue::Real(r) => Self::Real(*r),
-            domain::KnobValue::Category(c) => Self::Category(c.clone()),
+            KnobValue::Integer(i) => Self::Integer(*i),
+            KnobValue::Real(r) => Self::Real(*r),
+            KnobValue::Category(c) => Self::Category(c.clone()),
         }
     }
 }
 
-impl From<mfsched_core::predict::Field> for wit::Field {
-    fn from(f: mfsched_core::predict::Field) -> Self {
+impl From<mfsched_core::Field> for wit::Field {
+    fn from(f: mfsched_core::Field) -> Self {
         match f {
-            mfsched_core::predict::Field::Observed => Self::Observed,
-            mfsched_core::predict::Field::CandidateAware => Self::CandidateAware,
+            mfsched_core::Field::Observed => Self::Observed,
+            mfsched_core::Field::CandidateAware => Self::CandidateAware,
         }
     }
 }
 
-impl From<&domain::Model> for wit::Model {
-    fn from(m: &domain::Model) -> Self {
+impl From<&Model> for wit::Model {
+    fn from(m: &Model) -> Self {
         Self {
             name: m.name.clone(),
             family: m.family.clone(),
@@ -137,8 +137,8 @@ impl From<&domain::Model> for wit::Model {
     }
 }
 
-impl From<&domain::Problem> for wit::Problem {
-    fn from(p: &domain::Problem) -> Self {
+impl From<&Problem> for wit::Problem {
+    fn from(p: &Problem) -> Self {
         let mut problem = Self {
             card: wit::Card {
                 name: p.card.name.clone(),
@@ -161,7 +161,7 @@ impl From<&domain::Problem> for wit::Problem {
 /// Sets what changes from one tick of a problem to the next (floors, costs,
 /// ranges, the running configuration) from `p`, reusing `w`'s buffers; the
 /// card and the models are left as they are.
-pub fn set_per_tick(w: &mut wit::Problem, p: &domain::Problem) {
+pub fn set_per_tick(w: &mut wit::Problem, p: &Problem) {
     w.sla_floors.clone_from(&p.sla_floors);
     w.reconfig = wit::ReconfigCosts {
         variant_switch: p.reconfig.variant_switch,

@@ -10,8 +10,8 @@ use super::engine::PluginEngine;
 use super::registry::{self, Loaded, LoadedPolicy, LoadedUtility, Origin, Registry};
 use super::tick::{Decider, TickOutcome};
 use super::version::WitVersion;
-use mfsched_core::domain::{GpuState, Problem};
-use mfsched_core::predict::Predictor;
+use mfsched_core::Predictor;
+use mfsched_core::{GpuState, Problem};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
@@ -370,7 +370,7 @@ fn check_terms(inputs: &CheckInputs<'_>, utility: &Arc<LoadedUtility>, sample: &
         }
         Ok(Some(terms)) => terms,
     };
-    let offsets = mfsched_core::predict::table_offsets(problem);
+    let offsets = mfsched_core::table_offsets(problem);
     let space = problem.space();
     let mut predictions = Vec::with_capacity(sample.len() * problem.models.len());
     let mut sums = Vec::with_capacity(sample.len());

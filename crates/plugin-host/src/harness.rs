@@ -8,8 +8,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use mfsched_core::domain::{GpuState, JointConfig, Problem};
-use mfsched_core::predict::Predictor;
+use mfsched_core::Predictor;
+use mfsched_core::{GpuState, JointConfig, Problem};
 
 use crate::engine::PluginEngine;
 use crate::pipeline::{DecisionFailure, Pipeline};
@@ -211,7 +211,7 @@ pub fn run(inputs: &HarnessInputs, cases: &[Case]) -> Vec<CaseReport> {
 mod tests {
     use super::*;
     use crate::failure::PluginFailure;
-    use mfsched_core::domain::WorkloadLevel;
+    use mfsched_core::WorkloadLevel;
 
     fn report(answers: Vec<RunAnswer>, latency_ms: u64) -> CaseReport {
         CaseReport {

@@ -232,7 +232,7 @@ pub const MESSAGE_BYTES: usize = 4096;
 
 /// The one printable-and-cut helper (in core, so every crate shows outside
 /// text the same way).
-pub use mfsched_core::text::printable;
+pub use mfsched_core::printable;
 
 #[cfg(test)]
 mod tests {

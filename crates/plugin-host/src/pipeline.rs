@@ -18,8 +18,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use mfsched_core::domain::{GpuState, JointConfig, Problem};
-use mfsched_core::predict::{Field, Predictor};
+use mfsched_core::{Field, Predictor};
+use mfsched_core::{GpuState, JointConfig, Problem};
 use wasmtime::Store;
 
 use crate::bindings::wit;

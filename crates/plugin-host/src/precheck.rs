@@ -33,7 +33,7 @@ pub const MAX_FUNCTIONS: u64 = 250_000;
 /// is refused without blocking: the file is opened non-blocking and checked on
 /// the descriptor, so it cannot be swapped between the check and the read.
 pub fn read_component_file(path: &Path) -> Result<Vec<u8>> {
-    mfsched_core::fsutil::read_capped(path, MAX_COMPONENT_BYTES, "component")
+    mfsched_core::read_capped(path, MAX_COMPONENT_BYTES, "component")
 }
 
 /// Checks a component binary's shape without compiling it: its top-level

@@ -75,7 +75,7 @@ pub struct PluginInfo {
 impl PluginInfo {
     /// The first 12 hex digits of [`PluginInfo::sha256`], for people.
     pub fn short_hash(&self) -> &str {
-        mfsched_core::digest::short(&self.sha256)
+        mfsched_core::short_digest(&self.sha256)
     }
 
     pub fn identity(&self) -> ComponentIdentity {
@@ -274,7 +274,7 @@ pub fn load(engine: &PluginEngine, name: &str, origin: Origin, bytes: &[u8]) -> 
         })
         .unwrap_or_else(|| "unknown".into());
     let mut info = PluginInfo {
-        sha256: mfsched_core::digest::sha256_hex(bytes),
+        sha256: mfsched_core::sha256_hex(bytes),
         metadata,
         name: name.to_string(),
         origin,
@@ -409,7 +409,7 @@ pub fn load_file(engine: &PluginEngine, path: &Path) -> Result<Loaded> {
     let name = file_name(path)?;
     let bytes = super::precheck::read_component_file(path)?;
     load(engine, name, Origin::File(path.to_path_buf()), &bytes)
-        .with_context(|| format!("plugin {}", mfsched_core::text::path(path)))
+        .with_context(|| format!("plugin {}", mfsched_core::printable_path(path)))
 }
 
 /// The registry name of a plugin file, its stem: UTF-8, printable and at most
@@ -417,7 +417,7 @@ pub fn load_file(engine: &PluginEngine, path: &Path) -> Result<Loaded> {
 /// listings, the API and the decision log. Anything else is refused before
 /// the file is read.
 pub fn file_name(path: &Path) -> Result<&str> {
-    let shown = || mfsched_core::text::path(path);
+    let shown = || mfsched_core::printable_path(path);
     let name = path
         .file_stem()
         .and_then(|s| s.to_str())

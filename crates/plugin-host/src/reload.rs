@@ -16,7 +16,7 @@ use super::pipeline::{DecisionFailure, Pipeline, PolicySource};
 use super::registry::{Loaded, Registry, Slot, World, load_file};
 use super::tick::Checkpoint;
 use anyhow::{Context as _, Result};
-use mfsched_core::predict::Predictor;
+use mfsched_core::Predictor;
 use notify::event::{AccessKind, AccessMode, EventKind, ModifyKind};
 use notify::{RecommendedWatcher, RecursiveMode, Watcher};
 use std::collections::HashMap;

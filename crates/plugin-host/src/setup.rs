@@ -3,8 +3,8 @@
 //! supply; until they do, they are derived from the predictor.
 
 use crate::registry::{PluginInfo, World};
-use mfsched_core::domain::{GpuState, Problem, WorkloadLevel};
-use mfsched_core::predict::{PredictError, Predictor, predicted_quantile_floors, predicted_ranges};
+use mfsched_core::{GpuState, Problem, WorkloadLevel};
+use mfsched_core::{PredictError, Predictor, predicted_quantile_floors, predicted_ranges};
 
 /// Utilisations the derived ranges and floors sweep, beside the four regimes.
 const SWEEP_UTILIZATION: [f64; 3] = [0.2, 0.5, 0.9];

@@ -7,7 +7,7 @@
 
 use crate::bindings::VERSION;
 use anyhow::{Context as _, Result, bail};
-use mfsched_core::fsutil::write_atomically;
+use mfsched_core::write_atomically;
 use std::path::{Path, PathBuf};
 
 /// What `plugins new` writes: a policy or a utility crate.

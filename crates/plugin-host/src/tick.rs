@@ -21,7 +21,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use mfsched_core::domain::{GpuState, JointConfig, Problem};
+use mfsched_core::{GpuState, JointConfig, Problem};
 use serde::{Deserialize, Serialize};
 
 use crate::bindings::wit;
@@ -211,7 +211,7 @@ impl Decider {
         engine: Arc<PluginEngine>,
         policy: Arc<Slot<LoadedPolicy>>,
         utility: Arc<Slot<LoadedUtility>>,
-        predictor: Arc<dyn mfsched_core::predict::Predictor>,
+        predictor: Arc<dyn mfsched_core::Predictor>,
         params: Vec<(String, String)>,
     ) -> Self {
         let name = policy.load().info.name.clone();

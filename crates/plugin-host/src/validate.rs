@@ -2,7 +2,7 @@
 //! VRAM under the cap, and each model's predicted throughput at or above its
 //! SLA floor.
 
-use mfsched_core::domain::{Infeasible, Problem};
+use mfsched_core::{Infeasible, Problem};
 
 /// Why a decision was not used.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

@@ -6,7 +6,7 @@
 
 use crate::bindings::VERSION;
 use anyhow::{Context as _, Result};
-use mfsched_core::fsutil::write_atomically;
+use mfsched_core::write_atomically;
 use std::path::{Path, PathBuf};
 
 /// Every file of `wit/`: (file name, text).

@@ -10,8 +10,8 @@ use crate::cpu::CpuBackend;
 use crate::gpu::{AdapterSummary, GpuBackend};
 use crate::net::FoldedNet;
 use anyhow::{Result, bail};
-use mfsched_core::domain::{GpuState, Problem, WorkloadLevel};
-use mfsched_core::predict::table_offsets;
+use mfsched_core::table_offsets;
+use mfsched_core::{GpuState, Problem, WorkloadLevel};
 
 /// Largest accepted |Δσ| between backends.
 pub const TOLERANCE: f64 = 1e-5;

@@ -9,8 +9,8 @@ use crate::cpu::CpuBackend;
 use crate::gpu::{AdapterSummary, GpuBackend, probe_adapter};
 use crate::net::FoldedNet;
 use anyhow::{Context, Result};
-use mfsched_core::domain::{GpuState, Problem};
-use mfsched_core::predict::{PredictError, Predictor, nan_outside};
+use mfsched_core::{GpuState, Problem};
+use mfsched_core::{PredictError, Predictor, nan_outside};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Where inference should run.
@@ -206,7 +206,7 @@ mod tests {
     use super::*;
     use crate::gpu::tests::gate;
     use crate::synthetic::synthetic_nets;
-    use mfsched_core::scenario;
+    use mfsched_core::load_scenario;
 
     fn adapter(device_type: wgpu::DeviceType) -> AdapterSummary {
         AdapterSummary {
@@ -226,7 +226,7 @@ mod tests {
 
     #[test]
     fn cpu_choice_predicts_and_rejects_nothing_it_should_accept() {
-        let problem = scenario::load("paper-n2").expect("bundled").problem;
+        let problem = load_scenario("paper-n2").expect("bundled").problem;
         let nets = synthetic_nets(&problem, 2);
         let b = InferenceBackend::select(BackendChoice::Cpu, &problem, &nets).expect("cpu");
         assert!(b.gpu().is_none());
@@ -247,7 +247,7 @@ mod tests {
         if !gate("gpu_choice_uses_the_adapter_and_matches_the_cpu") {
             return;
         }
-        let problem = scenario::load("paper-n2").expect("bundled").problem;
+        let problem = load_scenario("paper-n2").expect("bundled").problem;
         let nets = synthetic_nets(&problem, 2);
         let gpu = InferenceBackend::select(BackendChoice::Gpu, &problem, &nets).expect("adapter");
         let cpu = InferenceBackend::select(BackendChoice::Cpu, &problem, &nets).expect("cpu");

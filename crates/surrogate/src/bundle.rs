@@ -20,9 +20,9 @@ use super::fold::fold;
 use super::meanfield::MeanField;
 use super::target::{OutputMap, Target};
 use anyhow::{Context, Result, bail};
-use mfsched_core::domain::{Problem, ThroughputRange};
-use mfsched_core::fsutil::write_atomically;
-use mfsched_core::scenario::Scenario;
+use mfsched_core::Scenario;
+use mfsched_core::write_atomically;
+use mfsched_core::{Problem, ThroughputRange};
 use mfsched_nn::{BatchNorm, Hidden, Linear, Mlp, Standardize, TargetScale};
 use safetensors::tensor::{Dtype, SafeTensors, TensorView};
 use serde::{Deserialize, Serialize};
@@ -193,7 +193,7 @@ impl Bundle {
             } else {
                 MAX_WEIGHTS_BYTES
             };
-            mfsched_core::fsutil::read_capped(&path, max, name).with_context(|| {
+            mfsched_core::read_capped(&path, max, name).with_context(|| {
                 format!(
                     "model bundle {}: cannot read {name} (a bundle directory holds {META_FILE} and {WEIGHTS_FILE})",
                     dir.display()
@@ -438,13 +438,13 @@ impl Bundle {
     /// one, else the scenario its name loads (bundled or a file path).
     pub fn scenario(&self) -> Result<Scenario> {
         match &self.meta.scenario_toml {
-            Some(text) => mfsched_core::scenario::from_toml(text).with_context(|| {
+            Some(text) => mfsched_core::scenario_from_toml(text).with_context(|| {
                 format!(
                     "the scenario '{}' embedded in {META_FILE}",
                     self.meta.scenario
                 )
             }),
-            None => mfsched_core::scenario::load(&self.meta.scenario),
+            None => mfsched_core::load_scenario(&self.meta.scenario),
         }
     }
 
@@ -483,7 +483,7 @@ impl Bundle {
     pub fn digest(&self) -> Result<String> {
         let (mut bytes, weights) = self.encode()?;
         bytes.extend_from_slice(&weights);
-        Ok(mfsched_core::digest::sha256_hex(&bytes))
+        Ok(mfsched_core::sha256_hex(&bytes))
     }
 
     /// `bundle.json` and `weights.safetensors`, as bytes.
@@ -687,7 +687,7 @@ fn read_net(tensors: &SafeTensors<'_>, m: &ModelMeta, arch: &Architecture) -> Re
 mod tests {
     use super::*;
     use crate::bundled;
-    use mfsched_core::scenario;
+    use mfsched_core::{BUNDLED_SCENARIOS, bundled_scenario_names, load_scenario};
     use std::path::PathBuf;
 
     fn fixture(name: &str) -> PathBuf {
@@ -717,13 +717,13 @@ mod tests {
 
     #[test]
     fn shipped_bundles_fit_their_scenarios_and_predict_like_their_training_form() {
-        for name in scenario::bundled_names() {
-            let s = scenario::load(name).expect("bundled");
+        for name in bundled_scenario_names() {
+            let s = load_scenario(name).expect("bundled");
             let bundle = shipped(name);
             bundle.check_against(&s).expect("fits");
             let mf = bundle.meanfield(&s.problem).expect("binds");
-            let state = mfsched_core::domain::GpuState {
-                workload: mfsched_core::domain::WorkloadLevel::High,
+            let state = mfsched_core::GpuState {
+                workload: mfsched_core::WorkloadLevel::High,
                 vram_used_mib: 14000.0,
                 utilization: 0.8,
             };
@@ -746,14 +746,14 @@ mod tests {
     #[test]
     fn a_bundle_for_other_models_is_refused() {
         let err = shipped("paper-n2")
-            .check_against(&scenario::load("paper-n3").expect("bundled"))
+            .check_against(&load_scenario("paper-n3").expect("bundled"))
             .expect_err("other models");
         assert!(err.to_string().contains("has no model 'qwen1.5b'"), "{err}");
     }
 
     #[test]
     fn a_bundle_in_another_unit_is_refused() {
-        let s = scenario::load("paper-n2").expect("bundled");
+        let s = load_scenario("paper-n2").expect("bundled");
         let mut bundle = shipped("paper-n2");
         bundle.meta.models[1].unit = "images/s".into();
         let err = bundle.check_against(&s).expect_err("unit mismatch");
@@ -793,7 +793,7 @@ mod tests {
 
     #[test]
     fn apply_fills_ranges_and_only_the_floors_the_scenario_left_open() {
-        let s = scenario::load("paper-n2").expect("bundled");
+        let s = load_scenario("paper-n2").expect("bundled");
         let bundle = shipped("paper-n2");
         let mut problem = s.problem.clone();
         problem.sla_floors = vec![123.0, 45.0];
@@ -809,7 +809,7 @@ mod tests {
     /// clear error naming what is wrong.
     #[test]
     fn broken_bundles_are_clear_errors() {
-        let s = scenario::load("paper-n2").expect("bundled");
+        let s = load_scenario("paper-n2").expect("bundled");
         let cases = [
             ("truncated", "weights.safetensors is truncated or corrupt"),
             ("truncated-json", "bundle.json is not valid (truncated?)"),
@@ -860,10 +860,10 @@ mod tests {
             v["models"][0]["throughput_ranges"][0]["max"] = 0.0.into();
         });
         assert!(err.contains("throughput range [0, 0]"), "{err}");
-        let s = scenario::load("paper-n2").expect("bundled");
+        let s = load_scenario("paper-n2").expect("bundled");
         let mut other = b.clone();
         other.meta.scenario_toml = Some(
-            scenario::BUNDLED
+            BUNDLED_SCENARIOS
                 .iter()
                 .find(|(n, _)| *n == "paper-n3")
                 .expect("bundled")

@@ -8,8 +8,8 @@
 
 use super::bundle::{Bundle, META_FILE};
 use anyhow::{Context, Result};
-use mfsched_core::profile::{self, Profile};
-use mfsched_core::scenario::Scenario;
+use mfsched_core::Scenario;
+use mfsched_core::{Profile, read_profile_bytes};
 use std::path::{Path, PathBuf};
 
 /// The training data file kept beside each shipped bundle.
@@ -124,7 +124,7 @@ pub fn training_profile(
     let (bytes, path) = match models {
         Some(dir) => {
             let path = bundle_dir(dir, &scenario.name).join(PROFILE_FILE);
-            let bytes = mfsched_core::fsutil::read_capped(
+            let bytes = mfsched_core::read_capped(
                 &path,
                 crate::bundle::MAX_PROFILE_BYTES,
                 "training profile",
@@ -150,7 +150,7 @@ pub fn training_profile(
             )
         }
     };
-    let sha = mfsched_core::digest::sha256_hex(&bytes);
+    let sha = mfsched_core::sha256_hex(&bytes);
     if sha != bundle.meta.training.data_sha256 {
         anyhow::bail!(
             "{} is not the profile the bundle was trained on (SHA-256 {sha}, the bundle records {}); regenerate both with `mfsched models regenerate`",
@@ -158,7 +158,7 @@ pub fn training_profile(
             bundle.meta.training.data_sha256
         );
     }
-    profile::csv::read_csv_bytes(&bytes, &path, &scenario.problem)
+    read_profile_bytes(&bytes, &path, &scenario.problem)
 }
 
 /// `dir` itself when it holds a bundle, else `dir/<scenario>`.
@@ -173,12 +173,12 @@ pub fn bundle_dir(dir: &Path, scenario: &str) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mfsched_core::scenario;
+    use mfsched_core::{bundled_scenario_names, load_scenario};
 
     #[test]
     fn every_bundled_scenario_has_a_loadable_embedded_bundle() {
-        for name in scenario::bundled_names() {
-            let s = scenario::load(name).expect("bundled");
+        for name in bundled_scenario_names() {
+            let s = load_scenario(name).expect("bundled");
             let bundle = load(&s, None).expect("embedded bundle fits");
             assert_eq!(bundle.meta.scenario, name);
             assert!(bundle.meanfield(&s.problem).is_ok());
@@ -188,7 +188,7 @@ mod tests {
     #[test]
     fn a_models_dir_may_be_the_bundle_or_its_parent() {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models");
-        let s = scenario::load("paper-n4").expect("bundled");
+        let s = load_scenario("paper-n4").expect("bundled");
         let from_root = load(&s, Some(&root)).expect("models/paper-n4");
         let from_dir = load(&s, Some(&root.join("paper-n4"))).expect("the bundle dir");
         assert_eq!(from_root, from_dir);

@@ -24,7 +24,7 @@ use crate::features::{
 };
 use crate::net::{BLOCK_ROWS, FoldedNet, Scratch};
 use anyhow::{Result, bail};
-use mfsched_core::domain::{GpuState, JointSpace, Model, Problem};
+use mfsched_core::{GpuState, JointSpace, Model, Problem};
 
 /// A thread gets at least this many candidates of a joint call (two blocks,
 /// a millisecond or more of work), so spawning it costs well under its share.
@@ -395,9 +395,9 @@ mod tests {
     use crate::agreement::{TOLERANCE, check_states};
     use crate::features::input_row;
     use crate::synthetic::synthetic_nets_with;
-    use mfsched_core::domain::WorkloadLevel;
-    use mfsched_core::predict::table_offsets;
-    use mfsched_core::scenario;
+    use mfsched_core::WorkloadLevel;
+    use mfsched_core::load_scenario;
+    use mfsched_core::table_offsets;
     use mfsched_rng::Rng;
 
     /// The scalar reference the GEMM path is held to: one row at a time, every
@@ -439,7 +439,7 @@ mod tests {
 
     #[test]
     fn predict_into_matches_the_scalar_reference_for_every_batch_remainder() {
-        let problem = scenario::load("paper-n3").expect("bundled").problem;
+        let problem = load_scenario("paper-n3").expect("bundled").problem;
         let mut rng = Rng::new(5);
         let mut sizes: Vec<usize> = (1..=40).collect();
         sizes.extend([
@@ -474,7 +474,7 @@ mod tests {
 
     #[test]
     fn table_and_joint_match_the_scalar_reference_on_any_thread_count() {
-        let problem = scenario::load("paper-n5").expect("bundled").problem;
+        let problem = load_scenario("paper-n5").expect("bundled").problem;
         let space = problem.space();
         let n = problem.models.len();
         let mut rng = Rng::new(9);

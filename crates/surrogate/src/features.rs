@@ -6,8 +6,8 @@
 //! candidates, looked up from the mixed-radix digits (the GPU shader does this on
 //! the device).
 
-use mfsched_core::domain::{GpuState, Knob, KnobEncoding, Model, Problem};
-use mfsched_core::profile::Profile;
+use mfsched_core::Profile;
+use mfsched_core::{GpuState, Knob, KnobEncoding, Model, Problem};
 use serde::{Deserialize, Serialize};
 
 /// Number of state features: workload one-hot (4), VRAM used / card VRAM, utilisation.
@@ -329,8 +329,8 @@ pub fn input_row(problem: &Problem, i: usize, config: usize, state: &GpuState) -
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mfsched_core::domain::WorkloadLevel;
-    use mfsched_core::scenario;
+    use mfsched_core::WorkloadLevel;
+    use mfsched_core::load_scenario;
 
     /// The CLI accepts these names; bundles record the serde ones: one spelling.
     #[test]
@@ -347,7 +347,7 @@ mod tests {
 
     #[test]
     fn names_match_the_rows_they_describe() {
-        let s = scenario::load("paper-n5").expect("bundled");
+        let s = load_scenario("paper-n5").expect("bundled");
         let state = GpuState {
             workload: WorkloadLevel::High,
             vram_used_mib: 12288.0,

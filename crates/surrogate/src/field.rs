@@ -28,9 +28,9 @@
 use super::MeanField;
 use super::features::{local_len, local_table};
 use anyhow::{Result, bail};
-use mfsched_core::domain::{GpuState, JointSpace, Problem, WorkloadLevel};
-use mfsched_core::predict::{Field, PredictError, Predictor, nan_outside};
-use mfsched_core::profile::Profile;
+use mfsched_core::Profile;
+use mfsched_core::{Field, PredictError, Predictor, nan_outside};
+use mfsched_core::{GpuState, JointSpace, Problem, WorkloadLevel};
 use serde::Serialize;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -374,7 +374,7 @@ impl CandidateAware {
         let mut vram = Vec::with_capacity(candidates.len());
         let mut utilization = Vec::with_capacity(candidates.len());
         let table = self.meanfield.predict_table(problem, state)?;
-        let offsets = mfsched_core::predict::table_offsets(problem);
+        let offsets = mfsched_core::table_offsets(problem);
         for &c in candidates {
             self.space.decode(c, &mut joint);
             let b = self.utilization.base(workload, &joint) + utilization_offset;
@@ -478,11 +478,11 @@ impl Predictor for CandidateAware {
 mod tests {
     use super::*;
     use crate::bundled;
-    use mfsched_core::scenario;
+    use mfsched_core::load_scenario;
 
     /// The shipped paper-n5 surrogate with the field fitted on its own profile.
     fn paper_n5() -> (Problem, CandidateAware, Profile) {
-        let s = scenario::load("paper-n5").expect("bundled");
+        let s = load_scenario("paper-n5").expect("bundled");
         let bundle = bundled::load(&s, None).expect("embedded bundle");
         let mut problem = s.problem.clone();
         bundle.apply(&mut problem, &s.explicit_floors);

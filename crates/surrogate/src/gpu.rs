@@ -14,7 +14,7 @@ use crate::features::{STATE_FEATURES, local_len, local_table, push_state};
 use crate::net::FoldedNet;
 use anyhow::{Context, Result, anyhow, bail};
 use bytemuck::{Pod, Zeroable};
-use mfsched_core::domain::{GpuState, JointSpace, Problem};
+use mfsched_core::{GpuState, JointSpace, Problem};
 use std::fmt;
 use std::sync::{Mutex, mpsc};
 use wgpu::util::DeviceExt;
@@ -735,9 +735,9 @@ pub(crate) mod tests {
     use crate::agreement::{Agreement, TOLERANCE, check_backends, check_states};
     use crate::cpu::CpuBackend;
     use crate::synthetic::{synthetic_nets, synthetic_nets_with};
-    use mfsched_core::domain::WorkloadLevel;
-    use mfsched_core::predict::table_offsets;
-    use mfsched_core::scenario;
+    use mfsched_core::WorkloadLevel;
+    use mfsched_core::load_scenario;
+    use mfsched_core::table_offsets;
 
     pub(crate) fn gate(test: &str) -> bool {
         match adapter_gate(test).expect("GPU adapter required") {
@@ -759,7 +759,7 @@ pub(crate) mod tests {
         if !gate("table_and_joint_agree_with_cpu_on_paper_n2") {
             return;
         }
-        let problem = scenario::load("paper-n2").expect("bundled").problem;
+        let problem = load_scenario("paper-n2").expect("bundled").problem;
         let nets = synthetic_nets(&problem, 11);
         let all = problem.feasible_indices();
         let check = check_backends(&problem, &nets, &all).expect("both backends run");
@@ -774,7 +774,7 @@ pub(crate) mod tests {
         if !gate("paper_n5_subset_agrees_also_when_split_into_many_dispatches") {
             return;
         }
-        let problem = scenario::load("paper-n5").expect("bundled").problem;
+        let problem = load_scenario("paper-n5").expect("bundled").problem;
         let nets = synthetic_nets(&problem, 5);
         // Every 23rd feasible candidate: ~3,400 spread over the whole space.
         let subset: Vec<u64> = problem.feasible_indices().into_iter().step_by(23).collect();
@@ -811,7 +811,7 @@ pub(crate) mod tests {
         if !gate("per_candidate_fields_agree_with_cpu_and_split_across_dispatches") {
             return;
         }
-        let problem = scenario::load("paper-n3").expect("bundled").problem;
+        let problem = load_scenario("paper-n3").expect("bundled").problem;
         let nets = synthetic_nets(&problem, 8);
         let candidates = problem.feasible_indices();
         let mut rng = mfsched_rng::Rng::new(17);
@@ -853,7 +853,7 @@ pub(crate) mod tests {
         if !gate("layer_widths_that_are_not_multiples_of_four_are_padded_exactly") {
             return;
         }
-        let problem = scenario::load("paper-n3").expect("bundled").problem;
+        let problem = load_scenario("paper-n3").expect("bundled").problem;
         let state = check_states(&problem)[3];
         for hidden in [&[7, 5][..], &[1][..], &[64, 33, 3][..]] {
             let nets = synthetic_nets_with(&problem, 9, hidden);
@@ -879,7 +879,7 @@ pub(crate) mod tests {
             return;
         }
         // Eight 18-configuration LLMs: 18⁸ ≈ 1.1·10¹⁰ joint configurations.
-        let mut problem = scenario::load("paper-n5").expect("bundled").problem;
+        let mut problem = load_scenario("paper-n5").expect("bundled").problem;
         let llm = problem.models[0].clone();
         problem.models = vec![llm; 8];
         let space = problem.space();

@@ -12,8 +12,8 @@ use super::cpu::check_nets;
 use super::net::FoldedNet;
 use super::target::OutputMap;
 use anyhow::{Result, bail};
-use mfsched_core::domain::{GpuState, JointSpace, Problem};
-use mfsched_core::predict::{PredictError, Predictor, table_offsets};
+use mfsched_core::{GpuState, JointSpace, Problem};
+use mfsched_core::{PredictError, Predictor, table_offsets};
 
 /// A MeanField surrogate bound to one problem's models.
 #[derive(Debug)]
@@ -149,9 +149,9 @@ mod tests {
     use super::*;
     use crate::features;
     use crate::fold::fold;
-    use mfsched_core::domain::WorkloadLevel;
-    use mfsched_core::predict::table_offsets;
-    use mfsched_core::scenario;
+    use mfsched_core::WorkloadLevel;
+    use mfsched_core::load_scenario;
+    use mfsched_core::table_offsets;
     use mfsched_nn::{TrainConfig, train};
     use mfsched_rng::Rng;
 
@@ -186,7 +186,7 @@ mod tests {
 
     #[test]
     fn table_rows_are_the_per_row_predictions() {
-        let s = scenario::load("paper-n3").expect("bundled");
+        let s = load_scenario("paper-n3").expect("bundled");
         let p = &s.problem;
         let mf = MeanField::new(p, nets_for(p)).expect("fits");
         let table = mf.predict_table(p, &state()).expect("predicts");
@@ -203,7 +203,7 @@ mod tests {
 
     #[test]
     fn joint_rows_agree_with_the_table() {
-        let s = scenario::load("paper-n3").expect("bundled");
+        let s = load_scenario("paper-n3").expect("bundled");
         let p = &s.problem;
         let mf = MeanField::new(p, nets_for(p)).expect("fits");
         let table = mf.predict_table(p, &state()).expect("predicts");
@@ -233,7 +233,7 @@ mod tests {
     #[test]
     fn outputs_are_decoded_per_target_on_table_and_joint_rows() {
         use crate::target::{OutputMap, Target};
-        let s = scenario::load("paper-n3").expect("bundled");
+        let s = load_scenario("paper-n3").expect("bundled");
         let p = &s.problem;
         let raw = MeanField::new(p, nets_for(p)).expect("fits");
         let solo: Vec<f64> = (0..p.models[1].grid_size())
@@ -280,7 +280,7 @@ mod tests {
     #[test]
     fn wrong_predictors_are_refused() {
         // paper-n5's llama7b is AWQ-only: one input fewer than its neighbours.
-        let s = scenario::load("paper-n5").expect("bundled");
+        let s = load_scenario("paper-n5").expect("bundled");
         let p = &s.problem;
         let mut nets = nets_for(p);
         nets.swap(1, 2);

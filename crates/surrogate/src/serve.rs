@@ -3,9 +3,9 @@
 //! served through [`serve`], so they cannot disagree on the backend or the field.
 
 use anyhow::{Result, bail};
-use mfsched_core::domain::Problem;
-use mfsched_core::predict::{Field, Predictor};
-use mfsched_core::scenario::Scenario;
+use mfsched_core::Problem;
+use mfsched_core::Scenario;
+use mfsched_core::{Field, Predictor};
 use std::path::Path;
 use std::sync::Arc;
 

@@ -5,7 +5,7 @@
 
 use crate::features::input_len;
 use crate::net::{DenseLayer, FoldedNet};
-use mfsched_core::domain::Problem;
+use mfsched_core::Problem;
 use mfsched_rng::Rng;
 
 /// Hidden layer widths of the published MeanField predictor.
@@ -58,11 +58,11 @@ fn random_layer(inputs: usize, outputs: usize, rng: &mut Rng) -> DenseLayer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mfsched_core::scenario;
+    use mfsched_core::load_scenario;
 
     #[test]
     fn same_seed_same_nets_with_real_shapes() {
-        let problem = scenario::load("paper-n5").expect("bundled").problem;
+        let problem = load_scenario("paper-n5").expect("bundled").problem;
         let a = synthetic_nets(&problem, 7);
         assert_eq!(a, synthetic_nets(&problem, 7));
         assert_ne!(a, synthetic_nets(&problem, 8));

@@ -15,7 +15,7 @@
 
 use crate::features;
 use anyhow::{Result, bail};
-use mfsched_core::domain::Model;
+use mfsched_core::Model;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -190,7 +190,7 @@ pub fn fill_solo(model: &Model, measured: &[Option<f64>]) -> Option<(Vec<f64>, u
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mfsched_core::scenario;
+    use mfsched_core::load_scenario;
 
     #[test]
     fn each_target_decodes_what_it_encodes() {
@@ -210,7 +210,7 @@ mod tests {
 
     #[test]
     fn unmeasured_configurations_borrow_the_nearest_solo() {
-        let problem = scenario::load("paper-n2").expect("bundled").problem;
+        let problem = load_scenario("paper-n2").expect("bundled").problem;
         let yolo = &problem.models[1];
         let mut measured = vec![None; yolo.grid_size()];
         measured[0] = Some(100.0);

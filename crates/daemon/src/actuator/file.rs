@@ -6,7 +6,7 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use mfsched_core::domain::{KnobSetting, Problem};
+use mfsched_core::{KnobSetting, Problem};
 
 /// What the file actuator writes.
 #[derive(Debug, Serialize)]

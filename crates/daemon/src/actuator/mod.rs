@@ -44,7 +44,7 @@ use super::config::ActuatorConfig;
 use super::declog::ReconfigRecord;
 use super::metrics::Metrics;
 use super::streak::{Change, Streaks};
-use mfsched_core::domain::{KnobSetting, Problem};
+use mfsched_core::{KnobSetting, Problem};
 
 /// What a webhook receives (the body of its POST, JSON).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -193,7 +193,7 @@ fn failure_edge(streaks: &mut Streaks, key: &str, failure: Option<&str>) {
     match (streaks.observe(key, failure.is_some()), failure) {
         (Some(Change::Failing), Some(why)) => tracing::warn!(
             "{key}: delivery failed: {}; the daemon goes on deciding, and logs again when a delivery succeeds",
-            mfsched_core::text::printable(why, REASON_BYTES)
+            mfsched_core::printable(why, REASON_BYTES)
         ),
         (Some(Change::Recovered { failed_ticks }), _) => {
             tracing::info!("{key}: delivered again after {failed_ticks} failed deliveries")
@@ -469,7 +469,7 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     fn problem() -> Problem {
-        mfsched_core::scenario::load("paper-n2")
+        mfsched_core::load_scenario("paper-n2")
             .expect("bundled")
             .problem
     }
@@ -727,7 +727,7 @@ mod tests {
         let written: serde_json::Value =
             serde_json::from_slice(&std::fs::read(&settings).expect("settings")).expect("JSON");
         let size = match &model.knobs(n as usize).knobs["image_size"] {
-            mfsched_core::domain::KnobValue::Integer(i) => *i,
+            mfsched_core::KnobValue::Integer(i) => *i,
             other => panic!("{other:?}"),
         };
         assert_eq!(

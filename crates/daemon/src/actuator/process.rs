@@ -90,7 +90,7 @@ struct Running {
 impl Supervisor {
     pub(super) fn new(
         index: usize,
-        model: &mfsched_core::domain::Model,
+        model: &mfsched_core::Model,
         config: &ProcessModelConfig,
         common: &ProcessConfig,
     ) -> Result<Self> {

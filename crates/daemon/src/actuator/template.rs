@@ -13,7 +13,7 @@
 use anyhow::{Result, bail};
 use std::collections::BTreeMap;
 
-use mfsched_core::domain::{KnobSetting, KnobValue, Model};
+use mfsched_core::{KnobSetting, KnobValue, Model};
 
 /// What the placeholders of one model's templates stand for.
 #[derive(Debug, Clone, PartialEq)]

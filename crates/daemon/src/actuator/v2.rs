@@ -57,7 +57,7 @@ struct Served {
 impl Model {
     pub(super) fn new(
         index: usize,
-        model: &mfsched_core::domain::Model,
+        model: &mfsched_core::Model,
         config: &V2ModelConfig,
         common: &V2RepositoryConfig,
     ) -> Result<Self> {

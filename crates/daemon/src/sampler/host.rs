@@ -18,7 +18,7 @@ use std::time::Instant;
 
 use super::{ProcessMemory, Sample, Sampler};
 use crate::config::{HostCpuSource, HostMemorySource, HostSamplerConfig};
-use mfsched_core::domain::{Problem, WorkloadLevel};
+use mfsched_core::{Problem, WorkloadLevel};
 
 const MIB: f64 = 1024.0 * 1024.0;
 /// Largest `/proc/stat` read (a line per core: 4096 cores fit).

@@ -6,8 +6,7 @@
 //! was in (what the decision for t + 1 is made for), and by its absolute error.
 
 use anyhow::Result;
-use mfsched_core::domain::WorkloadLevel;
-use mfsched_core::traces::{self, TRACE_NAMES};
+use mfsched_core::{TRACE_NAMES, WorkloadLevel, generate_trace};
 use mfsched_daemon::DEFAULT_THRESHOLDS;
 use mfsched_daemon::{ForecastKind, Forecaster};
 use mfsched_rng::Rng;
@@ -54,7 +53,7 @@ pub fn run(seed: u64, seeds: u64, ticks: usize) -> Result<Vec<ForecastScore>> {
         .collect();
     for s in seed..seed + seeds {
         for (t, &name) in TRACE_NAMES.iter().enumerate() {
-            let Some(trace) = traces::generate(name, ticks, s) else {
+            let Some(trace) = generate_trace(name, ticks, s) else {
                 continue;
             };
             let mut rng = Rng::derive(s, 1000 + t as u64);
@@ -104,6 +103,7 @@ pub fn overall(scores: &[ForecastScore]) -> Vec<(ForecastKind, f64, f64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use mfsched_core::DEFAULT_TRACE_TICKS;
 
     #[test]
     fn the_default_thresholds_are_the_midpoints_of_the_simulated_regimes() {
@@ -121,14 +121,14 @@ mod tests {
     #[test]
     fn scores_are_reproducible_and_the_default_forecaster_is_the_most_accurate() {
         // The measurement `mfsched bench forecast` makes by default.
-        let a = run(1, 5, traces::DEFAULT_TICKS).expect("run");
+        let a = run(1, 5, DEFAULT_TRACE_TICKS).expect("run");
         assert_eq!(
             a,
-            run(1, 5, traces::DEFAULT_TICKS).expect("run"),
+            run(1, 5, DEFAULT_TRACE_TICKS).expect("run"),
             "same seeds, same scores"
         );
         assert_eq!(a.len(), TRACE_NAMES.len() * ForecastKind::ALL.len());
-        assert!(a.iter().all(|s| s.ticks == 5 * (traces::DEFAULT_TICKS - 1)));
+        assert!(a.iter().all(|s| s.ticks == 5 * (DEFAULT_TRACE_TICKS - 1)));
         let totals = overall(&a);
         let best = totals
             .iter()

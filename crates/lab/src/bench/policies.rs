@@ -2,8 +2,8 @@
 //! through the Wasm boundary per policy (median, p99), and each policy's
 //! utility gap to exhaustive search on the same ticks.
 
-use mfsched_core::domain::{GpuState, Problem, WorkloadLevel};
-use mfsched_core::predict::{PerCandidate, Predictor};
+use mfsched_core::{GpuState, Problem, WorkloadLevel};
+use mfsched_core::{PerCandidate, Predictor};
 use mfsched_plugin_host::wit;
 use mfsched_plugin_host::{Decider, Pipeline, PluginEngine};
 use mfsched_plugin_host::{LoadedPolicy, LoadedUtility, Registry, Slot};
@@ -181,7 +181,7 @@ mod tests {
 
     #[test]
     fn ticks_are_seeded() {
-        let p = mfsched_core::scenario::load("paper-n2")
+        let p = mfsched_core::load_scenario("paper-n2")
             .expect("bundled")
             .problem;
         let a = ticks(&p, 5, 9);

@@ -4,8 +4,8 @@
 //! every feasible candidate).
 
 use anyhow::Result;
-use mfsched_core::domain::{GpuState, Problem};
-use mfsched_core::stats::median_duration;
+use mfsched_core::median_duration;
+use mfsched_core::{GpuState, Problem};
 use mfsched_surrogate::CandidateAware;
 use mfsched_surrogate::CpuBackend;
 use mfsched_surrogate::FoldedNet;

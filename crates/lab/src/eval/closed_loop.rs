@@ -16,10 +16,11 @@
 
 use crate::sim::Simulator;
 use anyhow::{Context, Result};
-use mfsched_core::domain::{GpuState, JointConfig, Problem, WorkloadLevel};
-use mfsched_core::predict::{Field, Predictor, table_offsets};
-use mfsched_core::stats::{self, mean};
-use mfsched_core::traces::Trace;
+use mfsched_core::Trace;
+use mfsched_core::mean;
+use mfsched_core::nearest_rank_sorted;
+use mfsched_core::{Field, Predictor, table_offsets};
+use mfsched_core::{GpuState, JointConfig, Problem, WorkloadLevel};
 use mfsched_plugin_host::Scorer;
 use mfsched_plugin_host::wit;
 use mfsched_plugin_host::{Decider, LoadedPolicy, LoadedUtility, PluginEngine, Slot};
@@ -136,8 +137,8 @@ impl Summary {
             realised_sla_violations: ticks.iter().filter(|t| t.realised_sla_violation).count(),
             reconfigurations: ticks.iter().filter(|t| t.reconfigured).count(),
             failures: ticks.iter().filter(|t| !t.accepted).count(),
-            latency_p50_ms: stats::nearest_rank_sorted(&latencies, 0.5),
-            latency_p99_ms: stats::nearest_rank_sorted(&latencies, 0.99),
+            latency_p50_ms: nearest_rank_sorted(&latencies, 0.5),
+            latency_p99_ms: nearest_rank_sorted(&latencies, 0.99),
         }
     }
 }

@@ -4,8 +4,8 @@
 use crate::eval::closed_loop::{Run, Summary};
 use crate::svg::{LineChart, Series};
 use anyhow::{Context, Result};
-use mfsched_core::fsutil::write_atomically;
-use mfsched_core::stats::nearest_rank_sorted;
+use mfsched_core::nearest_rank_sorted;
+use mfsched_core::write_atomically;
 use serde::Serialize;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};

@@ -10,9 +10,9 @@
 use super::physics::PhysicsKind;
 use crate::sim::Simulator;
 use anyhow::Result;
-use mfsched_core::domain::Problem;
-use mfsched_core::profile::{DEFAULT_REPEATS, Profile, SamplingPlan};
-use mfsched_core::scenario;
+use mfsched_core::Problem;
+use mfsched_core::load_scenario;
+use mfsched_core::{DEFAULT_PROFILE_REPEATS, Profile, SamplingPlan};
 
 /// The scenario the published figures were measured on.
 pub const SCENARIO: &str = "paper-n2";
@@ -75,7 +75,7 @@ pub struct Check {
 
 /// Profiles `paper-n2` on the simulator (full grid × 4 regimes) and analyses it.
 pub fn calibrate(seed: u64, repeats: u32) -> Result<Calibration> {
-    let problem = scenario::load(SCENARIO)?.problem;
+    let problem = load_scenario(SCENARIO)?.problem;
     let mut sim = Simulator::new(&problem, seed)?;
     let plan = SamplingPlan::for_problem(&problem, None);
     let profile = crate::profiling::run(
@@ -91,7 +91,7 @@ pub fn calibrate(seed: u64, repeats: u32) -> Result<Calibration> {
 }
 
 /// The default number of repeats a calibration averages per row.
-pub const REPEATS: u32 = DEFAULT_REPEATS;
+pub const REPEATS: u32 = DEFAULT_PROFILE_REPEATS;
 
 /// Slowdown statistics of a profile (any scenario) against the simulator's solo throughput.
 pub fn analyze(profile: &Profile, problem: &Problem, sim: &Simulator, seed: u64) -> Calibration {

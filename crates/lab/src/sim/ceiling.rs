@@ -7,8 +7,8 @@
 //! which reveals part of a burst's load fluctuation, so it may come close).
 
 use crate::sim::Simulator;
-use mfsched_core::domain::Problem;
-use mfsched_core::profile::Profile;
+use mfsched_core::Problem;
+use mfsched_core::Profile;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Ceiling {
@@ -44,8 +44,7 @@ pub fn noise_ceiling(profile: &Profile, problem: &Problem, sim: &Simulator) -> V
         .iter()
         .enumerate()
         .map(|(i, m)| {
-            let solo =
-                |r: &mfsched_core::profile::ProfileRow| sim.solo_throughput(i, r.joint[i] as usize);
+            let solo = |r: &mfsched_core::ProfileRow| sim.solo_throughput(i, r.joint[i] as usize);
             let y: Vec<f64> = profile.rows.iter().map(|r| r.throughput[i]).collect();
             let e: Vec<f64> = expected.iter().map(|e| e[i]).collect();
             let y_rel: Vec<f64> = profile
@@ -73,8 +72,8 @@ pub fn noise_ceiling(profile: &Profile, problem: &Problem, sim: &Simulator) -> V
 mod tests {
     use super::*;
     use crate::profiling::run;
-    use mfsched_core::profile::{DEFAULT_REPEATS, SamplingPlan};
-    use mfsched_core::scenario;
+    use mfsched_core::load_scenario;
+    use mfsched_core::{DEFAULT_PROFILE_REPEATS, SamplingPlan};
 
     #[test]
     fn r_squared_of_a_perfect_and_a_mean_prediction() {
@@ -86,7 +85,7 @@ mod tests {
 
     #[test]
     fn noise_leaves_little_unexplained() {
-        let problem = scenario::load("paper-n3").expect("bundled").problem;
+        let problem = load_scenario("paper-n3").expect("bundled").problem;
         let mut sim = Simulator::new(&problem, 5).expect("physics");
         let plan = SamplingPlan::for_problem(&problem, Some(400));
         let profile = run(
@@ -94,7 +93,7 @@ mod tests {
             &problem,
             "paper-n3",
             &plan,
-            DEFAULT_REPEATS,
+            DEFAULT_PROFILE_REPEATS,
             5,
             &mut |_, _| {},
         )

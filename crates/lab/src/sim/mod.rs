@@ -54,7 +54,7 @@ pub mod sampler;
 pub mod serve;
 
 use anyhow::Result;
-use mfsched_core::domain::{GpuState, Problem, WorkloadLevel};
+use mfsched_core::{GpuState, Problem, WorkloadLevel};
 use mfsched_rng::Rng;
 use physics::{ConfigPhysics, PhysicsFile, PhysicsKind};
 
@@ -260,10 +260,10 @@ impl Simulator {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mfsched_core::scenario;
+    use mfsched_core::load_scenario;
 
     fn paper(n: usize) -> Problem {
-        scenario::load(&format!("paper-n{n}"))
+        load_scenario(&format!("paper-n{n}"))
             .expect("bundled scenario")
             .problem
     }

@@ -2,7 +2,7 @@
 //! configuration of a model: solo throughput and resource demands.
 
 use anyhow::{Context, Result, bail};
-use mfsched_core::domain::{Model, WorkloadLevel};
+use mfsched_core::{Model, WorkloadLevel};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 
@@ -321,13 +321,13 @@ fn vision_config(f: &VisionFamily, v: &VisionVariant, size: f64, skip: f64) -> C
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mfsched_core::scenario;
+    use mfsched_core::{bundled_scenario_families, instantiate_scenario};
 
     #[test]
     fn bundled_physics_covers_every_zoo_family_and_variant() {
         let physics = PhysicsFile::bundled().expect("bundled physics parses");
-        for (name, family) in scenario::bundled_families().expect("zoo") {
-            let model = scenario::instantiate("m", &name, &family, None).expect("model");
+        for (name, family) in bundled_scenario_families().expect("zoo") {
+            let model = instantiate_scenario("m", &name, &family, None).expect("model");
             let configs = physics
                 .configs(&model)
                 .expect("physics for every zoo family");
@@ -342,8 +342,8 @@ mod tests {
     #[test]
     fn knobs_move_solo_throughput_the_physical_way() {
         let physics = PhysicsFile::bundled().expect("bundled physics");
-        let families = scenario::bundled_families().expect("zoo");
-        let llm = scenario::instantiate("l", "llama-3.2-3b", &families["llama-3.2-3b"], None)
+        let families = bundled_scenario_families().expect("zoo");
+        let llm = instantiate_scenario("l", "llama-3.2-3b", &families["llama-3.2-3b"], None)
             .expect("llm");
         let p = physics.configs(&llm).expect("physics");
         let solo = |v: &str, c: u32, s: f64| {
@@ -372,7 +372,7 @@ mod tests {
             "early exit speeds up"
         );
 
-        let yolo = scenario::instantiate("y", "yolo11", &families["yolo11"], None).expect("yolo");
+        let yolo = instantiate_scenario("y", "yolo11", &families["yolo11"], None).expect("yolo");
         let p = physics.configs(&yolo).expect("physics");
         // Grid order: variant (n, s, m) × image size (320, 480, 640).
         assert!(p[0].solo > p[2].solo, "smaller images are faster");
@@ -386,9 +386,9 @@ mod tests {
     #[test]
     fn unknown_family_and_unknown_knob_are_clear_errors() {
         let physics = PhysicsFile::bundled().expect("bundled physics");
-        let families = scenario::bundled_families().expect("zoo");
+        let families = bundled_scenario_families().expect("zoo");
         let mut model =
-            scenario::instantiate("x", "yolo11", &families["yolo11"], None).expect("model");
+            instantiate_scenario("x", "yolo11", &families["yolo11"], None).expect("model");
         model.family = "resnet".into();
         let err = physics.configs(&model).expect_err("no physics").to_string();
         assert!(err.contains("no physics for family 'resnet'"), "{err}");

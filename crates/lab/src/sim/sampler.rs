@@ -2,7 +2,7 @@
 //! workload, one noisy measurement per tick.
 
 use anyhow::Result;
-use mfsched_core::domain::{Problem, WorkloadLevel};
+use mfsched_core::{Problem, WorkloadLevel};
 use mfsched_daemon::{Sample, Sampler};
 
 use super::Simulator;
@@ -55,7 +55,7 @@ mod tests {
 
     #[test]
     fn sim_sampler_measures_the_applied_configuration_reproducibly() {
-        let p = mfsched_core::scenario::load("paper-n2")
+        let p = mfsched_core::load_scenario("paper-n2")
             .expect("bundled")
             .problem;
         let config = SamplerConfig {

@@ -47,7 +47,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use super::Simulator;
-use mfsched_core::domain::{KnobSetting, Problem, WorkloadLevel};
+use mfsched_core::{KnobSetting, Problem, WorkloadLevel};
 use mfsched_daemon::ModelUpdate;
 use mfsched_daemon::escape_label_value;
 
@@ -582,7 +582,7 @@ mod tests {
 
     #[test]
     fn counters_follow_the_offered_load_and_the_simulated_throughput() {
-        let problem = mfsched_core::scenario::load("paper-n2")
+        let problem = mfsched_core::load_scenario("paper-n2")
             .expect("bundled")
             .problem;
         let mut w = World::new(options(problem.clone()), Vec::new()).expect("physics");

@@ -35,9 +35,9 @@ use super::fit::{fidelity, field_data, mape, model_seed, output_maps, solo_table
 use super::split;
 use crate::svg::{BarChart, BarGroup, LineChart, Series};
 use anyhow::{Result, bail};
-use mfsched_core::domain::Problem;
-use mfsched_core::fsutil::write_atomically;
-use mfsched_core::profile::Profile;
+use mfsched_core::Problem;
+use mfsched_core::Profile;
+use mfsched_core::write_atomically;
 use mfsched_nn::TrainConfig;
 use mfsched_nn::metrics::mean_std;
 use mfsched_rng::Rng;
@@ -549,7 +549,7 @@ impl ConfigMeans {
         }
     }
 
-    fn add(&mut self, configs: &[mfsched_core::domain::LocalConfig], c: u32, v: f64) {
+    fn add(&mut self, configs: &[mfsched_core::LocalConfig], c: u32, v: f64) {
         for acc in [
             self.by_config.entry(c).or_default(),
             self.by_variant
@@ -563,7 +563,7 @@ impl ConfigMeans {
     }
 
     /// The mean for configuration `c`; `None` when no row was added at all.
-    fn get(&self, configs: &[mfsched_core::domain::LocalConfig], c: u32) -> Option<f64> {
+    fn get(&self, configs: &[mfsched_core::LocalConfig], c: u32) -> Option<f64> {
         let mean = |acc: &(f64, u32)| acc.0 / f64::from(acc.1.max(1));
         if self.all.1 == 0 {
             return None;
@@ -1206,14 +1206,14 @@ impl CvRun {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mfsched_core::domain::{GpuState, WorkloadLevel};
-    use mfsched_core::profile::{ProfileRow, SoloRow};
+    use mfsched_core::{GpuState, WorkloadLevel};
+    use mfsched_core::{ProfileRow, SoloRow};
 
     /// paper-n2 measured on a few configurations of each model, each pair
     /// twice (both "orders", one group), with solo rows, and a slowdown that is
     /// exactly own factor × inflicted factor.
     fn two_factor_profile() -> (Problem, Profile, Vec<String>) {
-        let problem = mfsched_core::scenario::load("paper-n2")
+        let problem = mfsched_core::load_scenario("paper-n2")
             .expect("bundled")
             .problem;
         let configs = [0u32, 3, 5, 8];

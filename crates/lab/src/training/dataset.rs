@@ -5,8 +5,8 @@
 //! features (the whole joint configuration) plus the state, so its input grows
 //! with N; it is trained one net per output.
 
-use mfsched_core::domain::Problem;
-use mfsched_core::profile::Profile;
+use mfsched_core::Problem;
+use mfsched_core::Profile;
 use mfsched_surrogate::{
     FieldFeatures, STATE_FEATURES, SoloProfiles, local_len, local_table, push_corunners, push_state,
 };
@@ -112,14 +112,14 @@ pub fn build_with(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mfsched_core::domain::{GpuState, WorkloadLevel};
-    use mfsched_core::profile::ProfileRow;
-    use mfsched_core::scenario;
+    use mfsched_core::ProfileRow;
+    use mfsched_core::load_scenario;
+    use mfsched_core::{GpuState, WorkloadLevel};
     use mfsched_surrogate::{input_row, push_local};
 
     #[test]
     fn rows_are_the_feature_layout_and_targets() {
-        let problem = scenario::load("paper-n2").expect("bundled").problem;
+        let problem = load_scenario("paper-n2").expect("bundled").problem;
         let state = GpuState {
             workload: WorkloadLevel::Burst,
             vram_used_mib: 6144.0,

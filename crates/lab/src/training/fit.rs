@@ -3,9 +3,9 @@
 use super::dataset::{self, Layout, ModelData};
 use super::split;
 use anyhow::{Context, Result, bail};
-use mfsched_core::domain::Problem;
-use mfsched_core::profile::Profile;
-use mfsched_core::scenario::Scenario;
+use mfsched_core::Problem;
+use mfsched_core::Profile;
+use mfsched_core::Scenario;
 use mfsched_nn::metrics::r2;
 use mfsched_nn::{Mlp, TrainConfig};
 use mfsched_rng::Rng;

@@ -13,10 +13,11 @@
 //! against a fresh profile.
 
 use anyhow::{Context, Result};
-use mfsched_core::digest::sha256_hex;
-use mfsched_core::domain::Problem;
-use mfsched_core::profile::{self, DEFAULT_REPEATS, Profile, SamplingPlan};
-use mfsched_core::scenario::{self, Scenario};
+use mfsched_core::Problem;
+use mfsched_core::Scenario;
+use mfsched_core::sha256_hex;
+use mfsched_core::{DEFAULT_PROFILE_REPEATS, Profile, SamplingPlan};
+use mfsched_core::{load_scenario, write_profile};
 use mfsched_nn::TrainConfig;
 use mfsched_rng::Rng;
 use mfsched_surrogate::BUNDLED_PROFILE_FILE;
@@ -55,7 +56,7 @@ pub fn profile_on_simulator(
         problem,
         name,
         plan,
-        DEFAULT_REPEATS,
+        DEFAULT_PROFILE_REPEATS,
         Rng::derive(seed, 2).next_u64(),
         progress,
     )
@@ -70,7 +71,7 @@ pub fn regenerate(
     dir: &Path,
     progress: &mut dyn FnMut(&str, usize, usize),
 ) -> Result<Bundle> {
-    let scenario = scenario::load(name)?;
+    let scenario = load_scenario(name)?;
     let problem = &scenario.problem;
     let plan = regenerate_plan(&scenario);
     let profile = profile_on_simulator(name, problem, &plan, seed, &mut |done, total| {
@@ -79,7 +80,7 @@ pub fn regenerate(
     std::fs::create_dir_all(dir)
         .with_context(|| format!("cannot create directory {}", dir.display()))?;
     let csv_path = dir.join(BUNDLED_PROFILE_FILE);
-    profile::write_csv(&profile, problem, &csv_path)?;
+    write_profile(&profile, problem, &csv_path)?;
     let csv = std::fs::read(&csv_path)
         .with_context(|| format!("cannot read back {}", csv_path.display()))?;
     let bundle = fit::train_bundle(

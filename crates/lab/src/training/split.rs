@@ -6,8 +6,8 @@
 //! proportion even when there are more strata than rows per fold. Every draw
 //! comes from the seeded RNG.
 
-use mfsched_core::domain::Problem;
-use mfsched_core::profile::Profile;
+use mfsched_core::Problem;
+use mfsched_core::Profile;
 use mfsched_rng::Rng;
 use std::collections::BTreeMap;
 

@@ -25,9 +25,9 @@ use super::split;
 use crate::published;
 use crate::svg::{LineChart, Reference, Series};
 use anyhow::{Context, Result, bail};
-use mfsched_core::fsutil::write_atomically;
-use mfsched_core::profile::SamplingPlan;
-use mfsched_core::scenario;
+use mfsched_core::SamplingPlan;
+use mfsched_core::load_scenario;
+use mfsched_core::write_atomically;
 use mfsched_nn::TrainConfig;
 use mfsched_nn::metrics::mean_std;
 use mfsched_rng::Rng;
@@ -173,7 +173,7 @@ pub fn run(config: &StudyConfig, progress: &(dyn Fn(usize, usize) + Sync)) -> Re
     }
     let mut pools = Vec::new();
     for (scenario_index, name) in config.scenarios.iter().enumerate() {
-        let s = scenario::load(name)?;
+        let s = load_scenario(name)?;
         let problem = &s.problem;
         let n_models = problem.models.len();
         let plan = SamplingPlan::for_problem(problem, (n_models > 2).then_some(config.pool_rows));

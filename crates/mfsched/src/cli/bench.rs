@@ -5,10 +5,9 @@ use super::surrogate::PredictorArgs;
 use anyhow::{Context as _, Result, bail};
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
-use mfsched_core::domain::{GpuState, WorkloadLevel};
-use mfsched_core::fsutil::write_atomically;
-use mfsched_core::scenario;
-use mfsched_core::stats;
+use mfsched_core::write_atomically;
+use mfsched_core::{GpuState, WorkloadLevel};
+use mfsched_core::{Scenario, load_scenario, nearest_rank, quantile_ms};
 use mfsched_lab::bench::peer::{self, PeerFigures, PeerRun};
 use mfsched_lab::bench::policies::{self as bench, Contender, ContenderResult};
 use mfsched_lab::bench::surrogate::{self as surrogate_bench, Timing};
@@ -51,7 +50,7 @@ pub struct ForecastArgs {
     #[arg(long, default_value_t = 5)]
     seeds: u64,
     /// Ticks per trace.
-    #[arg(long, default_value_t = mfsched_core::traces::DEFAULT_TICKS)]
+    #[arg(long, default_value_t = mfsched_core::DEFAULT_TRACE_TICKS)]
     ticks: usize,
 }
 
@@ -137,7 +136,7 @@ fn forecast(args: ForecastArgs) -> Result<()> {
         print!(" {:>16}", kind.as_str());
     }
     println!();
-    for trace in mfsched_core::traces::TRACE_NAMES {
+    for trace in mfsched_core::TRACE_NAMES {
         print!("{trace:<12}");
         for s in scores.iter().filter(|s| s.trace == trace) {
             print!(
@@ -218,7 +217,7 @@ fn run_table_peer(
 /// Benchmarks one scenario, prints its table (unless --json) and returns its
 /// results and JSON report.
 fn policies_on(args: &PoliciesArgs, name: &str) -> Result<(ScenarioBench, serde_json::Value)> {
-    let scenario = scenario::load(name)?;
+    let scenario = load_scenario(name)?;
     let Served {
         predictor,
         name: predictor_name,
@@ -298,7 +297,7 @@ fn policies_on(args: &PoliciesArgs, name: &str) -> Result<(ScenarioBench, serde_
             slice,
             || bar.inc(1),
         );
-        let mfsched_ms = stats::quantile_ms(&slice_results[0].latencies, 0.5);
+        let mfsched_ms = quantile_ms(&slice_results[0].latencies, 0.5);
         if results.is_empty() {
             results = slice_results;
         } else {
@@ -332,7 +331,7 @@ fn policies_on(args: &PoliciesArgs, name: &str) -> Result<(ScenarioBench, serde_
         results
             .iter()
             .find(|r| r.label == label)
-            .map(|r| stats::quantile_ms(&r.latencies, 0.5))
+            .map(|r| quantile_ms(&r.latencies, 0.5))
     };
     let candidates_over_table =
         median_of("exhaustive (candidates)").zip(median_of("exhaustive (table)"));
@@ -481,7 +480,7 @@ fn write_scaling_svg(path: &std::path::Path, benches: &[ScenarioBench]) -> Resul
                 .iter()
                 .filter_map(|b| {
                     let r = b.results.iter().find(|r| r.label == label)?;
-                    Some((b.models as f64, stats::quantile_ms(&r.latencies, 0.5)))
+                    Some((b.models as f64, quantile_ms(&r.latencies, 0.5)))
                 })
                 .collect();
             Series::new(label, points)
@@ -525,12 +524,12 @@ fn summary(r: &ContenderResult, reference: &[f64], ticks: &[(GpuState, u64)]) ->
     let mut candidates: Vec<f64> = r.candidates.iter().map(|&c| c as f64).collect();
     serde_json::json!({
         "policy": r.label,
-        "latency_p50_ms": stats::quantile_ms(&r.latencies, 0.5),
-        "latency_p99_ms": stats::quantile_ms(&r.latencies, 0.99),
-        "predict_p50_ms": stats::quantile_ms(&r.predict, 0.5),
-        "evaluate_p50_ms": stats::quantile_ms(&r.evaluate, 0.5),
-        "candidates_p50": stats::nearest_rank(&mut candidates, 0.5),
-        "gap_p50_pct": 100.0 * stats::nearest_rank(&mut gaps, 0.5),
+        "latency_p50_ms": quantile_ms(&r.latencies, 0.5),
+        "latency_p99_ms": quantile_ms(&r.latencies, 0.99),
+        "predict_p50_ms": quantile_ms(&r.predict, 0.5),
+        "evaluate_p50_ms": quantile_ms(&r.evaluate, 0.5),
+        "candidates_p50": nearest_rank(&mut candidates, 0.5),
+        "gap_p50_pct": 100.0 * nearest_rank(&mut gaps, 0.5),
         "gap_mean_pct": 100.0 * gap_mean,
         "gap_max_pct": 100.0 * gap_max,
         "worst_ticks": worst_ticks,
@@ -591,7 +590,7 @@ struct FieldPair {
 }
 
 impl FieldPair {
-    fn load(scenario: &scenario::Scenario, models: Option<&std::path::Path>) -> Result<Self> {
+    fn load(scenario: &Scenario, models: Option<&std::path::Path>) -> Result<Self> {
         let bundle = load_bundled(scenario, models)?;
         let profile = bundled_training_profile(scenario, models, &bundle)?;
         let problem = &scenario.problem;
@@ -639,7 +638,7 @@ fn surrogate(args: SurrogateArgs) -> Result<()> {
     if args.rows.contains(&0) {
         bail!("--rows: every batch needs at least one row");
     }
-    let scenario = scenario::load(&args.scenario)?;
+    let scenario = load_scenario(&args.scenario)?;
     let problem = &scenario.problem;
     let (nets, what) = args.predictors.load(&scenario)?;
     let n = problem.models.len();

@@ -1,6 +1,7 @@
 use anyhow::Result;
 use clap::Subcommand;
-use mfsched_core::profile::{self, check::ColumnSummary};
+use mfsched_core::ColumnSummary;
+use mfsched_core::{peek_profile, read_profile, resolve_profile_scenario, summarize_profile};
 use std::path::PathBuf;
 
 #[derive(Debug, Subcommand)]
@@ -23,11 +24,11 @@ pub fn run(cmd: DataCommand) -> Result<()> {
 }
 
 fn check(file: &std::path::Path, scenario: Option<&str>) -> Result<()> {
-    let resolved = profile::check::resolve_scenario(file, scenario)?;
+    let resolved = resolve_profile_scenario(file, scenario)?;
     let problem = &resolved.scenario.problem;
-    let data = profile::read_csv(file, problem)?;
-    let summary = profile::check::summarize(&data, problem);
-    let version = profile::csv::peek(file)?.version;
+    let data = read_profile(file, problem)?;
+    let summary = summarize_profile(&data, problem);
+    let version = peek_profile(file)?.version;
     println!(
         "file      {} (profile format version {})",
         file.display(),

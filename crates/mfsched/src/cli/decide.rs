@@ -3,8 +3,8 @@
 use super::plugins::{PluginOpts, UtilityChoice, key_values, policy_params};
 use anyhow::{Context as _, Result, bail};
 use clap::Args;
-use mfsched_core::domain::GpuState;
-use mfsched_core::scenario;
+use mfsched_core::GpuState;
+use mfsched_core::load_scenario;
 use mfsched_plugin_host::default_state;
 use mfsched_plugin_host::resolve_policy;
 use mfsched_plugin_host::{Decider, Registry};
@@ -43,7 +43,7 @@ pub struct DecideArgs {
 struct ModelLine {
     model: String,
     config: u32,
-    knobs: mfsched_core::domain::KnobSetting,
+    knobs: mfsched_core::KnobSetting,
     vram_mib: u32,
     predicted: f32,
     floor: f64,
@@ -85,7 +85,7 @@ pub(super) fn parse_params(raw: &[String], seed: u64) -> Result<Vec<(String, Str
 }
 
 pub fn run(args: DecideArgs) -> Result<()> {
-    let scenario = scenario::load(&args.scenario)?;
+    let scenario = load_scenario(&args.scenario)?;
     let Served {
         predictor,
         name: predictor_name,

@@ -5,9 +5,9 @@ use super::plugins::{PluginOpts, UtilityChoice, policy_params};
 use super::profile::progress_bar;
 use anyhow::{Context as _, Result, bail};
 use clap::Args;
-use mfsched_core::predict::Field;
-use mfsched_core::scenario;
-use mfsched_core::traces::{self, DEFAULT_TICKS, TRACE_NAMES, Trace};
+use mfsched_core::Field;
+use mfsched_core::{DEFAULT_TRACE_TICKS, TRACE_NAMES, Trace};
+use mfsched_core::{generate_trace, load_scenario};
 use mfsched_lab::eval::closed_loop::{Harness, PolicySpec};
 use mfsched_lab::eval::report::Comparison;
 use mfsched_lab::sim;
@@ -28,7 +28,7 @@ pub struct EvalOpts {
     #[arg(long, default_value = "all")]
     scenarios: String,
     /// Decision ticks per workload scenario (at least 100 for the published protocol).
-    #[arg(long, default_value_t = DEFAULT_TICKS)]
+    #[arg(long, default_value_t = DEFAULT_TRACE_TICKS)]
     ticks: usize,
     /// Seed of the workload traces, the simulator and every policy.
     #[arg(long, default_value_t = 1)]
@@ -69,7 +69,7 @@ pub struct DemoArgs {
     /// Dynamic workload scenario the demo runs.
     #[arg(long, default_value = "mixed")]
     scenario: String,
-    #[arg(long, default_value_t = DEFAULT_TICKS)]
+    #[arg(long, default_value_t = DEFAULT_TRACE_TICKS)]
     ticks: usize,
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -111,7 +111,7 @@ pub(super) fn trace_list(spec: &str, ticks: usize, seed: u64) -> Result<Vec<Trac
     names
         .into_iter()
         .map(|n| {
-            traces::generate(n, ticks, seed).with_context(|| {
+            generate_trace(n, ticks, seed).with_context(|| {
                 format!(
                     "unknown workload scenario '{n}': use all or some of {}",
                     TRACE_NAMES.join(", ")
@@ -185,7 +185,7 @@ pub(super) fn compare(
     traces: &[Trace],
     seed: u64,
 ) -> Result<Comparison> {
-    let scenario = scenario::load(problem_name)?;
+    let scenario = load_scenario(problem_name)?;
     let served = plugins.served(&scenario)?;
     let engine = plugins.engine()?;
     let plugin_dir = plugins.dir.as_deref();

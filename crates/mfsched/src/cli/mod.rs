@@ -89,7 +89,7 @@ enum Command {
 /// lives here.
 mod choices {
     use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
-    use mfsched_core::predict::Field;
+    use mfsched_core::Field;
     use mfsched_surrogate::BackendChoice;
     use mfsched_surrogate::{FieldFeatures, Layout};
 

@@ -3,7 +3,7 @@
 use super::profile::progress_bar;
 use anyhow::Result;
 use clap::Subcommand;
-use mfsched_core::scenario;
+use mfsched_core::bundled_scenario_names;
 use mfsched_lab::training::regenerate;
 use mfsched_surrogate::{embedded_bundle, embedded_bundle_names};
 use std::path::PathBuf;
@@ -35,7 +35,7 @@ pub fn run(cmd: ModelsCommand) -> Result<()> {
             scenarios,
         } => {
             let names: Vec<String> = if scenarios.is_empty() {
-                scenario::bundled_names().map(str::to_string).collect()
+                bundled_scenario_names().map(str::to_string).collect()
             } else {
                 scenarios
             };

@@ -2,10 +2,10 @@
 
 use anyhow::{Context as _, Result, bail};
 use clap::{Args, Subcommand, ValueEnum};
-use mfsched_core::predict::Field;
-use mfsched_core::scenario;
-use mfsched_core::scenario::Scenario;
-use mfsched_core::text::printable;
+use mfsched_core::Field;
+use mfsched_core::Scenario;
+use mfsched_core::load_scenario;
+use mfsched_core::printable;
 use mfsched_lab::analytic::AnalyticPredictor;
 use mfsched_plugin_host::{CheckInputs, check_file};
 use mfsched_plugin_host::{CompileCache, LoadedPolicy, LoadedUtility, PluginEngine, PluginLimits};
@@ -416,7 +416,7 @@ pub fn run(cmd: PluginsCommand) -> Result<()> {
                                 "",
                                 "",
                                 "",
-                                mfsched_core::text::path(p)
+                                mfsched_core::printable_path(p)
                             );
                         }
                         // The flag that sets it: a utility's parameters are not a policy's.
@@ -451,9 +451,12 @@ fn check(
     opts: &PluginOpts,
 ) -> Result<()> {
     if !file.is_file() {
-        bail!("{}: no such component file", mfsched_core::text::path(file));
+        bail!(
+            "{}: no such component file",
+            mfsched_core::printable_path(file)
+        );
     }
-    let scenario = scenario::load(scenario_name)?;
+    let scenario = load_scenario(scenario_name)?;
     let Served {
         predictor,
         name: predictor_name,
@@ -470,7 +473,7 @@ fn check(
     };
     println!(
         "checking {} on {} (predictor: {predictor_name})",
-        mfsched_core::text::path(file),
+        mfsched_core::printable_path(file),
         scenario.name
     );
     let findings = check_file(&inputs, file);
@@ -481,12 +484,12 @@ fn check(
     if failed > 0 {
         bail!(
             "{}: {failed} check(s) failed (the ERROR lines above)",
-            mfsched_core::text::path(file)
+            mfsched_core::printable_path(file)
         );
     }
     println!(
         "passed: {} is ready to ship",
-        mfsched_core::text::path(file)
+        mfsched_core::printable_path(file)
     );
     Ok(())
 }

@@ -5,8 +5,8 @@
 use super::decide::{checked_state, parse_params};
 use super::plugins::{PluginOpts, policy_params};
 use anyhow::{Context as _, Result, bail};
-use mfsched_core::domain::{GpuState, JointConfig, Problem, WorkloadLevel};
-use mfsched_core::scenario;
+use mfsched_core::{GpuState, JointConfig, Problem, WorkloadLevel};
+use mfsched_core::{Scenario, load_scenario, scenario_from_toml};
 use mfsched_daemon::LogContents;
 use mfsched_plugin_host::resolve_policy;
 use mfsched_plugin_host::{HARNESS_CLOCK_STEP, HarnessCase, HarnessInputs};
@@ -42,15 +42,15 @@ pub struct TestArgs<'a> {
 
 /// The scenario the states belong to: the one asked for, else the one the log
 /// recorded, else paper-n5.
-fn scenario_of(args: &TestArgs<'_>, log: Option<&LogContents>) -> Result<scenario::Scenario> {
+fn scenario_of(args: &TestArgs<'_>, log: Option<&LogContents>) -> Result<Scenario> {
     if let Some(name) = args.scenario {
-        return scenario::load(name);
+        return load_scenario(name);
     }
     match log.and_then(|l| l.runs.first()) {
         Some((_, run)) => {
-            scenario::from_toml(&run.scenario_toml).context("the scenario the decision log records")
+            scenario_from_toml(&run.scenario_toml).context("the scenario the decision log records")
         }
-        None => scenario::load("paper-n5"),
+        None => load_scenario("paper-n5"),
     }
 }
 
@@ -123,7 +123,7 @@ pub fn run(args: &TestArgs<'_>) -> Result<()> {
     for r in &reports {
         let mut ms: Vec<f64> = r.latencies.iter().map(|l| l.as_secs_f64() * 1e3).collect();
         let max = ms.iter().copied().fold(0.0, f64::max);
-        let p50 = mfsched_core::stats::nearest_rank(&mut ms, 0.5);
+        let p50 = mfsched_core::nearest_rank(&mut ms, 0.5);
         all_ms.extend(ms);
         let valid = r.answers.iter().filter(|a| a.is_ok()).count();
         println!(
@@ -151,7 +151,7 @@ pub fn run(args: &TestArgs<'_>) -> Result<()> {
         .sum();
     let deterministic = reports.iter().filter(|r| r.deterministic()).count();
     let max_ms = all_ms.iter().copied().fold(0.0, f64::max);
-    let p50_ms = mfsched_core::stats::nearest_rank(&mut all_ms, 0.5);
+    let p50_ms = mfsched_core::nearest_rank(&mut all_ms, 0.5);
     println!(
         "\n{} state(s) × {} runs: {valid} of {decisions} decisions valid, {deterministic} of {} states deterministic, latency p50 {p50_ms:.2} ms, max {max_ms:.2} ms (budget {} ms)",
         reports.len(),

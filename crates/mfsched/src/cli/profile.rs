@@ -1,9 +1,9 @@
 use anyhow::{Context as _, Result, bail};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use mfsched_core::domain::WorkloadLevel;
-use mfsched_core::profile::{self, DEFAULT_REPEATS, SamplingPlan};
-use mfsched_core::scenario;
+use mfsched_core::WorkloadLevel;
+use mfsched_core::{DEFAULT_PROFILE_REPEATS, SamplingPlan};
+use mfsched_core::{load_scenario, read_profile, write_profile};
 use mfsched_lab::sim::{self, Simulator};
 use mfsched_rng::Rng;
 use std::io::IsTerminal;
@@ -46,7 +46,7 @@ pub struct ProfileArgs {
     #[arg(long)]
     samples: Option<usize>,
     /// Measurements averaged into each row.
-    #[arg(long, default_value_t = DEFAULT_REPEATS)]
+    #[arg(long, default_value_t = DEFAULT_PROFILE_REPEATS)]
     repeats: u32,
     /// Seed for the sampling plan and the simulator's noise: same seed, same file.
     #[arg(long)]
@@ -77,7 +77,7 @@ pub fn run(args: ProfileArgs) -> Result<()> {
         bail!("--repeats must be at least 1");
     }
     let name = args.scenario.clone().unwrap_or_default();
-    let scenario = scenario::load(&name)?;
+    let scenario = load_scenario(&name)?;
     let problem = &scenario.problem;
     let plan = SamplingPlan::for_problem(problem, args.samples);
     // Independent streams: changing the plan does not change the noise and back.
@@ -103,7 +103,7 @@ pub fn run(args: ProfileArgs) -> Result<()> {
         },
     )?;
     bar.finish_and_clear();
-    profile::write_csv(&profile, problem, &args.out)?;
+    write_profile(&profile, problem, &args.out)?;
     println!(
         "wrote {} rows ({} models, measured on the simulator) to {}",
         profile.rows.len(),
@@ -124,11 +124,11 @@ fn live(args: ProfileArgs) -> Result<()> {
     if args.window_ms == 0 {
         bail!("--window-ms must be positive");
     }
-    let scenario = scenario::load(&config.scenario)?;
+    let scenario = load_scenario(&config.scenario)?;
     let problem = &scenario.problem;
     let plan = SamplingPlan::for_problem(problem, args.samples);
     let existing = if args.out.exists() {
-        Some(profile::read_csv(&args.out, problem)?)
+        Some(read_profile(&args.out, problem)?)
     } else {
         None
     };
@@ -199,9 +199,9 @@ fn live(args: ProfileArgs) -> Result<()> {
         println!(
             "{actuator}: {} reconfigurations, downtime (request to ready) median {:.0} ms, p90 {:.0} ms, max {:.0} ms",
             ms.len(),
-            mfsched_core::stats::nearest_rank(&mut ms, 0.5),
-            mfsched_core::stats::nearest_rank(&mut ms, 0.9),
-            mfsched_core::stats::nearest_rank(&mut ms, 1.0)
+            mfsched_core::nearest_rank(&mut ms, 0.5),
+            mfsched_core::nearest_rank(&mut ms, 0.9),
+            mfsched_core::nearest_rank(&mut ms, 1.0)
         );
     }
     Ok(())

@@ -11,9 +11,9 @@ use std::sync::Arc;
 
 use super::eval::parse_policy;
 use super::plugins::{PluginOpts, policy_params};
-use mfsched_core::domain::{JointConfig, Problem};
-use mfsched_core::fsutil::write_atomically;
-use mfsched_core::text::printable;
+use mfsched_core::printable;
+use mfsched_core::write_atomically;
+use mfsched_core::{JointConfig, Problem};
 use mfsched_daemon::{ComponentRecord, LogContents, RunRecord, TickRecord};
 use mfsched_plugin_host::OUTPUT_NAME_BYTES;
 use mfsched_plugin_host::{Decider, Registry};
@@ -175,7 +175,7 @@ fn counterfactual(args: &ReplayArgs, contents: &LogContents) -> Result<()> {
             );
         }
     }
-    let scenario = mfsched_core::scenario::from_toml(&run.scenario_toml)
+    let scenario = mfsched_core::scenario_from_toml(&run.scenario_toml)
         .context("the scenario the log recorded")?;
     let mut opts = args.opts.clone();
     opts.field = run.field;
@@ -365,7 +365,7 @@ fn markdown(r: &Results, predictor: &str) -> String {
         r.scenario,
         r.bundle_sha256
             .as_deref()
-            .map_or("(none)", mfsched_core::digest::short),
+            .map_or("(none)", mfsched_core::short_digest),
         r.seed
     )
     .ok();
@@ -388,7 +388,7 @@ fn markdown(r: &Results, predictor: &str) -> String {
                 format!(
                     "`{}@{}`{}",
                     printable(&c.policy, OUTPUT_NAME_BYTES),
-                    mfsched_core::digest::short(sha),
+                    mfsched_core::short_digest(sha),
                     if declares.is_empty() {
                         String::new()
                     } else {

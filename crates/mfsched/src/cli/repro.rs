@@ -8,8 +8,8 @@ use super::plugins::PluginOpts;
 use super::profile::progress_bar;
 use anyhow::{Result, bail};
 use clap::{Args, Subcommand};
-use mfsched_core::fsutil::write_atomically;
-use mfsched_core::traces::DEFAULT_TICKS;
+use mfsched_core::DEFAULT_TRACE_TICKS;
+use mfsched_core::write_atomically;
 use mfsched_lab::eval::report::Comparison;
 use mfsched_lab::training::study::{self, StudyConfig, StudyResult};
 use mfsched_lab::{published, sim};
@@ -75,7 +75,7 @@ pub fn repro(args: ReproArgs) -> Result<()> {
     let default_ticks = if args.quick {
         QUICK_TICKS
     } else {
-        DEFAULT_TICKS
+        DEFAULT_TRACE_TICKS
     };
     let ticks = args.ticks.unwrap_or(default_ticks);
     let mut command = format!("mfsched repro --seed {}", args.seed);

@@ -1,7 +1,7 @@
 use anyhow::Result;
 use clap::Subcommand;
-use mfsched_core::domain::{Knob, KnobEncoding};
-use mfsched_core::scenario;
+use mfsched_core::{Knob, KnobEncoding};
+use mfsched_core::{bundled_scenario_names, load_scenario};
 
 #[derive(Debug, Subcommand)]
 pub enum ScenarioCommand {
@@ -21,8 +21,8 @@ pub fn run(cmd: ScenarioCommand) -> Result<()> {
                 "{:<10} {:>3} {:>10} {:>10}  description",
                 "name", "N", "joint", "feasible"
             );
-            for name in scenario::bundled_names() {
-                let s = scenario::load(name)?;
+            for name in bundled_scenario_names() {
+                let s = load_scenario(name)?;
                 println!(
                     "{:<10} {:>3} {:>10} {:>10}  {}",
                     s.name,
@@ -35,7 +35,7 @@ pub fn run(cmd: ScenarioCommand) -> Result<()> {
             Ok(())
         }
         ScenarioCommand::Show { name } => {
-            let s = scenario::load(&name)?;
+            let s = load_scenario(&name)?;
             let p = &s.problem;
             println!("scenario  {}", s.name);
             println!("          {}", s.description);

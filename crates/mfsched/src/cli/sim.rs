@@ -1,9 +1,9 @@
 use anyhow::{Context, Result, bail};
 use clap::Subcommand;
-use mfsched_core::domain::WorkloadLevel;
-use mfsched_core::fsutil::write_atomically;
-use mfsched_core::profile::{DEFAULT_REPEATS, SamplingPlan};
-use mfsched_core::scenario;
+use mfsched_core::WorkloadLevel;
+use mfsched_core::load_scenario;
+use mfsched_core::write_atomically;
+use mfsched_core::{DEFAULT_PROFILE_REPEATS, SamplingPlan};
 use mfsched_lab::sim::serve::{MetricsFormat, ServeOptions, Servers};
 use mfsched_lab::sim::{self, Simulator, calibration, calibration_plot, ceiling};
 use mfsched_rng::Rng;
@@ -38,7 +38,7 @@ pub enum SimCommand {
         /// Rows (default: the profiling default for the scenario).
         #[arg(long)]
         samples: Option<usize>,
-        #[arg(long, default_value_t = DEFAULT_REPEATS)]
+        #[arg(long, default_value_t = DEFAULT_PROFILE_REPEATS)]
         repeats: u32,
     },
     /// Runs the simulator as one model server per model on loopback (SIMULATED
@@ -61,7 +61,7 @@ pub struct ServeArgs {
     /// The workload level of every tick when no --trace is given.
     #[arg(long, default_value = "medium")]
     level: String,
-    #[arg(long, default_value_t = mfsched_core::traces::DEFAULT_TICKS)]
+    #[arg(long, default_value_t = mfsched_core::DEFAULT_TRACE_TICKS)]
     trace_ticks: usize,
     /// Length of one simulated tick (one trace step), ms.
     #[arg(long, default_value_t = 1000)]
@@ -103,15 +103,15 @@ pub fn run(cmd: SimCommand) -> Result<()> {
 }
 
 fn run_serve(args: ServeArgs) -> Result<()> {
-    let scenario = scenario::load(&args.scenario)?;
+    let scenario = load_scenario(&args.scenario)?;
     let problem = scenario.problem;
     let levels = match &args.trace {
         Some(name) => {
-            mfsched_core::traces::generate(name, args.trace_ticks, args.seed)
+            mfsched_core::generate_trace(name, args.trace_ticks, args.seed)
                 .with_context(|| {
                     format!(
                         "--trace '{name}' is unknown: use one of {}",
-                        mfsched_core::traces::TRACE_NAMES.join(", ")
+                        mfsched_core::TRACE_NAMES.join(", ")
                     )
                 })?
                 .levels
@@ -275,7 +275,7 @@ fn run_ceiling(name: &str, seed: u64, samples: Option<usize>, repeats: u32) -> R
     if repeats == 0 {
         bail!("--repeats must be at least 1");
     }
-    let scenario = scenario::load(name)?;
+    let scenario = load_scenario(name)?;
     let problem = &scenario.problem;
     let plan = SamplingPlan::for_problem(problem, samples);
     let mut simulator = Simulator::new(problem, Rng::derive(seed, 1).next_u64())?;

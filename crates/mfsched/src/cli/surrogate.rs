@@ -4,8 +4,8 @@
 use super::profile::progress_bar;
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
-use mfsched_core::profile;
-use mfsched_core::scenario::{self, Scenario};
+use mfsched_core::Scenario;
+use mfsched_core::{Profile, load_scenario, read_profile, read_profile_columns};
 use mfsched_lab::training::cv::CvConfig;
 use mfsched_lab::training::fit;
 use mfsched_nn::TrainConfig;
@@ -186,7 +186,7 @@ fn spread(all: Vec<u64>, count: Option<usize>) -> Result<Vec<u64>> {
 }
 
 fn check(args: CheckBackendsArgs) -> Result<()> {
-    let scenario = scenario::load(&args.scenario)?;
+    let scenario = load_scenario(&args.scenario)?;
     let problem = &scenario.problem;
     let (nets, what) = args.predictors.load(&scenario)?;
     let feasible = problem.feasible_indices();
@@ -241,7 +241,7 @@ fn eval(
 ) -> Result<()> {
     let (scenario, bundle) = match (scenario, &model) {
         (Some(name), _) => {
-            let scenario = scenario::load(&name)?;
+            let scenario = load_scenario(&name)?;
             let bundle = load_bundled(&scenario, model.as_deref())?;
             (scenario, bundle)
         }
@@ -258,7 +258,7 @@ fn eval(
         }
         (None, None) => bail!("give --model DIR, --scenario NAME, or both"),
     };
-    let profile = profile::read_csv(&data, &scenario.problem)?;
+    let profile = read_profile(&data, &scenario.problem)?;
     let predicted = fit::predictions(&bundle, &scenario, &profile)?;
     println!(
         "{} rows of {} scored by the {} bundle (target {}, field {}, trained on data {}…)",
@@ -267,7 +267,7 @@ fn eval(
         scenario.name,
         bundle.meta.target,
         bundle.meta.field_features,
-        mfsched_core::digest::short(&bundle.meta.training.data_sha256)
+        mfsched_core::short_digest(&bundle.meta.training.data_sha256)
     );
     // The slowdown's reference: the file's own solo rows, else the bundle's
     // solo table (a relative bundle's), else none.
@@ -339,13 +339,13 @@ fn eval(
 }
 
 fn cv(args: CvArgs) -> Result<()> {
-    let scenario = scenario::load(&args.scenario)?;
+    let scenario = load_scenario(&args.scenario)?;
     let problem = &scenario.problem;
-    let profile = profile::read_csv(&args.data, problem)?;
+    let profile = read_profile(&args.data, problem)?;
     let groups: Vec<String> = if args.group_by.is_empty() {
         Vec::new()
     } else {
-        profile::csv::read_columns(&args.data, problem, &args.group_by)?
+        read_profile_columns(&args.data, problem, &args.group_by)?
             .into_iter()
             .map(|cells| cells.join("\u{1f}"))
             .collect()
@@ -433,7 +433,7 @@ fn cv(args: CvArgs) -> Result<()> {
 fn write_predictions(
     out: &std::path::Path,
     scenario: &Scenario,
-    profile: &profile::Profile,
+    profile: &Profile,
     predicted: &[Vec<f32>],
 ) -> Result<()> {
     let mut text = Vec::new();
@@ -461,7 +461,7 @@ fn write_predictions(
         }
         w.flush()?;
     }
-    mfsched_core::fsutil::write_atomically(out, &text)
+    mfsched_core::write_atomically(out, &text)
 }
 
 #[cfg(test)]

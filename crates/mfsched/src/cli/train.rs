@@ -3,8 +3,7 @@
 use super::profile::progress_bar;
 use anyhow::{Context, Result};
 use clap::Args;
-use mfsched_core::profile;
-use mfsched_core::scenario;
+use mfsched_core::{load_scenario, read_profile, read_profile_columns};
 use mfsched_lab::training::{fit, regenerate};
 use mfsched_nn::TrainConfig;
 use mfsched_surrogate::{FieldFeatures, Layout};
@@ -64,11 +63,11 @@ fn parse_target(text: &str) -> Result<Target> {
 }
 
 pub fn run(args: TrainArgs) -> Result<()> {
-    let scenario = scenario::load(&args.scenario)?;
+    let scenario = load_scenario(&args.scenario)?;
     let problem = &scenario.problem;
     let bytes = std::fs::read(&args.data)
         .with_context(|| format!("cannot read {}", args.data.display()))?;
-    let data = profile::read_csv(&args.data, problem)?;
+    let data = read_profile(&args.data, problem)?;
     let config = TrainConfig {
         epochs: args.epochs,
         ..TrainConfig::default()
@@ -89,7 +88,7 @@ pub fn run(args: TrainArgs) -> Result<()> {
     let groups: Vec<String> = if args.group_by.is_empty() {
         Vec::new()
     } else {
-        profile::csv::read_columns(&args.data, problem, &args.group_by)?
+        read_profile_columns(&args.data, problem, &args.group_by)?
             .into_iter()
             .map(|cells| cells.join("\u{1f}"))
             .collect()
@@ -129,7 +128,7 @@ pub fn run(args: TrainArgs) -> Result<()> {
     let bundle = fit::train_bundle(
         &scenario,
         &data,
-        mfsched_core::digest::sha256_hex(&bytes),
+        mfsched_core::sha256_hex(&bytes),
         &config,
         options,
         args.seed,
@@ -183,7 +182,7 @@ pub fn bench(args: BenchTrainArgs) -> Result<()> {
     if args.repeats == 0 || args.epochs == 0 {
         anyhow::bail!("--repeats and --epochs must be positive");
     }
-    let scenario = scenario::load("paper-n2")?;
+    let scenario = load_scenario("paper-n2")?;
     let plan = regenerate::regenerate_plan(&scenario);
     let profile =
         regenerate::profile_on_simulator("paper-n2", &scenario.problem, &plan, 1, &mut |_, _| {})?;
@@ -219,7 +218,7 @@ pub fn bench(args: BenchTrainArgs) -> Result<()> {
                 .map(|_| t.elapsed().as_secs_f64())
             })
             .collect::<Result<_>>()?;
-        let median = mfsched_core::stats::nearest_rank(&mut times, 0.5);
+        let median = mfsched_core::nearest_rank(&mut times, 0.5);
         println!(
             "{:>6} {:>7} {:>10.3} {:>16.2}",
             rows,
