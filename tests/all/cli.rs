@@ -1488,7 +1488,7 @@ fn own_measurements(scenario_path: &str, file: &Path) {
     use mfsched_core::write_profile;
     use mfsched_core::{GpuState, WorkloadLevel};
     use mfsched_core::{Profile, ProfileRow};
-    use mfsched_lab::analytic::AnalyticPredictor;
+    use mfsched_lab::AnalyticPredictor;
     let s = mfsched_core::load_scenario(scenario_path).expect("fixture scenario");
     let p = &s.problem;
     let space = p.space();

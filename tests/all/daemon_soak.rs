@@ -128,7 +128,7 @@ fn pipeline(deadline: Duration) -> Arc<Pipeline> {
     Arc::new(Pipeline::new(
         engine,
         utility,
-        Arc::new(mfsched_lab::analytic::AnalyticPredictor),
+        Arc::new(mfsched_lab::AnalyticPredictor),
     ))
 }
 
@@ -692,8 +692,7 @@ fn plugin_host_on_paper_n2(
 ) -> (Problem, mfsched_daemon::PluginPolicies) {
     let scenario = mfsched_core::load_scenario("paper-n2").expect("bundled");
     let mut problem = scenario.problem;
-    let predictor: Arc<dyn mfsched_core::Predictor> =
-        Arc::new(mfsched_lab::analytic::AnalyticPredictor);
+    let predictor: Arc<dyn mfsched_core::Predictor> = Arc::new(mfsched_lab::AnalyticPredictor);
     mfsched_plugin_host::fill_defaults(&mut problem, &scenario.explicit_floors, predictor.as_ref())
         .expect("predicts");
     let (policies, notes) = mfsched_daemon::PluginPolicies::new(

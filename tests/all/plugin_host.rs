@@ -7,7 +7,7 @@
 
 use mfsched_core::{GpuState, Problem, WorkloadLevel};
 use mfsched_core::{PerCandidate, Predictor};
-use mfsched_lab::analytic::AnalyticPredictor;
+use mfsched_lab::AnalyticPredictor;
 use mfsched_plugin_host::Scorer;
 use mfsched_plugin_host::fill_defaults;
 use mfsched_plugin_host::wit_params;

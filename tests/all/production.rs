@@ -437,7 +437,7 @@ fn realised_utilities(
     records: &[&mfsched_daemon::TickRecord],
     level_at: impl Fn(u64) -> WorkloadLevel,
 ) -> (f64, f64) {
-    use mfsched_lab::eval::closed_loop::{Harness, PolicySpec, Summary};
+    use mfsched_lab::{Harness, PolicySpec, Summary};
     use mfsched_plugin_host::Scorer;
     use mfsched_plugin_host::wit;
     use mfsched_plugin_host::{CompileCache, PluginEngine, PluginLimits};
@@ -459,7 +459,7 @@ fn realised_utilities(
     )
     .expect("the embedded bundle");
     let problem = served.problem.clone();
-    let sim = mfsched_lab::sim::Simulator::new(&problem, 5).expect("simulator");
+    let sim = mfsched_lab::Simulator::new(&problem, 5).expect("simulator");
     let mut scorer = Scorer::new(Arc::clone(&engine), Arc::clone(&utility));
     let mut lifted = problem.clone();
     lifted.sla_floors.iter_mut().for_each(|f| *f = 0.0);
@@ -536,7 +536,7 @@ fn sim_serve(
 
 /// The preset that reads what `sim serve` serves for `model`.
 fn preset(model: &mfsched_core::Model) -> &'static str {
-    mfsched_lab::sim::serve::MetricsFormat::for_kind(&model.kind).as_str()
+    mfsched_lab::MetricsFormat::for_kind(&model.kind).as_str()
 }
 
 /// `[actuator.webhook.urls]` pointing every model at its simulated server.

@@ -1,6 +1,6 @@
 //! The MeanField surrogate: one small MLP per model, fed with the model's own
 //! configuration and the aggregate GPU state. Training lives in the lab
-//! (`mfsched_lab::training`); this crate only serves trained bundles.
+//! (the lab's `training` module); this crate only serves trained bundles.
 //!
 //! # The façade
 //!

@@ -8,11 +8,12 @@ use indicatif::{ProgressBar, ProgressStyle};
 use mfsched_core::write_atomically;
 use mfsched_core::{GpuState, WorkloadLevel};
 use mfsched_core::{Scenario, load_scenario, nearest_rank, quantile_ms};
-use mfsched_lab::bench::peer::{self, PeerFigures, PeerRun};
-use mfsched_lab::bench::policies::{self as bench, Contender, ContenderResult};
-use mfsched_lab::bench::surrogate::{self as surrogate_bench, Timing};
-use mfsched_lab::bench::{format_load_average, load_average};
-use mfsched_lab::svg::{LineChart, Series};
+use mfsched_lab::{
+    Contender, ContenderResult, LineChart, PEER_PYTHON, PeerFigures, PeerRun, Series, Timing,
+    bench_candidate_aware, bench_ticks, format_load_average, load_average, overall_forecast_scores,
+    peer_scenario_toml, run_forecast_bench, run_peer_bench, run_policy_bench, run_surrogate_bench,
+    surrogate_bench_steps, utility_gaps,
+};
 use mfsched_plugin_host::{resolve_policy, resolve_utility};
 use mfsched_surrogate::CandidateAware;
 use mfsched_surrogate::GpuBackend;
@@ -117,11 +118,10 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
 }
 
 fn forecast(args: ForecastArgs) -> Result<()> {
-    use mfsched_lab::bench::forecast as f;
     if args.seeds == 0 || args.ticks < 2 {
         anyhow::bail!("--seeds must be at least 1 and --ticks at least 2");
     }
-    let scores = f::run(args.seed, args.seeds, args.ticks)?;
+    let scores = run_forecast_bench(args.seed, args.seeds, args.ticks)?;
     println!(
         "Load forecasts one tick ahead on the eight traces, loads drawn as the simulator draws them (seeds {}..={}, {} ticks each)",
         args.seed,
@@ -147,7 +147,7 @@ fn forecast(args: ForecastArgs) -> Result<()> {
         println!();
     }
     print!("{:<12}", "all");
-    let totals = f::overall(&scores);
+    let totals = overall_forecast_scores(&scores);
     for (_, acc, mae) in &totals {
         print!(" {:>16}", format!("{:.1} % / {mae:.3}", 100.0 * acc));
     }
@@ -202,8 +202,8 @@ fn run_table_peer(
     scenario: &str,
     timeout: u64,
 ) -> Result<f64> {
-    let figures = peer::run(&PeerRun {
-        scenario_toml: peer::scenario_toml(script, name),
+    let figures = run_peer_bench(&PeerRun {
+        scenario_toml: peer_scenario_toml(script, name),
         script: script.to_path_buf(),
         repeats: 20,
         timeout: Duration::from_secs(timeout),
@@ -279,7 +279,7 @@ fn policies_on(args: &PoliciesArgs, name: &str) -> Result<(ScenarioBench, serde_
             .collect();
         contenders.push(contender(spec, &policy, &params)?);
     }
-    let ticks = bench::ticks(&problem, args.decisions, args.seed);
+    let ticks = bench_ticks(&problem, args.decisions, args.seed);
     let rounds = match &args.peer {
         Some(_) if exhaustive => args.peer_rounds as usize,
         _ => 1,
@@ -288,7 +288,7 @@ fn policies_on(args: &PoliciesArgs, name: &str) -> Result<(ScenarioBench, serde_
     let mut results: Vec<ContenderResult> = Vec::new();
     let mut peer_rounds: Vec<Result<PeerRound>> = Vec::new();
     for slice in ticks.chunks(ticks.len().div_ceil(rounds).max(1)) {
-        let slice_results = bench::run(
+        let slice_results = run_policy_bench(
             &engine,
             &utility,
             &predictor,
@@ -309,7 +309,7 @@ fn policies_on(args: &PoliciesArgs, name: &str) -> Result<(ScenarioBench, serde_
         // it failed, not again (a stalled one would cost its timeout each time).
         let peer_failed = peer_rounds.iter().any(Result::is_err);
         if let Some(script) = args.peer.as_ref().filter(|_| exhaustive && !peer_failed) {
-            bar.suspend(|| eprintln!("running the peer: {} {}", peer::PYTHON, script.display()));
+            bar.suspend(|| eprintln!("running the peer: {} {}", PEER_PYTHON, script.display()));
             peer_rounds.push(
                 run_table_peer(script, name, &scenario.name, args.peer_timeout).map(|peer_ms| {
                     PeerRound {
@@ -500,7 +500,7 @@ fn write_scaling_svg(path: &std::path::Path, benches: &[ScenarioBench]) -> Resul
 const WORST_TICKS: usize = 5;
 
 fn summary(r: &ContenderResult, reference: &[f64], ticks: &[(GpuState, u64)]) -> serde_json::Value {
-    let mut gaps = bench::gaps(reference, &r.utilities);
+    let mut gaps = utility_gaps(reference, &r.utilities);
     // The ticks it fell short on, with what `mfsched decide --state … --seed …`
     // needs to decide them again.
     let mut short: Vec<usize> = (0..gaps.len()).filter(|&t| gaps[t] > 0.0).collect();
@@ -708,8 +708,8 @@ fn surrogate(args: SurrogateArgs) -> Result<()> {
     );
     println!();
 
-    let bar = progress(surrogate_bench::steps(&sizes, args.repeats), "timed rounds")?;
-    let result = surrogate_bench::run(
+    let bar = progress(surrogate_bench_steps(&sizes, args.repeats), "timed rounds")?;
+    let result = run_surrogate_bench(
         problem,
         &nets,
         gpu.as_ref(),
@@ -767,13 +767,13 @@ fn surrogate(args: SurrogateArgs) -> Result<()> {
     );
     if let Some(script) = &args.peer {
         let peer = PeerRun {
-            scenario_toml: peer::scenario_toml(script, &args.scenario),
+            scenario_toml: peer_scenario_toml(script, &args.scenario),
             script: script.clone(),
             repeats: args.repeats,
             timeout: Duration::from_secs(args.peer_timeout),
         };
-        eprintln!("running the peer: {} {}", peer::PYTHON, script.display());
-        let outcome = peer::run(&peer);
+        eprintln!("running the peer: {} {}", PEER_PYTHON, script.display());
+        let outcome = run_peer_bench(&peer);
         print_peer(
             &scenario.name,
             &result.decision_joint,
@@ -783,7 +783,7 @@ fn surrogate(args: SurrogateArgs) -> Result<()> {
     }
     if let Some(field) = &field {
         let bar = progress(args.repeats as u64, "candidate-aware solves")?;
-        let result = surrogate_bench::candidate_aware(
+        let result = bench_candidate_aware(
             problem,
             &field.cpu,
             field.gpu.as_ref(),

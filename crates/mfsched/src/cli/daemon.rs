@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use mfsched_daemon::{DaemonConfig, Overrides, SamplerKind};
-use mfsched_lab::sim::sampler::simulated_gpu;
+use mfsched_lab::simulated_gpu;
 
 #[derive(Debug, Args)]
 pub struct RunArgs {

@@ -8,9 +8,9 @@ use clap::Args;
 use mfsched_core::Field;
 use mfsched_core::{DEFAULT_TRACE_TICKS, TRACE_NAMES, Trace};
 use mfsched_core::{generate_trace, load_scenario};
-use mfsched_lab::eval::closed_loop::{Harness, PolicySpec};
-use mfsched_lab::eval::report::Comparison;
-use mfsched_lab::sim;
+use mfsched_lab::Comparison;
+use mfsched_lab::SIM_DEVICE_NAME;
+use mfsched_lab::{Harness, PolicySpec};
 use mfsched_plugin_host::PluginEngine;
 use mfsched_plugin_host::resolve_policy;
 use mfsched_surrogate::Served;
@@ -243,7 +243,7 @@ pub(super) fn compare(
         }
     }
     Ok(Comparison {
-        device: format!("{} (mfsched simulator)", sim::DEVICE_NAME),
+        device: format!("{} (mfsched simulator)", SIM_DEVICE_NAME),
         scenario: scenario.name,
         predictor: predictor_name,
         utility: utility_title,
@@ -352,9 +352,7 @@ pub fn demo(args: DemoArgs) -> Result<()> {
     let traces = trace_list(&args.scenario, args.ticks, args.seed)?;
     println!(
         "mfsched demo: paper-n5 (3 LLMs + 2 YOLO11) on the {}, workload '{}', {} ticks",
-        sim::DEVICE_NAME,
-        args.scenario,
-        args.ticks
+        SIM_DEVICE_NAME, args.scenario, args.ticks
     );
     println!("active policy: ga; shadow: exhaustive (per-step argmax, never applied)\n");
     let loops = [Loop {

@@ -4,7 +4,7 @@ use super::profile::progress_bar;
 use anyhow::Result;
 use clap::Subcommand;
 use mfsched_core::bundled_scenario_names;
-use mfsched_lab::training::regenerate;
+use mfsched_lab::{DEFAULT_SEED, regenerate};
 use mfsched_surrogate::{embedded_bundle, embedded_bundle_names};
 use std::path::PathBuf;
 
@@ -15,7 +15,7 @@ pub enum ModelsCommand {
     /// Re-profiles every bundled scenario on the simulator and retrains its
     /// bundle (see `crates/lab/src/training/regenerate.rs` for the exact recipe).
     Regenerate {
-        #[arg(long, default_value_t = regenerate::DEFAULT_SEED)]
+        #[arg(long, default_value_t = DEFAULT_SEED)]
         seed: u64,
         /// Where the `<scenario>/` bundle directories go.
         #[arg(long, default_value = "models")]
@@ -42,12 +42,11 @@ pub fn run(cmd: ModelsCommand) -> Result<()> {
             for name in &names {
                 let dir = out.join(name);
                 let bar = progress_bar(0, name);
-                let bundle =
-                    regenerate::regenerate(name, seed, &dir, &mut |stage, done, total| {
-                        bar.set_message(format!("{name}: {stage}"));
-                        bar.set_length(total as u64);
-                        bar.set_position(done as u64);
-                    })?;
+                let bundle = regenerate(name, seed, &dir, &mut |stage, done, total| {
+                    bar.set_message(format!("{name}: {stage}"));
+                    bar.set_length(total as u64);
+                    bar.set_position(done as u64);
+                })?;
                 bar.finish_and_clear();
                 let r2: Vec<String> = bundle
                     .meta

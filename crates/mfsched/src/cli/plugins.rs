@@ -6,7 +6,7 @@ use mfsched_core::Field;
 use mfsched_core::Scenario;
 use mfsched_core::load_scenario;
 use mfsched_core::printable;
-use mfsched_lab::analytic::AnalyticPredictor;
+use mfsched_lab::AnalyticPredictor;
 use mfsched_plugin_host::{CheckInputs, check_file};
 use mfsched_plugin_host::{CompileCache, LoadedPolicy, LoadedUtility, PluginEngine, PluginLimits};
 use mfsched_plugin_host::{

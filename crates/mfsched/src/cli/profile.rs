@@ -4,7 +4,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use mfsched_core::WorkloadLevel;
 use mfsched_core::{DEFAULT_PROFILE_REPEATS, SamplingPlan};
 use mfsched_core::{load_scenario, read_profile, write_profile};
-use mfsched_lab::sim::{self, Simulator};
+use mfsched_lab::Simulator;
+use mfsched_lab::{SIM_DEVICE_NAME, live_remaining_points, profile_live};
 use mfsched_rng::Rng;
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -85,12 +86,12 @@ pub fn run(args: ProfileArgs) -> Result<()> {
     eprintln!(
         "profiling {} on the simulator ({}): {}, {} repeats per row",
         scenario.name,
-        sim::DEVICE_NAME,
+        SIM_DEVICE_NAME,
         plan.describe(),
         args.repeats
     );
     let bar = progress_bar(0, "measuring");
-    let profile = mfsched_lab::profiling::run(
+    let profile = mfsched_lab::run_profiling(
         &mut simulator,
         problem,
         &name,
@@ -114,7 +115,7 @@ pub fn run(args: ProfileArgs) -> Result<()> {
 }
 
 fn live(args: ProfileArgs) -> Result<()> {
-    use mfsched_lab::live_profiling::{self as lp, LiveOptions, StateSource};
+    use mfsched_lab::{LiveOptions, StateSource};
     let config_path = args.config.clone().unwrap_or_default();
     let config = mfsched_daemon::DaemonConfig::load(&config_path)?;
     let level = args.workload.as_deref().unwrap_or_default();
@@ -132,7 +133,7 @@ fn live(args: ProfileArgs) -> Result<()> {
     } else {
         None
     };
-    let points = lp::remaining_points(problem, &plan, args.seed, workload, existing.as_ref())?;
+    let points = live_remaining_points(problem, &plan, args.seed, workload, existing.as_ref())?;
     let per_point = std::time::Duration::from_millis(args.settle_ms + args.window_ms);
     let total = per_point * points.len() as u32;
     eprintln!(
@@ -177,9 +178,13 @@ fn live(args: ProfileArgs) -> Result<()> {
         .build()
         .context("cannot start the async runtime")?;
     let bar = progress_bar(points.len(), "measuring");
-    let summary = rt.block_on(lp::run(&options, problem, &points, existing, |done, _| {
-        bar.set_position(done as u64)
-    }))?;
+    let summary = rt.block_on(profile_live(
+        &options,
+        problem,
+        &points,
+        existing,
+        |done, _| bar.set_position(done as u64),
+    ))?;
     bar.finish_and_clear();
     println!(
         "measured {} rows at {workload} load ({} rows in {}); {} row(s) saw a load outside that regime",

@@ -10,9 +10,9 @@ use anyhow::{Result, bail};
 use clap::{Args, Subcommand};
 use mfsched_core::DEFAULT_TRACE_TICKS;
 use mfsched_core::write_atomically;
-use mfsched_lab::eval::report::Comparison;
-use mfsched_lab::training::study::{self, StudyConfig, StudyResult};
-use mfsched_lab::{published, sim};
+use mfsched_lab::Comparison;
+use mfsched_lab::{PUBLISHED_N_STAR, PUBLISHED_R2, SIM_DEVICE_NAME, published_table2_row};
+use mfsched_lab::{StudyConfig, StudyResult};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -105,7 +105,7 @@ pub fn repro(args: ReproArgs) -> Result<()> {
             "Table I: sample complexity of the MeanField surrogate, N = {}",
             scenario_models(&config)
         );
-        let result = run_study(&config)?;
+        let result = study_with_progress(&config)?;
         print!("{}", result.table());
         println!();
         Some(result)
@@ -120,7 +120,7 @@ pub fn repro(args: ReproArgs) -> Result<()> {
             "Table II: {} policies × {} workload scenarios × {ticks} ticks on the {} (paper-n5)",
             loops.len(),
             traces.len(),
-            sim::DEVICE_NAME
+            SIM_DEVICE_NAME
         );
         let cmp = compare(
             "paper-n5",
@@ -166,10 +166,10 @@ fn scenario_models(config: &StudyConfig) -> String {
 }
 
 /// Runs the study with a progress bar on stderr.
-fn run_study(config: &StudyConfig) -> Result<StudyResult> {
+fn study_with_progress(config: &StudyConfig) -> Result<StudyResult> {
     eprintln!(
         "sample complexity on the {}: {} scenarios, n ∈ {:?}, {} seeds × {} folds, {} threads",
-        sim::DEVICE_NAME,
+        SIM_DEVICE_NAME,
         config.scenarios.len(),
         config.sizes,
         config.seeds,
@@ -177,7 +177,7 @@ fn run_study(config: &StudyConfig) -> Result<StudyResult> {
         config.jobs
     );
     let bar = progress_bar(0, "training");
-    let result = study::run(config, &|done, total| {
+    let result = mfsched_lab::run_study(config, &|done, total| {
         bar.set_length(total as u64);
         bar.set_position(done as u64);
     })?;
@@ -197,7 +197,7 @@ fn write_report(
     let mut files = Vec::new();
     let mut md = String::new();
     let device = comparison.map_or_else(
-        || format!("{} (mfsched simulator)", sim::DEVICE_NAME),
+        || format!("{} (mfsched simulator)", SIM_DEVICE_NAME),
         |c| c.device.clone(),
     );
     let _ = writeln!(md, "# Reproduction of the published tables\n");
@@ -224,12 +224,12 @@ fn write_report(
             study.config.seeds,
             study.config.folds,
             study.config.target_r2,
-            published::N_STAR
+            PUBLISHED_N_STAR
                 .iter()
                 .map(|(_, n)| n.to_string())
                 .collect::<Vec<_>>()
                 .join("/"),
-            published::R2,
+            PUBLISHED_R2,
             study.table()
         );
         files.extend(study.write(&dir.join("table1"), command)?);
@@ -264,7 +264,7 @@ fn write_report(
     let mut text = serde_json::to_vec_pretty(&json)?;
     text.push(b'\n');
     // The charts are written by now: the HTML page inlines them.
-    let html = mfsched_lab::html::page("Reproduction of the published tables", &md, dir, &[])?;
+    let html = mfsched_lab::html_page("Reproduction of the published tables", &md, dir, &[])?;
     for (name, bytes) in [
         ("repro.md", md.into_bytes()),
         ("results.json", text),
@@ -302,7 +302,7 @@ fn table2_markdown(cmp: &Comparison) -> String {
             s.realised_sla_violations,
             s.latency_p50_ms,
             s.latency_p99_ms,
-            published::table2_row(&row.policy)
+            published_table2_row(&row.policy)
         );
     }
     t
@@ -380,7 +380,7 @@ fn sample_complexity(args: SampleComplexityArgs) -> Result<()> {
         ));
     }
     let started = Instant::now();
-    let result = run_study(&config)?;
+    let result = study_with_progress(&config)?;
     println!(
         "Sample complexity of the MeanField surrogate, measured on the {} ({} seeds × {}-fold stratified CV, mean R² over models; n* = smallest n with mean R² ≥ {})",
         result.device, config.seeds, config.folds, config.target_r2

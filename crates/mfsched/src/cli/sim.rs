@@ -4,8 +4,12 @@ use mfsched_core::WorkloadLevel;
 use mfsched_core::load_scenario;
 use mfsched_core::write_atomically;
 use mfsched_core::{DEFAULT_PROFILE_REPEATS, SamplingPlan};
-use mfsched_lab::sim::serve::{MetricsFormat, ServeOptions, Servers};
-use mfsched_lab::sim::{self, Simulator, calibration, calibration_plot, ceiling};
+use mfsched_lab::Simulator;
+use mfsched_lab::{
+    CALIBRATION_REPEATS, CALIBRATION_SCENARIO, CalibrationCheck, SIM_DEVICE_NAME, calibrate,
+    calibration_svg, noise_ceiling,
+};
+use mfsched_lab::{MetricsFormat, SimServeOptions, SimServers};
 use mfsched_rng::Rng;
 use std::path::PathBuf;
 
@@ -21,7 +25,7 @@ pub enum SimCommand {
         #[arg(long, default_value_t = 1)]
         seeds: u64,
         /// Measurements averaged into each profile row.
-        #[arg(long, default_value_t = calibration::REPEATS)]
+        #[arg(long, default_value_t = CALIBRATION_REPEATS)]
         repeats: u32,
         /// Also write the comparison as an SVG bar chart.
         #[arg(long)]
@@ -135,7 +139,7 @@ fn run_serve(args: ServeArgs) -> Result<()> {
         .iter()
         .map(|m| format.unwrap_or_else(|| MetricsFormat::for_kind(&m.kind)))
         .collect();
-    let options = ServeOptions {
+    let options = SimServeOptions {
         reference_rates: vec![args.reference_rate; problem.models.len()],
         formats: formats.clone(),
         levels,
@@ -151,7 +155,7 @@ fn run_serve(args: ServeArgs) -> Result<()> {
         .build()
         .context("cannot start the async runtime")?;
     rt.block_on(async move {
-        let servers = Servers::start(options).await?;
+        let servers = SimServers::start(options).await?;
         if let Some(path) = &args.ports_file {
             let ports: std::collections::BTreeMap<&str, String> = servers
                 .addresses
@@ -162,7 +166,7 @@ fn run_serve(args: ServeArgs) -> Result<()> {
         }
         println!(
             "SIMULATED model servers ({}, seed {}): not real inference servers",
-            sim::DEVICE_NAME,
+            SIM_DEVICE_NAME,
             args.seed
         );
         for (m, f) in problem.models.iter().zip(&formats) {
@@ -200,19 +204,18 @@ fn run_calibration(seed: u64, seeds: u64, repeats: u32, svg: Option<PathBuf>) ->
         bail!("--seeds and --repeats must be at least 1");
     }
     let runs = (seed..seed + seeds)
-        .map(|s| calibration::calibrate(s, repeats))
+        .map(|s| calibrate(s, repeats))
         .collect::<Result<Vec<_>>>()?;
     println!(
         "Calibration against the published interference, measured on the simulator ({})",
-        sim::DEVICE_NAME
+        SIM_DEVICE_NAME
     );
     println!(
         "{}: full grid × 4 regimes = {} rows, {repeats} repeats per row; slowdown = 1 − throughput / solo throughput",
-        calibration::SCENARIO,
-        runs[0].rows
+        CALIBRATION_SCENARIO, runs[0].rows
     );
     println!();
-    let checks: Vec<Vec<calibration::Check>> = runs.iter().map(|r| r.checks()).collect();
+    let checks: Vec<Vec<CalibrationCheck>> = runs.iter().map(|r| r.checks()).collect();
     print!("{:<30} {:>16}", "figure", "published");
     for r in &runs {
         print!(" {:>13}", format!("seed {}", r.seed));
@@ -256,7 +259,7 @@ fn run_calibration(seed: u64, seeds: u64, repeats: u32, svg: Option<PathBuf>) ->
         }
     }
     if let Some(path) = svg {
-        write_atomically(&path, calibration_plot::svg(&runs).as_bytes())?;
+        write_atomically(&path, calibration_svg(&runs).as_bytes())?;
         println!();
         println!("chart written to {}", path.display());
     }
@@ -279,7 +282,7 @@ fn run_ceiling(name: &str, seed: u64, samples: Option<usize>, repeats: u32) -> R
     let problem = &scenario.problem;
     let plan = SamplingPlan::for_problem(problem, samples);
     let mut simulator = Simulator::new(problem, Rng::derive(seed, 1).next_u64())?;
-    let data = mfsched_lab::profiling::run(
+    let data = mfsched_lab::run_profiling(
         &mut simulator,
         problem,
         name,
@@ -296,7 +299,7 @@ fn run_ceiling(name: &str, seed: u64, samples: Option<usize>, repeats: u32) -> R
     );
     println!("R² of measured throughput against the simulator's noise-free expectation:");
     println!("{:<10} {:>10} {:>22}", "model", "R²", "R² relative to solo");
-    for c in ceiling::noise_ceiling(&data, problem, &simulator) {
+    for c in noise_ceiling(&data, problem, &simulator) {
         println!("{:<10} {:>10.4} {:>22.4}", c.model, c.r2, c.r2_relative);
     }
     Ok(())

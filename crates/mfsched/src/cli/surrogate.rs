@@ -6,8 +6,8 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use mfsched_core::Scenario;
 use mfsched_core::{Profile, load_scenario, read_profile, read_profile_columns};
-use mfsched_lab::training::cv::CvConfig;
-use mfsched_lab::training::fit;
+use mfsched_lab::CvConfig;
+use mfsched_lab::{Fidelity, bundle_predictions, fidelity, solo_tables};
 use mfsched_nn::TrainConfig;
 use mfsched_surrogate::Bundle;
 use mfsched_surrogate::FieldFeatures;
@@ -259,7 +259,7 @@ fn eval(
         (None, None) => bail!("give --model DIR, --scenario NAME, or both"),
     };
     let profile = read_profile(&data, &scenario.problem)?;
-    let predicted = fit::predictions(&bundle, &scenario, &profile)?;
+    let predicted = bundle_predictions(&bundle, &scenario, &profile)?;
     println!(
         "{} rows of {} scored by the {} bundle (target {}, field {}, trained on data {}…)",
         profile.rows.len(),
@@ -271,7 +271,7 @@ fn eval(
     );
     // The slowdown's reference: the file's own solo rows, else the bundle's
     // solo table (a relative bundle's), else none.
-    let (solo, solo_from) = match fit::solo_tables(&scenario.problem, &profile) {
+    let (solo, solo_from) = match solo_tables(&scenario.problem, &profile) {
         Some(t) => (Some(t), "the file's solo rows"),
         None => match bundle.output_maps(&scenario.problem) {
             Ok(maps) if bundle.meta.target.needs_solo() => (
@@ -303,7 +303,7 @@ fn eval(
                 .map(|r| t[i][r.joint[i] as usize])
                 .collect()
         });
-        let f = fit::fidelity(&predicted[i], &truth, solo_rows.as_deref());
+        let f = fidelity(&predicted[i], &truth, solo_rows.as_deref());
         println!(
             "{:<10} {:>14} {:>8} {:>10} {:>16} {:>16}",
             m.name,
@@ -315,7 +315,7 @@ fn eval(
         );
         scores.push(f);
     }
-    let mean = |pick: fn(&fit::Fidelity) -> Option<f64>| {
+    let mean = |pick: fn(&Fidelity) -> Option<f64>| {
         let v: Vec<f64> = scores.iter().filter_map(pick).collect();
         (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
     };
@@ -393,7 +393,7 @@ fn cv(args: CvArgs) -> Result<()> {
     // Without a terminal (a log, CI) the bar is hidden: a line per tenth instead.
     let plain = bar.is_hidden();
     let started = std::time::Instant::now();
-    let (report, run) = mfsched_lab::training::cv::run(
+    let (report, run) = mfsched_lab::run_cv(
         &config,
         problem,
         &profile,

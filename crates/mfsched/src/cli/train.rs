@@ -4,7 +4,10 @@ use super::profile::progress_bar;
 use anyhow::{Context, Result};
 use clap::Args;
 use mfsched_core::{load_scenario, read_profile, read_profile_columns};
-use mfsched_lab::training::{fit, regenerate};
+use mfsched_lab::{
+    HOLDOUT_FRACTION, TrainOptions, build_dataset, default_target, output_maps,
+    profile_on_simulator, regenerate_plan, train_bundle, train_net,
+};
 use mfsched_nn::TrainConfig;
 use mfsched_surrogate::{FieldFeatures, Layout};
 use mfsched_surrogate::{OutputMap, Target};
@@ -38,7 +41,7 @@ pub struct TrainArgs {
     /// Share of the rows held out (stratified, or whole groups with
     /// --group-by) to measure R² of the slowdown and of throughput and MAPE; 0
     /// trains on every row and reports none.
-    #[arg(long, value_name = "F", default_value_t = fit::HOLDOUT_FRACTION)]
+    #[arg(long, value_name = "F", default_value_t = HOLDOUT_FRACTION)]
     holdout: f64,
     /// Columns whose values keep rows together on one side of the hold-out
     /// (e.g. `x-pair`: both orders of a measured pair), so the held-out score
@@ -84,7 +87,7 @@ pub fn run(args: TrainArgs) -> Result<()> {
         data.rows.len(),
         args.data.display()
     );
-    let target = args.target.unwrap_or_else(|| fit::default_target(&data));
+    let target = args.target.unwrap_or_else(|| default_target(&data));
     let groups: Vec<String> = if args.group_by.is_empty() {
         Vec::new()
     } else {
@@ -93,7 +96,7 @@ pub fn run(args: TrainArgs) -> Result<()> {
             .map(|cells| cells.join("\u{1f}"))
             .collect()
     };
-    let options = fit::TrainOptions {
+    let options = TrainOptions {
         target,
         holdout: args.holdout,
         groups,
@@ -122,10 +125,10 @@ pub fn run(args: TrainArgs) -> Result<()> {
             }
         }
         // The target itself needs every model measured alone at least once.
-        fit::output_maps(problem, &data, target)?;
+        output_maps(problem, &data, target)?;
     }
     let bar = progress_bar(0, "training");
-    let bundle = fit::train_bundle(
+    let bundle = train_bundle(
         &scenario,
         &data,
         mfsched_core::sha256_hex(&bytes),
@@ -177,16 +180,14 @@ pub struct BenchTrainArgs {
 /// `repeats` times per size, and prints the median time and the time per
 /// row-epoch (the unit the cost of a study is made of).
 pub fn bench(args: BenchTrainArgs) -> Result<()> {
-    use mfsched_lab::training::dataset;
     use std::time::Instant;
     if args.repeats == 0 || args.epochs == 0 {
         anyhow::bail!("--repeats and --epochs must be positive");
     }
     let scenario = load_scenario("paper-n2")?;
-    let plan = regenerate::regenerate_plan(&scenario);
-    let profile =
-        regenerate::profile_on_simulator("paper-n2", &scenario.problem, &plan, 1, &mut |_, _| {})?;
-    let data = &dataset::build(&scenario.problem, &profile, Layout::MeanField)[0];
+    let plan = regenerate_plan(&scenario);
+    let profile = profile_on_simulator("paper-n2", &scenario.problem, &plan, 1, &mut |_, _| {})?;
+    let data = &build_dataset(&scenario.problem, &profile, Layout::MeanField)[0];
     let config = TrainConfig {
         epochs: args.epochs,
         ..TrainConfig::default()
@@ -207,7 +208,7 @@ pub fn bench(args: BenchTrainArgs) -> Result<()> {
         let mut times: Vec<f64> = (0..args.repeats)
             .map(|r| {
                 let t = Instant::now();
-                fit::train_net(
+                train_net(
                     &subset,
                     &OutputMap::identity(),
                     &config,
