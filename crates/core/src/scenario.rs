@@ -36,7 +36,7 @@ pub const BUNDLED: &[(&str, &str)] = &[
 /// Scenario limits, each checked before the work or the allocation it guards,
 /// with one line naming the key (docs/limits.md lists every limit). The
 /// largest bundled scenario (`scale-n16`) is far inside all of them.
-pub mod limits {
+pub(crate) mod limits {
     /// Models in one scenario.
     pub const MODELS: usize = 64;
     /// Variants of one family.

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use super::config::{SamplerConfig, SamplerKind};
 use mfsched_core::{Problem, WorkloadLevel};
 
-pub mod host;
+pub(crate) mod host;
 pub use host::HostSampler;
 
 const MIB: f64 = 1024.0 * 1024.0;

@@ -4,7 +4,7 @@
 use mfsched_core::{GpuState, KnobValue, Model, Problem, WorkloadLevel};
 
 /// The `policy` world: what a search policy imports and exports.
-pub mod policy {
+pub(crate) mod policy {
     wasmtime::component::bindgen!({
         path: "../../wit",
         world: "mfsched:scheduler/policy",
@@ -13,7 +13,7 @@ pub mod policy {
 }
 
 /// The `utility` world, sharing the policy world's `types`.
-pub mod utility {
+pub(crate) mod utility {
     wasmtime::component::bindgen!({
         path: "../../wit",
         world: "mfsched:scheduler/utility",

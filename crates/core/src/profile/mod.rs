@@ -9,9 +9,9 @@
 //! feasible grid for N ≤ 2 (the published N = 2 protocol), stratified sampling for
 //! larger N (see [`sampling`]).
 
-pub mod check;
-pub mod csv;
-pub mod sampling;
+pub(crate) mod check;
+pub(crate) mod csv;
+pub(crate) mod sampling;
 
 use crate::domain::{GpuState, JointConfig, Problem, ThroughputRange, WorkloadLevel};
 

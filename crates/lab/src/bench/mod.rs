@@ -1,9 +1,9 @@
 //! Benchmarks, measured side by side in one process.
 
-pub mod forecast;
-pub mod peer;
-pub mod policies;
-pub mod surrogate;
+pub(crate) mod forecast;
+pub(crate) mod peer;
+pub(crate) mod policies;
+pub(crate) mod surrogate;
 
 /// The machine's load average over 1, 5 and 15 minutes (`/proc/loadavg`;
 /// `None` where there is none): printed beside timings, since a busy machine

@@ -1,5 +1,5 @@
 //! Evaluation: dynamic workload scenarios, closed-loop policy runs, side-by-side
 //! comparison and the reproduction report.
 
-pub mod closed_loop;
-pub mod report;
+pub(crate) mod closed_loop;
+pub(crate) mod report;

@@ -46,12 +46,12 @@
 //! in utilisation too. `mfsched sim ceiling` measures how much throughput variance the
 //! noise leaves unexplained.
 
-pub mod calibration;
-pub mod calibration_plot;
-pub mod ceiling;
-pub mod physics;
-pub mod sampler;
-pub mod serve;
+pub(crate) mod calibration;
+pub(crate) mod calibration_plot;
+pub(crate) mod ceiling;
+pub(crate) mod physics;
+pub(crate) mod sampler;
+pub(crate) mod serve;
 
 use anyhow::Result;
 use mfsched_core::{GpuState, Problem, WorkloadLevel};

@@ -6,9 +6,9 @@
 //! - [`study`]: the published sample-complexity protocol.
 //! - [`cv`]: cross-validation on a user's own profile, beside baselines.
 
-pub mod cv;
-pub mod dataset;
-pub mod fit;
-pub mod regenerate;
-pub mod split;
-pub mod study;
+pub(crate) mod cv;
+pub(crate) mod dataset;
+pub(crate) mod fit;
+pub(crate) mod regenerate;
+pub(crate) mod split;
+pub(crate) mod study;
