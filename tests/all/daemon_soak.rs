@@ -110,7 +110,8 @@ impl PolicySource for TestDeciders {
 }
 
 /// The one pipeline with the embedded utility and the analytic stand-in
-/// predictor (these tests are about the loop, not about prediction).
+/// predictor of [`problem`]'s models (these tests are about the loop, not
+/// about prediction).
 fn pipeline(deadline: Duration) -> Arc<Pipeline> {
     let engine = Arc::new(
         PluginEngine::new(
@@ -128,7 +129,7 @@ fn pipeline(deadline: Duration) -> Arc<Pipeline> {
     Arc::new(Pipeline::new(
         engine,
         utility,
-        Arc::new(mfsched_lab::AnalyticPredictor),
+        Arc::new(mfsched_lab::AnalyticPredictor::new(&problem())),
     ))
 }
 
@@ -692,7 +693,8 @@ fn plugin_host_on_paper_n2(
 ) -> (Problem, mfsched_daemon::PluginPolicies) {
     let scenario = mfsched_core::load_scenario("paper-n2").expect("bundled");
     let mut problem = scenario.problem;
-    let predictor: Arc<dyn mfsched_core::Predictor> = Arc::new(mfsched_lab::AnalyticPredictor);
+    let predictor: Arc<dyn mfsched_core::Predictor> =
+        Arc::new(mfsched_lab::AnalyticPredictor::new(&problem));
     mfsched_plugin_host::fill_defaults(&mut problem, &scenario.explicit_floors, predictor.as_ref())
         .expect("predicts");
     let (policies, notes) = mfsched_daemon::PluginPolicies::new(

@@ -32,13 +32,15 @@ fn engine() -> Arc<PluginEngine> {
 }
 
 /// A random variation of a bundled scenario; `None` when it has no feasible start.
-fn random_problem(rng: &mut Rng, predictor: &dyn Predictor) -> Option<Problem> {
+/// A random problem and the analytic predictor of its models on its card.
+fn random_problem(rng: &mut Rng) -> Option<(Problem, Arc<dyn Predictor>)> {
     let name = ["paper-n2", "paper-n3", "paper-n4", "paper-n5"][rng.below(4) as usize];
     let scenario = mfsched_core::load_scenario(name).expect("bundled");
     let mut p = scenario.problem;
     // Caps from "almost nothing fits" to "everything fits".
     p.card.vram_mib = 8_000 + rng.below(20_000) as u32;
-    fill_defaults(&mut p, &scenario.explicit_floors, predictor).expect("predicts");
+    let predictor = AnalyticPredictor::new(&p);
+    fill_defaults(&mut p, &scenario.explicit_floors, &predictor).expect("predicts");
     // Floors between none and a strict quantile, per model.
     for f in &mut p.sla_floors {
         *f *= 2.0 * rng.next_f64();
@@ -54,7 +56,7 @@ fn random_problem(rng: &mut Rng, predictor: &dyn Predictor) -> Option<Problem> {
     }
     let pick = feasible[rng.below(feasible.len() as u64) as usize];
     p.current = p.space().tuple(pick).expect("in range");
-    Some(p)
+    Some((p, Arc::new(predictor)))
 }
 
 fn random_state(rng: &mut Rng, p: &Problem) -> GpuState {
@@ -68,26 +70,29 @@ fn random_state(rng: &mut Rng, p: &Problem) -> GpuState {
 #[test]
 fn exact_equals_exhaustive_on_random_problems() {
     let engine = engine();
-    let predictor: Arc<dyn Predictor> = Arc::new(AnalyticPredictor);
     let registry = Registry::default();
     let utility =
         registry.utility_slot(resolve_utility(&engine, "utility", None).expect("utility"));
-    let decider = |name: &str| {
+    let slot = |name: &str| registry.policy_slot(resolve_policy(&engine, name, None).expect(name));
+    let (exact_slot, exhaustive_slot) = (slot("exact"), slot("exhaustive"));
+    // A predictor is bound to its problem's models: a decider per problem.
+    let decider = |policy: &Arc<_>, predictor: &Arc<dyn Predictor>| {
         Decider::new(
             Arc::clone(&engine),
-            registry.policy_slot(resolve_policy(&engine, name, None).expect(name)),
+            Arc::clone(policy),
             Arc::clone(&utility),
-            Arc::clone(&predictor),
+            Arc::clone(predictor),
             vec![],
         )
     };
-    let (mut exact, mut exhaustive) = (decider("exact"), decider("exhaustive"));
     let mut rng = Rng::new(2026);
     let (mut compared, mut both_refused) = (0, 0);
     while compared + both_refused < 60 {
-        let Some(problem) = random_problem(&mut rng, predictor.as_ref()) else {
+        let Some((problem, predictor)) = random_problem(&mut rng) else {
             continue;
         };
+        let mut exact = decider(&exact_slot, &predictor);
+        let mut exhaustive = decider(&exhaustive_slot, &predictor);
         let state = random_state(&mut rng, &problem);
         let a = exact.decide(&problem, &state);
         let b = exhaustive.decide(&problem, &state);
@@ -120,11 +125,12 @@ fn exact_has_no_gap_over_the_eight_dynamic_scenarios() {
     let engine = engine();
     let scenario = mfsched_core::load_scenario("paper-n5").expect("bundled");
     let mut problem = scenario.problem;
-    fill_defaults(&mut problem, &scenario.explicit_floors, &AnalyticPredictor).expect("predicts");
+    let analytic = AnalyticPredictor::new(&problem);
+    fill_defaults(&mut problem, &scenario.explicit_floors, &analytic).expect("predicts");
     let harness = Harness::new(
         Arc::clone(&engine),
         resolve_utility(&engine, "utility", None).expect("utility"),
-        Arc::new(AnalyticPredictor),
+        Arc::new(analytic),
         problem,
     );
     let exact = PolicySpec {

@@ -89,6 +89,27 @@ fn a_predict_call_over_the_candidate_cap_is_refused_before_any_work() {
     assert!(err.contains("candidates in one call, the most is"), "{err}");
 }
 
+/// The one range check of the predict path: a candidate past the joint space
+/// is the policy's misuse, named with the space's size, and nothing is applied.
+#[test]
+fn a_predict_call_with_a_candidate_outside_the_space_is_a_misuse() {
+    let out = decide_with("outside", "20000");
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    let size = mfsched_core::load_scenario("paper-n3")
+        .expect("bundled")
+        .problem
+        .space()
+        .size();
+    assert!(
+        err.contains(&format!(
+            "misused the host interface: predict: candidate {size} is not a joint configuration (the space has {size})"
+        )),
+        "{err}"
+    );
+    assert!(err.contains("running configuration was kept"), "{err}");
+}
+
 #[test]
 fn a_bloated_self_description_is_refused_at_load_in_one_line() {
     let out = mfsched(&["plugins", "check", utf8(&plugin("hostile-describe"))]);

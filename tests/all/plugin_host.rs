@@ -36,15 +36,17 @@ fn engine(deadline: Duration, memory_mib: usize) -> Arc<PluginEngine> {
     )
 }
 
+/// The analytic predictor of paper-n5's models, on which every test here runs.
 fn predictor() -> Arc<dyn Predictor> {
-    Arc::new(AnalyticPredictor)
+    let s = mfsched_core::load_scenario("paper-n5").expect("bundled");
+    Arc::new(AnalyticPredictor::new(&s.problem))
 }
 
 /// paper-n5 with ranges and P25 floors derived from the predictor.
 fn n5() -> Problem {
     let s = mfsched_core::load_scenario("paper-n5").expect("bundled");
     let mut p = s.problem;
-    fill_defaults(&mut p, &s.explicit_floors, &AnalyticPredictor).expect("predicts");
+    fill_defaults(&mut p, &s.explicit_floors, predictor().as_ref()).expect("predicts");
     p
 }
 
@@ -147,7 +149,7 @@ fn bundled_policies_decide_valid_configurations_on_paper_n5() {
         // utility are the long way's, bit for bit.
         let index = p.space().index(&report.applied.config).expect("feasible");
         let joint = predictor()
-            .predict_joint(&p, &s, &[index])
+            .predict_joint(&s, &p.current, &[index])
             .expect("predicts");
         assert_eq!(report.applied.predictions, joint, "{policy}");
         let wit_problem = mfsched_plugin_host::wit::Problem::from(&p);

@@ -33,7 +33,7 @@ pub use fsutil::{
 };
 /// The contract between predictors and their users.
 pub use predict::{
-    Field, PerCandidate, PredictError, Predictor, nan_outside, predicted_quantile_floors,
+    Field, InSpace, PerCandidate, PredictError, Predictor, predicted_quantile_floors,
     predicted_ranges, table_offsets,
 };
 /// Profiles (measured throughput, CSV on disk) and how they are sampled.
@@ -56,7 +56,7 @@ pub use scenario::{
     parse as parse_scenario,
 };
 pub use stats::{mean, median_duration, nearest_rank, nearest_rank_sorted, quantile_ms};
-pub use text::{path as printable_path, printable};
+pub use text::{error_chain, path as printable_path, printable};
 /// Workload traces.
 pub use traces::{
     DEFAULT_TICKS as DEFAULT_TRACE_TICKS, MAX_TICKS as MAX_TRACE_TICKS, TRACE_NAMES, Trace,

@@ -2,6 +2,7 @@
 //! baselines) and their users (the plugin host, evaluation).
 
 use crate::domain::{GpuState, Problem};
+use std::sync::Arc;
 
 /// Which aggregate state (the "field") a candidate's predictions are made under.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
@@ -40,34 +41,124 @@ impl std::fmt::Display for Field {
     }
 }
 
-/// Why a predictor gave no answer. Out-of-range candidates are not an error:
-/// they get NaN rows (see [`nan_outside`]), so one bad index cannot sink a batch.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+/// Why a predictor gave no answer.
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum PredictError {
-    /// The inference backend failed (and had no fallback left).
-    #[error("inference failed: {0}")]
-    Backend(String),
-    /// The predictor does not fit the problem it was asked about.
-    #[error("the predictor does not fit the problem: {0}")]
+    /// The inference backend failed (and had no fallback left); the source is
+    /// the backend's own error.
+    #[error("inference failed")]
+    Backend(#[source] Arc<dyn std::error::Error + Send + Sync + 'static>),
+    /// A candidate index outside the joint space: the caller's mistake (for a
+    /// policy, a misuse of the host interface), refused before any inference.
+    #[error("candidate {candidate} is not a joint configuration (the space has {size})")]
+    OutOfRange { candidate: u64, size: u64 },
+    /// The call does not fit the predictor (a field list of the wrong length,
+    /// a table that is not the predictor's).
+    #[error("the call does not fit the predictor: {0}")]
     Mismatch(String),
 }
 
+/// Two backend failures are equal when they read the same (their sources are
+/// opaque errors); the other variants compare field by field.
+impl PartialEq for PredictError {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (PredictError::Backend(a), PredictError::Backend(b)) => {
+                crate::text::error_chain(a.as_ref()) == crate::text::error_chain(b.as_ref())
+            }
+            (
+                PredictError::OutOfRange { candidate, size },
+                PredictError::OutOfRange {
+                    candidate: c,
+                    size: s,
+                },
+            ) => candidate == c && size == s,
+            (PredictError::Mismatch(a), PredictError::Mismatch(b)) => a == b,
+            _ => false,
+        }
+    }
+}
+
+impl PredictError {
+    /// A backend failure with `source` as its cause.
+    pub fn backend(source: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>) -> Self {
+        PredictError::Backend(Arc::from(source.into()))
+    }
+}
+
+/// Joint candidate indices checked to lie inside a joint space: the one range
+/// check of the predict path. Predictors receive candidates only in this form,
+/// so none of them checks (or mis-decodes) an index of its own.
+#[derive(Debug, Clone, Copy)]
+pub struct InSpace<'a> {
+    indices: &'a [u64],
+}
+
+impl<'a> InSpace<'a> {
+    /// `indices` when every one is below `size`, else the first that is not.
+    pub fn check(size: u64, indices: &'a [u64]) -> Result<Self, PredictError> {
+        match indices.iter().find(|&&c| c >= size) {
+            Some(&candidate) => Err(PredictError::OutOfRange { candidate, size }),
+            None => Ok(Self { indices }),
+        }
+    }
+
+    /// Consecutive slices of at most `len` candidates (slices of checked
+    /// candidates are checked).
+    pub fn chunks(self, len: usize) -> impl Iterator<Item = InSpace<'a>> {
+        self.indices.chunks(len).map(|indices| InSpace { indices })
+    }
+}
+
+impl std::ops::Deref for InSpace<'_> {
+    type Target = [u64];
+
+    fn deref(&self) -> &[u64] {
+        self.indices
+    }
+}
+
 /// Predicts each model's throughput, in the model's own unit (tokens/s, FPS).
+///
+/// A predictor is bound to one problem's models when it is built; a call
+/// varies only the state, the running configuration and the candidates.
 pub trait Predictor: Send + Sync {
+    /// The size of the joint space the predictor was built for: candidates are
+    /// the indices below it.
+    fn joint_size(&self) -> u64;
+
     /// Every local configuration of every model under one state: a flat buffer,
     /// model-major (model 0's grid first, in grid order), Σᵢ kᵢ values.
     ///
     /// With the field held fixed (the published mode) this is all a decision needs.
-    fn predict_table(&self, problem: &Problem, state: &GpuState) -> Result<Vec<f32>, PredictError>;
+    fn predict_table(&self, state: &GpuState) -> Result<Vec<f32>, PredictError>;
 
-    /// N predictions per joint candidate (mixed-radix indices), row-major:
-    /// `out[c * N + i]` is model i's throughput in candidate c.
+    /// N predictions per joint candidate, row-major: `out[c * N + i]` is model
+    /// i's throughput in candidate c. `running` is the configuration that ran
+    /// while `state` was observed: the candidate-aware field anchors each
+    /// candidate's field on it; under the observed field it is not needed.
+    ///
+    /// Implement this one; call [`Predictor::predict_joint`], which checks the
+    /// candidates first.
+    fn predict_in_space(
+        &self,
+        state: &GpuState,
+        running: &[u32],
+        candidates: InSpace<'_>,
+    ) -> Result<Vec<f32>, PredictError>;
+
+    /// [`Predictor::predict_in_space`] of `candidates` once [`InSpace::check`]
+    /// has passed them: an index outside the joint space is
+    /// [`PredictError::OutOfRange`] and nothing is predicted.
     fn predict_joint(
         &self,
-        problem: &Problem,
         state: &GpuState,
+        running: &[u32],
         candidates: &[u64],
-    ) -> Result<Vec<f32>, PredictError>;
+    ) -> Result<Vec<f32>, PredictError> {
+        let candidates = InSpace::check(self.joint_size(), candidates)?;
+        self.predict_in_space(state, running, candidates)
+    }
 
     /// The field joint predictions are made under. With [`Field::CandidateAware`]
     /// the table is only the observed field's, and exact predictions of a
@@ -83,7 +174,7 @@ pub trait Predictor: Send + Sync {
 /// predictor does (the same numbers as its table). Benchmarks and tests use it
 /// to measure and check the joint-prediction path on the observed landscape;
 /// it is never served as a field of its own.
-pub struct PerCandidate(pub std::sync::Arc<dyn Predictor>);
+pub struct PerCandidate(pub Arc<dyn Predictor>);
 
 impl std::fmt::Debug for PerCandidate {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -92,47 +183,26 @@ impl std::fmt::Debug for PerCandidate {
 }
 
 impl Predictor for PerCandidate {
-    fn predict_table(&self, problem: &Problem, state: &GpuState) -> Result<Vec<f32>, PredictError> {
-        self.0.predict_table(problem, state)
+    fn joint_size(&self) -> u64 {
+        self.0.joint_size()
     }
 
-    fn predict_joint(
+    fn predict_table(&self, state: &GpuState) -> Result<Vec<f32>, PredictError> {
+        self.0.predict_table(state)
+    }
+
+    fn predict_in_space(
         &self,
-        problem: &Problem,
         state: &GpuState,
-        candidates: &[u64],
+        running: &[u32],
+        candidates: InSpace<'_>,
     ) -> Result<Vec<f32>, PredictError> {
-        self.0.predict_joint(problem, state, candidates)
+        self.0.predict_in_space(state, running, candidates)
     }
 
     fn field(&self) -> Field {
         Field::CandidateAware
     }
-}
-
-/// N predictions per candidate where `predict` sees only the candidates inside
-/// a joint space of `size` (given their positions in `candidates`, in order);
-/// the others get NaN rows. Callers validate indices first; this keeps a bad
-/// one from decoding to wrong digits (or failing a whole device call).
-pub fn nan_outside(
-    size: u64,
-    n: usize,
-    candidates: &[u64],
-    predict: impl FnOnce(&[usize]) -> Result<Vec<f32>, PredictError>,
-) -> Result<Vec<f32>, PredictError> {
-    let valid: Vec<usize> = (0..candidates.len())
-        .filter(|&k| candidates[k] < size)
-        .collect();
-    let mut predicted = predict(&valid)?.into_iter();
-    let mut out = Vec::with_capacity(candidates.len() * n);
-    for &c in candidates {
-        if c < size {
-            out.extend(predicted.by_ref().take(n));
-        } else {
-            out.extend(std::iter::repeat_n(f32::NAN, n));
-        }
-    }
-    Ok(out)
 }
 
 /// Offsets of each model's block in a `predict_table` buffer (length N + 1).
@@ -176,7 +246,7 @@ pub fn predicted_ranges(
                 vram_used_mib: f64::from(problem.card.vram_mib) / 2.0,
                 utilization,
             };
-            let table = predictor.predict_table(problem, &state)?;
+            let table = predictor.predict_table(&state)?;
             for (i, m) in problem.models.iter().enumerate() {
                 for (c, config) in m.configs.iter().enumerate() {
                     let t = f64::from(table[offsets[i] + c]);
@@ -208,7 +278,7 @@ pub fn predicted_quantile_floors(
                 vram_used_mib: f64::from(problem.card.vram_mib) / 2.0,
                 utilization,
             };
-            let table = predictor.predict_table(problem, &state)?;
+            let table = predictor.predict_table(&state)?;
             for (i, s) in samples.iter_mut().enumerate() {
                 s.extend(
                     table[offsets[i]..offsets[i + 1]]
@@ -229,7 +299,8 @@ pub fn predicted_quantile_floors(
 
 #[cfg(test)]
 mod tests {
-    use super::Field;
+    use super::{Field, GpuState, InSpace, PredictError, Predictor};
+    use crate::domain::WorkloadLevel;
     use serde::Deserialize;
     use serde::de::IntoDeserializer;
     use serde::de::value::{Error, StrDeserializer};
@@ -241,5 +312,67 @@ mod tests {
             let name: StrDeserializer<'_, Error> = field.name().into_deserializer();
             assert_eq!(Field::deserialize(name).ok(), Some(field));
         }
+    }
+
+    /// A predictor that counts the rows it was asked for.
+    struct Rows(std::sync::atomic::AtomicUsize);
+
+    impl Predictor for Rows {
+        fn joint_size(&self) -> u64 {
+            10
+        }
+        fn predict_table(&self, _: &GpuState) -> Result<Vec<f32>, PredictError> {
+            Ok(vec![1.0; 10])
+        }
+        fn predict_in_space(
+            &self,
+            _: &GpuState,
+            _: &[u32],
+            candidates: InSpace<'_>,
+        ) -> Result<Vec<f32>, PredictError> {
+            self.0
+                .fetch_add(candidates.len(), std::sync::atomic::Ordering::Relaxed);
+            Ok(vec![1.0; candidates.len()])
+        }
+    }
+
+    /// The one range check: an index at or past the space's size is refused,
+    /// naming it, before the predictor does any work.
+    #[test]
+    fn a_candidate_outside_the_space_is_refused_before_any_prediction() {
+        assert!(InSpace::check(10, &[0, 9]).is_ok());
+        let err = InSpace::check(10, &[3, 10, 11]).expect_err("10 is past the space");
+        assert!(
+            matches!(
+                err,
+                PredictError::OutOfRange {
+                    candidate: 10,
+                    size: 10
+                }
+            ),
+            "{err}"
+        );
+        let rows = Rows(Default::default());
+        let state = GpuState {
+            workload: WorkloadLevel::Medium,
+            vram_used_mib: 0.0,
+            utilization: 0.5,
+        };
+        assert!(rows.predict_joint(&state, &[], &[1, u64::MAX]).is_err());
+        assert_eq!(rows.0.load(std::sync::atomic::Ordering::Relaxed), 0);
+        assert_eq!(
+            rows.predict_joint(&state, &[], &[1, 2])
+                .expect("in range")
+                .len(),
+            2
+        );
+    }
+
+    #[test]
+    fn checked_chunks_cover_the_candidates_in_order() {
+        let all: Vec<u64> = (0..7).collect();
+        let checked = InSpace::check(7, &all).expect("in range");
+        let chunks: Vec<Vec<u64>> = checked.chunks(3).map(|c| c.to_vec()).collect();
+        assert_eq!(chunks, vec![vec![0, 1, 2], vec![3, 4, 5], vec![6]]);
     }
 }

@@ -36,9 +36,30 @@ pub fn path(p: &Path) -> String {
     printable(&p.to_string_lossy(), PATH_BYTES)
 }
 
+/// An error and its causes on one line, `outer: cause: root` (as anyhow's
+/// `{:#}` shows them), for a typed error that ends up as a recorded message.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut line = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        line.push_str(": ");
+        line.push_str(&c.to_string());
+        cause = c.source();
+    }
+    line
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_error_chain_reads_outer_to_root() {
+        let root = anyhow::anyhow!("device lost").context("joint call");
+        let boxed: Box<dyn std::error::Error + Send + Sync> = root.into();
+        let e = crate::PredictError::backend(boxed);
+        assert_eq!(error_chain(&e), "inference failed: joint call: device lost");
+    }
 
     #[test]
     fn a_path_with_escapes_is_shown_escaped() {

@@ -12,15 +12,28 @@
 //! under a heavier field.
 
 use crate::sim::physics::{CONCURRENCY, IMAGE_SIZE, SKIP_RATE};
-use mfsched_core::{GpuState, Problem};
+use mfsched_core::{GpuState, InSpace, JointSpace, Problem};
 use mfsched_core::{PredictError, Predictor};
 
-/// The closed-form model. Stateless; every prediction is computed, none cached,
-/// so the batched path costs per row as a real predictor would.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct AnalyticPredictor;
+/// The closed-form model of one problem's models and card. Every prediction is
+/// computed, none cached, so the batched path costs per row as a real
+/// predictor would.
+#[derive(Debug, Clone)]
+pub struct AnalyticPredictor {
+    problem: Problem,
+    space: JointSpace,
+}
 
 impl AnalyticPredictor {
+    /// The model of `problem`'s models on its card (its floors, weights and
+    /// running configuration play no part).
+    pub fn new(problem: &Problem) -> Self {
+        Self {
+            problem: problem.clone(),
+            space: problem.space(),
+        }
+    }
+
     /// Throughput of model `i` in local configuration `config` under `state`.
     pub fn throughput(problem: &Problem, i: usize, config: usize, state: &GpuState) -> f32 {
         let model = &problem.models[i];
@@ -59,7 +72,12 @@ impl AnalyticPredictor {
 }
 
 impl Predictor for AnalyticPredictor {
-    fn predict_table(&self, problem: &Problem, state: &GpuState) -> Result<Vec<f32>, PredictError> {
+    fn joint_size(&self) -> u64 {
+        self.space.size()
+    }
+
+    fn predict_table(&self, state: &GpuState) -> Result<Vec<f32>, PredictError> {
+        let problem = &self.problem;
         let mut out = Vec::new();
         for (i, m) in problem.models.iter().enumerate() {
             out.extend((0..m.grid_size()).map(|c| Self::throughput(problem, i, c, state)));
@@ -67,22 +85,19 @@ impl Predictor for AnalyticPredictor {
         Ok(out)
     }
 
-    fn predict_joint(
+    fn predict_in_space(
         &self,
-        problem: &Problem,
         state: &GpuState,
-        candidates: &[u64],
+        _running: &[u32],
+        candidates: InSpace<'_>,
     ) -> Result<Vec<f32>, PredictError> {
-        let space = problem.space();
-        let mut out = Vec::with_capacity(candidates.len() * problem.models.len());
-        for &c in candidates {
-            let tuple = space.tuple(c).unwrap_or_default();
-            out.extend(
-                tuple
-                    .iter()
-                    .enumerate()
-                    .map(|(i, &l)| Self::throughput(problem, i, l as usize, state)),
-            );
+        let n = self.problem.models.len();
+        let mut out = Vec::with_capacity(candidates.len() * n);
+        for &c in candidates.iter() {
+            out.extend((0..n).map(|i| {
+                let local = self.space.digit(c, i) as usize;
+                Self::throughput(&self.problem, i, local, state)
+            }));
         }
         Ok(out)
     }
@@ -108,23 +123,20 @@ mod tests {
             vram_used_mib: 20000.0,
             utilization: 0.95,
         };
-        let table = AnalyticPredictor
-            .predict_table(&p, &calm)
-            .expect("predicts");
+        let analytic = AnalyticPredictor::new(&p);
+        let table = analytic.predict_table(&calm).expect("predicts");
         let offsets = mfsched_core::table_offsets(&p);
         let space = p.space();
         for idx in [0, 7, space.size() - 1] {
             let tuple = space.tuple(idx).expect("in range");
-            let joint = AnalyticPredictor
-                .predict_joint(&p, &calm, &[idx])
+            let joint = analytic
+                .predict_joint(&calm, &p.current, &[idx])
                 .expect("predicts");
             for (i, &l) in tuple.iter().enumerate() {
                 assert_eq!(joint[i], table[offsets[i] + l as usize]);
             }
         }
-        let slow = AnalyticPredictor
-            .predict_table(&p, &busy)
-            .expect("predicts");
+        let slow = analytic.predict_table(&busy).expect("predicts");
         assert!(table.iter().zip(&slow).all(|(a, b)| b < a && *b > 0.0));
     }
 }

@@ -10,8 +10,8 @@ use super::engine::PluginEngine;
 use super::registry::{self, Loaded, LoadedPolicy, LoadedUtility, Origin, Registry};
 use super::tick::{Decider, TickOutcome};
 use super::version::WitVersion;
-use mfsched_core::Predictor;
 use mfsched_core::{GpuState, Problem};
+use mfsched_core::{Predictor, error_chain};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
@@ -354,9 +354,9 @@ const TERMS_TOLERANCE: f64 = 1e-9;
 /// of its models' terms (both −∞ where one is).
 fn check_terms(inputs: &CheckInputs<'_>, utility: &Arc<LoadedUtility>, sample: &[u64]) -> Finding {
     let problem = inputs.problem;
-    let table = match inputs.predictor.predict_table(problem, &inputs.state) {
+    let table = match inputs.predictor.predict_table(&inputs.state) {
         Ok(table) => table,
-        Err(e) => return Finding::fail(format!("predict-table: {e}")),
+        Err(e) => return Finding::fail(format!("predict-table: {}", error_chain(&e))),
     };
     let wit_problem = wit::Problem::from(problem);
     let mut scorer = Scorer::new(Arc::clone(&inputs.engine), Arc::clone(utility));
@@ -412,8 +412,8 @@ fn score_batch(
 ) -> Result<Vec<f64>, String> {
     let predictions = inputs
         .predictor
-        .predict_joint(problem, &inputs.state, candidates)
-        .map_err(|e| format!("predict: {e}"))?;
+        .predict_joint(&inputs.state, &problem.current, candidates)
+        .map_err(|e| format!("predict: {}", error_chain(&e)))?;
     let mut scorer = Scorer::new(Arc::clone(&inputs.engine), Arc::clone(utility));
     let deadline_at = Instant::now() + inputs.engine.limits().deadline;
     scorer

@@ -10,7 +10,7 @@ use super::failure::{PluginFailure, classify, describe};
 use super::output::OutputCapture;
 use super::registry::LoadedUtility;
 use mfsched_core::{GpuState, Problem};
-use mfsched_core::{Predictor, table_offsets};
+use mfsched_core::{InSpace, Predictor, table_offsets};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 use wasmtime::component::ResourceTable;
@@ -372,8 +372,8 @@ impl surrogate::Host for PolicyCtx {
         let state = GpuState::from(state);
         let table = call
             .predictor
-            .predict_table(&call.problem, &state)
-            .map_err(|e| wasmtime::Error::new(PluginFailure::Host(e.to_string())))?;
+            .predict_table(&state)
+            .map_err(|e| wasmtime::Error::new(PluginFailure::Predict(e)))?;
         if state == call.state {
             call.served = Some(ServedTable {
                 table: table.clone(),
@@ -394,23 +394,20 @@ impl surrogate::Host for PolicyCtx {
     ) -> wasmtime::Result<Vec<f32>> {
         let call = self.call("predict")?;
         call.check_batch("predict", candidates.len())?;
-        let size = call.problem.space().size();
-        if let Some(bad) = candidates.iter().find(|&&c| c >= size) {
-            return Err(wasmtime::Error::new(PluginFailure::Misuse(format!(
-                "predict: candidate {bad} is not a joint configuration (the space has {size})"
-            ))));
-        }
+        let failed = |e| wasmtime::Error::new(PluginFailure::Predict(e));
+        // Checked once, before any slice is predicted.
+        let checked = InSpace::check(call.predictor.joint_size(), &candidates).map_err(failed)?;
         let started = Instant::now();
         let state = GpuState::from(state);
         let mut out = Vec::with_capacity(candidates.len() * call.problem.models.len());
-        for slice in candidates.chunks(PREDICT_SLICE) {
+        for slice in checked.chunks(PREDICT_SLICE) {
             if Instant::now() >= call.deadline_at {
                 return Err(wasmtime::Error::new(PluginFailure::Deadline));
             }
             out.extend(
                 call.predictor
-                    .predict_joint(&call.problem, &state, slice)
-                    .map_err(|e| wasmtime::Error::new(PluginFailure::Host(e.to_string())))?,
+                    .predict_in_space(&state, &call.problem.current, slice)
+                    .map_err(failed)?,
             );
         }
         self.stats.predict += started.elapsed();

@@ -1,5 +1,6 @@
 //! Why a plugin call produced no usable answer, as a typed value.
 
+use mfsched_core::{PredictError, error_chain};
 use wasmtime::Trap;
 
 /// A plugin call that failed, classified.
@@ -21,8 +22,21 @@ pub enum PluginFailure {
     Instantiate(String),
     #[error("is not loaded: no policy '{0}'")]
     Unknown(String),
+    /// A prediction the policy asked the host for failed. Recorded as text, so
+    /// the message carries the whole chain.
+    #[error("{}", predict_reason(.0))]
+    Predict(PredictError),
     #[error("could not be served by the host: {0}")]
     Host(String),
+}
+
+/// A candidate outside the joint space is the policy's misuse of `predict`;
+/// any other prediction failure is the host's.
+fn predict_reason(e: &PredictError) -> String {
+    match e {
+        PredictError::OutOfRange { .. } => format!("misused the host interface: predict: {e}"),
+        _ => format!("could not be served by the host: {}", error_chain(e)),
+    }
 }
 
 /// Classifies an error returned by a call into a plugin. `memory_refused` is

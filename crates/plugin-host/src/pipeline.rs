@@ -18,7 +18,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use mfsched_core::{Field, Predictor};
+use mfsched_core::{Field, PredictError, Predictor};
 use mfsched_core::{GpuState, JointConfig, Problem};
 use wasmtime::Store;
 
@@ -464,13 +464,12 @@ impl Pipeline {
             .as_ref()
             .filter(|_| self.predictor.field() == Field::Observed);
         let predictions = validate(problem, config, |index| match served {
-            Some(served) => served
-                .predictions(problem, config)
-                .ok_or_else(|| "the served table does not fit the problem".to_owned()),
+            Some(served) => served.predictions(problem, config).ok_or_else(|| {
+                PredictError::Mismatch("the served table does not fit the problem".to_owned())
+            }),
             None => self
                 .predictor
-                .predict_joint(problem, state, &[index])
-                .map_err(|e| e.to_string()),
+                .predict_joint(state, &problem.current, &[index]),
         })?;
         let utility = match served.and_then(|s| s.utility(problem, config)) {
             Some(sum) => Some(sum),
@@ -500,7 +499,7 @@ impl Pipeline {
             .index(config)
             .and_then(|i| {
                 self.predictor
-                    .predict_joint(&inputs.problem, state, &[i])
+                    .predict_joint(state, &inputs.problem.current, &[i])
                     .ok()
             })
             .unwrap_or_default();

@@ -16,7 +16,7 @@ use super::pipeline::{DecisionFailure, Pipeline, PolicySource};
 use super::registry::{Loaded, Registry, Slot, World, load_file};
 use super::tick::Checkpoint;
 use anyhow::{Context as _, Result};
-use mfsched_core::Predictor;
+use mfsched_core::{Predictor, error_chain};
 use notify::event::{AccessKind, AccessMode, EventKind, ModifyKind};
 use notify::{RecommendedWatcher, RecursiveMode, Watcher};
 use std::collections::HashMap;
@@ -403,8 +403,8 @@ pub fn self_check(ctx: &ReloadContext, loaded: &Loaded, check: &Checkpoint) -> R
                 .ok_or("the running configuration is not in the joint space")?;
             let predictions = ctx
                 .predictor
-                .predict_joint(&check.problem, &check.state, &[index])
-                .map_err(|e| e.to_string())?;
+                .predict_joint(&check.state, &check.problem.current, &[index])
+                .map_err(|e| error_chain(&e))?;
             pipeline
                 .score(
                     &inputs,

@@ -2,7 +2,7 @@
 //! VRAM under the cap, and each model's predicted throughput at or above its
 //! SLA floor.
 
-use mfsched_core::{Infeasible, Problem};
+use mfsched_core::{Infeasible, PredictError, Problem, error_chain};
 
 /// Why a decision was not used.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -17,8 +17,9 @@ pub enum Rejection {
     },
     #[error("the predictor returned {got} values for {expected} models")]
     Prediction { expected: usize, got: usize },
-    #[error("the decision could not be predicted: {0}")]
-    Unpredictable(String),
+    /// The whole chain is in the message: a rejection is recorded as text.
+    #[error("the decision could not be predicted: {}", error_chain(.0))]
+    Unpredictable(PredictError),
 }
 
 /// Checks `config` against `problem` and returns its predictions (one per
@@ -26,7 +27,7 @@ pub enum Rejection {
 pub fn validate(
     problem: &Problem,
     config: &[u32],
-    predict: impl FnOnce(u64) -> Result<Vec<f32>, String>,
+    predict: impl FnOnce(u64) -> Result<Vec<f32>, PredictError>,
 ) -> Result<Vec<f32>, Rejection> {
     problem.check_feasible(config)?;
     let index = problem

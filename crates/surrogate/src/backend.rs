@@ -9,8 +9,8 @@ use crate::cpu::CpuBackend;
 use crate::gpu::{AdapterSummary, GpuBackend, probe_adapter};
 use crate::net::FoldedNet;
 use anyhow::{Context, Result};
-use mfsched_core::{GpuState, Problem};
-use mfsched_core::{PredictError, Predictor, nan_outside};
+use mfsched_core::{GpuState, InSpace, Problem};
+use mfsched_core::{PredictError, Predictor};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Where inference should run.
@@ -131,45 +131,41 @@ impl InferenceBackend {
                 }
             }
         }
-        on_cpu(&self.cpu).map_err(|e| PredictError::Backend(format!("{e:#}")))
+        on_cpu(&self.cpu).map_err(PredictError::backend)
     }
 }
 
-/// `problem` must have the models the backend was built for (their predictors
-/// and feature tables were fixed then); only the state and candidates vary.
+/// The backend answers for the models it was built for; only the state and
+/// the candidates vary between calls.
 impl Predictor for InferenceBackend {
-    fn predict_table(
-        &self,
-        _problem: &Problem,
-        state: &GpuState,
-    ) -> Result<Vec<f32>, PredictError> {
+    fn joint_size(&self) -> u64 {
+        self.cpu.space().size()
+    }
+
+    fn predict_table(&self, state: &GpuState) -> Result<Vec<f32>, PredictError> {
         self.run(|g| g.predict_table(state), |c| Ok(c.predict_table(state)))
     }
 
-    /// Candidates outside the joint space (callers such as the plugin host reject
-    /// them first) give NaN rows rather than a panic; the others are predicted.
-    fn predict_joint(
+    fn predict_in_space(
         &self,
-        problem: &Problem,
         state: &GpuState,
-        candidates: &[u64],
+        _running: &[u32],
+        candidates: InSpace<'_>,
     ) -> Result<Vec<f32>, PredictError> {
-        self.predict_joint_fields(problem, state, candidates, None)
+        self.predict_joint_fields(state, candidates, None)
     }
 }
 
 impl InferenceBackend {
-    /// [`Predictor::predict_joint`] with each candidate's own field when `fields`
-    /// is given (one per candidate; see `surrogate::field`). Candidates outside
-    /// the joint space give NaN rows; a field list of the wrong length is a mismatch.
+    /// Joint predictions with each candidate's own field when `fields` is given
+    /// (one per candidate; see `surrogate::field`); a field list of the wrong
+    /// length is a mismatch.
     pub fn predict_joint_fields(
         &self,
-        problem: &Problem,
         state: &GpuState,
-        candidates: &[u64],
+        candidates: InSpace<'_>,
         fields: Option<&[[f32; 2]]>,
     ) -> Result<Vec<f32>, PredictError> {
-        let n = problem.models.len();
         if let Some(f) = fields
             && f.len() != candidates.len()
         {
@@ -178,21 +174,6 @@ impl InferenceBackend {
                 f.len(),
                 candidates.len()
             )));
-        }
-        let size = problem.space().size();
-        if candidates.iter().any(|&c| c >= size) {
-            // Predict the valid ones (a device error would take the GPU out of use).
-            return nan_outside(size, n, candidates, |valid| {
-                let valid_candidates: Vec<u64> = valid.iter().map(|&k| candidates[k]).collect();
-                let valid_fields: Option<Vec<[f32; 2]>> =
-                    fields.map(|f| valid.iter().map(|&k| f[k]).collect());
-                self.predict_joint_fields(
-                    problem,
-                    state,
-                    &valid_candidates,
-                    valid_fields.as_deref(),
-                )
-            });
         }
         self.run(
             |g| g.predict_joint_fields(state, candidates, fields),
@@ -225,21 +206,39 @@ mod tests {
     }
 
     #[test]
-    fn cpu_choice_predicts_and_rejects_nothing_it_should_accept() {
+    fn cpu_choice_predicts_and_refuses_a_candidate_outside_the_space() {
         let problem = load_scenario("paper-n2").expect("bundled").problem;
         let nets = synthetic_nets(&problem, 2);
         let b = InferenceBackend::select(BackendChoice::Cpu, &problem, &nets).expect("cpu");
         assert!(b.gpu().is_none());
         let state = crate::agreement::check_states(&problem)[1];
-        let table = b.predict_table(&problem, &state).expect("predicts");
+        let table = b.predict_table(&state).expect("predicts");
         assert_eq!(table.len(), 27);
+        let running = &problem.current;
         let joint = b
-            .predict_joint(&problem, &state, &[0, 161])
+            .predict_joint(&state, running, &[0, 161])
             .expect("predicts");
         // Candidate 161 is the last configuration of both models.
         assert_eq!(joint, vec![table[0], table[18], table[17], table[26]]);
-        let bad = b.predict_joint(&problem, &state, &[162]).expect("predicts");
-        assert!(bad.len() == 2 && bad.iter().all(|v| v.is_nan()));
+        let bad = b
+            .predict_joint(&state, running, &[0, 162])
+            .expect_err("162 is past the space");
+        assert!(
+            matches!(
+                bad,
+                PredictError::OutOfRange {
+                    candidate: 162,
+                    size: 162
+                }
+            ),
+            "{bad}"
+        );
+        // Refused before the backend: it stays usable.
+        assert_eq!(
+            b.predict_joint(&state, running, &[0, 161])
+                .expect("predicts"),
+            joint
+        );
     }
 
     #[test]
@@ -254,10 +253,10 @@ mod tests {
         assert!(gpu.gpu().is_some(), "{}", gpu.reason);
         let state = crate::agreement::check_states(&problem)[2];
         for (g, c) in gpu
-            .predict_table(&problem, &state)
+            .predict_table(&state)
             .expect("predicts")
             .iter()
-            .zip(cpu.predict_table(&problem, &state).expect("predicts"))
+            .zip(cpu.predict_table(&state).expect("predicts"))
         {
             assert!((g - c).abs() <= 1e-5 * 400.0, "{g} vs {c}");
         }

@@ -24,7 +24,7 @@ use crate::features::{
 };
 use crate::net::{BLOCK_ROWS, FoldedNet, Scratch};
 use anyhow::{Result, bail};
-use mfsched_core::{GpuState, JointSpace, Model, Problem};
+use mfsched_core::{GpuState, InSpace, JointSpace, Model, Problem};
 
 /// A thread gets at least this many candidates of a joint call (two blocks,
 /// a millisecond or more of work), so spawning it costs well under its share.
@@ -211,21 +211,6 @@ pub fn check_nets(problem: &Problem, nets: &[FoldedNet]) -> Result<()> {
     Ok(())
 }
 
-/// Rejects candidates outside the joint space (they would decode to wrong digits).
-pub fn check_candidates(space: &JointSpace, candidates: &[u64]) -> Result<()> {
-    if let Some((at, &bad)) = candidates
-        .iter()
-        .enumerate()
-        .find(|&(_, &c)| c >= space.size())
-    {
-        bail!(
-            "candidate {at} has joint index {bad}, outside the joint space of {} configurations",
-            space.size()
-        );
-    }
-    Ok(())
-}
-
 /// Rejects a field list whose length is not one field per candidate.
 pub fn check_fields(candidates: &[u64], fields: Option<&[[f32; 2]]>) -> Result<()> {
     match fields {
@@ -253,6 +238,11 @@ impl CpuBackend {
                 .collect(),
             threads: default_threads(),
         })
+    }
+
+    /// The joint space the backend decodes candidates in.
+    pub fn space(&self) -> &JointSpace {
+        &self.space
     }
 
     /// At most `threads` threads per joint call (at least one). Results do not
@@ -289,8 +279,10 @@ impl CpuBackend {
         out
     }
 
-    /// N predictions per joint candidate, row-major: `out[c * N + i]`.
+    /// N predictions per joint candidate, row-major: `out[c * N + i]`; an
+    /// index outside the joint space is refused ([`InSpace::check`]).
     pub fn predict_joint(&self, state: &GpuState, candidates: &[u64]) -> Result<Vec<f32>> {
+        let candidates = InSpace::check(self.space.size(), candidates)?;
         self.predict_joint_fields(state, candidates, None)
     }
 
@@ -301,10 +293,10 @@ impl CpuBackend {
     pub fn predict_joint_fields(
         &self,
         state: &GpuState,
-        candidates: &[u64],
+        candidates: InSpace<'_>,
         fields: Option<&[[f32; 2]]>,
     ) -> Result<Vec<f32>> {
-        check_candidates(&self.space, candidates)?;
+        let candidates: &[u64] = &candidates;
         check_fields(candidates, fields)?;
         let n = self.models.len();
         let mut out = vec![0.0; candidates.len() * n];
@@ -481,6 +473,7 @@ mod tests {
         // Six blocks and a partial one: enough for three threads, whole blocks each.
         let count = 6 * BLOCK_ROWS + 37;
         let candidates: Vec<u64> = (0..count).map(|_| rng.below(space.size())).collect();
+        let checked = InSpace::check(space.size(), &candidates).expect("in range");
         let fields: Vec<[f32; 2]> = (0..count)
             .map(|_| [rng.next_f64() as f32, rng.next_f64() as f32])
             .collect();
@@ -501,13 +494,13 @@ mod tests {
             }
             for per_candidate in [None, Some(&fields[..])] {
                 let single = one
-                    .predict_joint_fields(&state, &candidates, per_candidate)
+                    .predict_joint_fields(&state, checked, per_candidate)
                     .expect("in range");
                 for threads in [2, 3] {
                     let many = one.clone().with_threads(threads);
                     assert_eq!(many.threads_for(count), threads);
                     let got = many
-                        .predict_joint_fields(&state, &candidates, per_candidate)
+                        .predict_joint_fields(&state, checked, per_candidate)
                         .expect("in range");
                     assert_eq!(got, single, "hidden {hidden:?}, {threads} threads");
                 }
@@ -536,7 +529,7 @@ mod tests {
                 let alone = one
                     .predict_joint_fields(
                         &state,
-                        &candidates[from..to],
+                        InSpace::check(space.size(), &candidates[from..to]).expect("in range"),
                         per_candidate.map(|f| &f[from..to]),
                     )
                     .expect("in range");

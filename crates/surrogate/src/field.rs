@@ -29,7 +29,7 @@ use super::MeanField;
 use super::features::{local_len, local_table};
 use anyhow::{Result, bail};
 use mfsched_core::Profile;
-use mfsched_core::{Field, PredictError, Predictor, nan_outside};
+use mfsched_core::{Field, InSpace, PredictError, Predictor};
 use mfsched_core::{GpuState, JointSpace, Problem, WorkloadLevel};
 use serde::Serialize;
 use std::sync::Arc;
@@ -339,32 +339,30 @@ impl CandidateAware {
             .sum()
     }
 
-    /// Solves every candidate's field. Candidates must be in the joint space.
+    /// Solves every candidate's field, anchored on `running`, the
+    /// configuration that ran while `state` was observed (a configuration
+    /// outside the space anchors nothing: no offsets).
     pub fn solve(
         &self,
-        problem: &Problem,
         state: &GpuState,
-        candidates: &[u64],
+        running: &[u32],
+        candidates: InSpace<'_>,
     ) -> Result<Solved, PredictError> {
-        let n = problem.models.len();
+        let n = self.space.radices().len();
         let workload = state.workload;
         // Anchor both parts of the field on the running configuration, whose
         // field is the observation itself.
-        let current = self.space.index(&problem.current);
-        let (vram_offset, utilization_offset) = match current {
+        let (vram_offset, utilization_offset) = match self.space.index(running) {
             Some(index) => {
                 let at_current = self
                     .meanfield
-                    .predict_joint(problem, state, &[index])?
+                    .predict_joint(state, running, &[index])?
                     .iter()
                     .map(|&t| f64::from(t))
                     .collect::<Vec<_>>();
                 (
-                    state.vram_used_mib - self.footprint(&problem.current),
-                    state.utilization
-                        - self
-                            .utilization
-                            .predict(workload, &problem.current, &at_current),
+                    state.vram_used_mib - self.footprint(running),
+                    state.utilization - self.utilization.predict(workload, running, &at_current),
                 )
             }
             None => (0.0, 0.0),
@@ -373,14 +371,14 @@ impl CandidateAware {
         let mut base = Vec::with_capacity(candidates.len());
         let mut vram = Vec::with_capacity(candidates.len());
         let mut utilization = Vec::with_capacity(candidates.len());
-        let table = self.meanfield.predict_table(problem, state)?;
-        let offsets = mfsched_core::table_offsets(problem);
-        for &c in candidates {
+        let table = self.meanfield.predict_table(state)?;
+        let offsets = self.meanfield.table_offsets();
+        for &c in candidates.iter() {
             self.space.decode(c, &mut joint);
             let b = self.utilization.base(workload, &joint) + utilization_offset;
             let observed_field = joint
                 .iter()
-                .zip(&offsets)
+                .zip(offsets)
                 .map(|(&cfg, &off)| f64::from(table[off + cfg as usize]));
             utilization.push((b + self.utilization.demand(observed_field)).clamp(0.0, 1.0));
             base.push(b);
@@ -403,9 +401,11 @@ impl CandidateAware {
                 .iter()
                 .map(|&k| [vram[k], utilization[k] as f32])
                 .collect();
+            // A subset of checked candidates: the check cannot fail.
+            let batch = InSpace::check(self.space.size(), &batch)?;
             let predicted =
                 self.meanfield
-                    .predict_joint_fields(problem, state, &batch, Some(&batch_fields))?;
+                    .predict_joint_fields(state, batch, Some(&batch_fields))?;
             passes += 1;
             rows += (batch.len() * n) as u64;
             let mut still_moving = Vec::with_capacity(moving.len());
@@ -448,25 +448,21 @@ impl CandidateAware {
 /// The table is the observed field's (a per-configuration table cannot carry a
 /// per-candidate field); joint predictions carry each candidate's own field.
 impl Predictor for CandidateAware {
-    fn predict_table(&self, problem: &Problem, state: &GpuState) -> Result<Vec<f32>, PredictError> {
-        self.meanfield.predict_table(problem, state)
+    fn joint_size(&self) -> u64 {
+        self.space.size()
     }
 
-    /// Candidates outside the joint space get NaN rows.
-    fn predict_joint(
+    fn predict_table(&self, state: &GpuState) -> Result<Vec<f32>, PredictError> {
+        self.meanfield.predict_table(state)
+    }
+
+    fn predict_in_space(
         &self,
-        problem: &Problem,
         state: &GpuState,
-        candidates: &[u64],
+        running: &[u32],
+        candidates: InSpace<'_>,
     ) -> Result<Vec<f32>, PredictError> {
-        let size = self.space.size();
-        if candidates.iter().all(|&c| c < size) {
-            return Ok(self.solve(problem, state, candidates)?.predictions);
-        }
-        nan_outside(size, problem.models.len(), candidates, |valid| {
-            let valid: Vec<u64> = valid.iter().map(|&k| candidates[k]).collect();
-            Ok(self.solve(problem, state, &valid)?.predictions)
-        })
+        Ok(self.solve(state, running, candidates)?.predictions)
     }
 
     fn field(&self) -> Field {
@@ -521,7 +517,9 @@ mod tests {
         let current = problem.space().index(&problem.current).expect("valid");
         for (k, workload) in WorkloadLevel::ALL.into_iter().enumerate() {
             let state = observed(&profile, workload, k);
-            let solved = field.solve(&problem, &state, &[current]).expect("solves");
+            let solved = field
+                .solve(&state, &problem.current, in_space(&problem, &[current]))
+                .expect("solves");
             assert!(solved.converged, "{workload:?}");
             let [vram, utilization] = solved.fields[0];
             let card = f64::from(problem.card.vram_mib);
@@ -533,7 +531,7 @@ mod tests {
             );
             let fixed = field
                 .meanfield
-                .predict_joint(&problem, &state, &[current])
+                .predict_joint(&state, &problem.current, &[current])
                 .expect("predicts");
             for (a, b) in solved.predictions.iter().zip(&fixed) {
                 assert!((a - b).abs() <= 0.01 * b.abs().max(1.0), "{a} vs {b}");
@@ -547,7 +545,9 @@ mod tests {
         // Every 7th feasible candidate keeps the debug-build test short.
         let candidates: Vec<u64> = problem.feasible_indices().into_iter().step_by(7).collect();
         let state = observed(&profile, WorkloadLevel::High, 3);
-        let solved = field.solve(&problem, &state, &candidates).expect("solves");
+        let solved = field
+            .solve(&state, &problem.current, in_space(&problem, &candidates))
+            .expect("solves");
         assert!(
             solved.converged && solved.passes <= MAX_PASSES,
             "{}",
@@ -575,7 +575,11 @@ mod tests {
         // where the whole set did, and the utilisation each prediction was made
         // under is (to the tolerance) the one the prediction implies.
         let again = field
-            .solve(&problem, &state, &candidates[..50])
+            .solve(
+                &state,
+                &problem.current,
+                in_space(&problem, &candidates[..50]),
+            )
             .expect("solves");
         assert_eq!(again.predictions, solved.predictions[..50 * n]);
         assert_eq!(again.fields, solved.fields[..50]);
@@ -591,17 +595,28 @@ mod tests {
         assert_eq!(stats.rows, solved.rows + again.rows);
     }
 
+    fn in_space<'a>(problem: &Problem, candidates: &'a [u64]) -> InSpace<'a> {
+        InSpace::check(problem.space().size(), candidates).expect("in the space")
+    }
+
     #[test]
-    fn out_of_range_candidates_get_nan_rows() {
+    fn an_out_of_range_candidate_is_refused_and_solves_nothing() {
         let (problem, field, profile) = paper_n5();
         let size = problem.space().size();
         let state = observed(&profile, WorkloadLevel::Low, 1);
+        let err = field
+            .predict_joint(&state, &problem.current, &[0, size, 1])
+            .expect_err("size is past the space");
+        assert!(
+            matches!(err, PredictError::OutOfRange { candidate, .. } if candidate == size),
+            "{err}"
+        );
+        assert_eq!(field.stats().calls, 0);
         let out = field
-            .predict_joint(&problem, &state, &[0, size, 1])
+            .predict_joint(&state, &problem.current, &[0, 1])
             .expect("predicts");
-        assert_eq!(out.len(), 15);
-        assert!(out[5..10].iter().all(|v| v.is_nan()));
-        assert!(out[..5].iter().chain(&out[10..]).all(|v| v.is_finite()));
+        assert_eq!(out.len(), 10);
+        assert!(out.iter().all(|v| v.is_finite()));
         assert_eq!(field.field(), Field::CandidateAware);
     }
 }

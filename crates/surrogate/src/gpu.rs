@@ -9,12 +9,12 @@
 //! Calls block on the device (`Device::poll` with `PollType::wait_indefinitely`):
 //! fine in a CLI or a test; async callers must run them in `spawn_blocking`.
 
-use crate::cpu::{check_candidates, check_fields, check_nets};
+use crate::cpu::{check_fields, check_nets};
 use crate::features::{STATE_FEATURES, local_len, local_table, push_state};
 use crate::net::FoldedNet;
 use anyhow::{Context, Result, anyhow, bail};
 use bytemuck::{Pod, Zeroable};
-use mfsched_core::{GpuState, JointSpace, Problem};
+use mfsched_core::{GpuState, InSpace, JointSpace, Problem};
 use std::fmt;
 use std::sync::{Mutex, mpsc};
 use wgpu::util::DeviceExt;
@@ -453,9 +453,11 @@ impl GpuBackend {
         Ok(out)
     }
 
-    /// N predictions per joint candidate, row-major: `out[c * N + i]`. The
+    /// N predictions per joint candidate, row-major: `out[c * N + i]`; an
+    /// index outside the joint space is refused ([`InSpace::check`]). The
     /// features are built on the device from the mixed-radix indices.
     pub fn predict_joint(&self, state: &GpuState, candidates: &[u64]) -> Result<Vec<f32>> {
+        let candidates = InSpace::check(self.space.size(), candidates)?;
         self.predict_joint_fields(state, candidates, None)
     }
 
@@ -465,10 +467,10 @@ impl GpuBackend {
     pub fn predict_joint_fields(
         &self,
         state: &GpuState,
-        candidates: &[u64],
+        candidates: InSpace<'_>,
         fields: Option<&[[f32; 2]]>,
     ) -> Result<Vec<f32>> {
-        check_candidates(&self.space, candidates)?;
+        let candidates: &[u64] = &candidates;
         check_fields(candidates, fields)?;
         let n = self.problem.models.len();
         let mut io = self.lock_io()?;
@@ -814,6 +816,7 @@ pub(crate) mod tests {
         let problem = load_scenario("paper-n3").expect("bundled").problem;
         let nets = synthetic_nets(&problem, 8);
         let candidates = problem.feasible_indices();
+        let checked = InSpace::check(problem.space().size(), &candidates).expect("in range");
         let mut rng = mfsched_rng::Rng::new(17);
         let fields: Vec<[f32; 2]> = candidates
             .iter()
@@ -823,10 +826,10 @@ pub(crate) mod tests {
         let cpu = CpuBackend::new(&problem, &nets).expect("cpu");
         let mut gpu = GpuBackend::new(&problem, &nets).expect("an adapter was found");
         let want = cpu
-            .predict_joint_fields(&state, &candidates, Some(&fields))
+            .predict_joint_fields(&state, checked, Some(&fields))
             .expect("in range");
         let got = gpu
-            .predict_joint_fields(&state, &candidates, Some(&fields))
+            .predict_joint_fields(&state, checked, Some(&fields))
             .expect("gpu");
         let scale = |r: usize| nets[r % 3].out_scale;
         assert_agrees(
@@ -839,11 +842,11 @@ pub(crate) mod tests {
         // Split into dispatches of 100 candidates, each with its slice of fields.
         gpu.limit_dispatch_candidates(100);
         let split = gpu
-            .predict_joint_fields(&state, &candidates, Some(&fields))
+            .predict_joint_fields(&state, checked, Some(&fields))
             .expect("gpu");
         assert_eq!(split, got, "splitting must not change any value");
         let err = gpu
-            .predict_joint_fields(&state, &candidates, Some(&fields[1..]))
+            .predict_joint_fields(&state, checked, Some(&fields[1..]))
             .expect_err("one field short");
         assert!(err.to_string().contains("one field per candidate"), "{err}");
     }
@@ -909,6 +912,9 @@ pub(crate) mod tests {
         let err = gpu
             .predict_joint(&state, &[space.size()])
             .expect_err("out of range");
-        assert!(err.to_string().contains("outside the joint space"), "{err}");
+        assert!(
+            err.to_string().contains("is not a joint configuration"),
+            "{err}"
+        );
     }
 }

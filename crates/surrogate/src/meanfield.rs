@@ -13,7 +13,7 @@ use super::net::FoldedNet;
 use super::target::OutputMap;
 use anyhow::{Result, bail};
 use mfsched_core::{GpuState, JointSpace, Problem};
-use mfsched_core::{PredictError, Predictor, table_offsets};
+use mfsched_core::{InSpace, PredictError, Predictor, table_offsets};
 
 /// A MeanField surrogate bound to one problem's models.
 #[derive(Debug)]
@@ -76,9 +76,6 @@ impl MeanField {
             return;
         }
         for (k, &c) in candidates.iter().enumerate() {
-            if c >= self.space.size() {
-                continue; // NaN rows stay NaN
-            }
             for (i, map) in self.outputs.iter().enumerate() {
                 let y = &mut out[k * n + i];
                 *y = map.apply(self.space.digit(c, i) as usize, *y);
@@ -90,16 +87,20 @@ impl MeanField {
     /// field; see [`InferenceBackend::predict_joint_fields`].
     pub fn predict_joint_fields(
         &self,
-        problem: &Problem,
         state: &GpuState,
-        candidates: &[u64],
+        candidates: InSpace<'_>,
         fields: Option<&[[f32; 2]]>,
     ) -> Result<Vec<f32>, PredictError> {
         let mut out = self
             .inference
-            .predict_joint_fields(problem, state, candidates, fields)?;
-        self.map_joint(candidates, &mut out);
+            .predict_joint_fields(state, candidates, fields)?;
+        self.map_joint(&candidates, &mut out);
         Ok(out)
+    }
+
+    /// Offsets of each model's block in a table (see [`table_offsets`]).
+    pub fn table_offsets(&self) -> &[usize] {
+        &self.offsets
     }
 
     /// Where inference runs: `CPU` or `GPU on <adapter>`.
@@ -118,11 +119,15 @@ impl MeanField {
     }
 }
 
-/// `problem` must have the models the surrogate was bound to; only the state
-/// (and, for joint calls, the candidates) vary between calls.
+/// The surrogate answers for the models it was bound to; only the state (and,
+/// for joint calls, the candidates) vary between calls.
 impl Predictor for MeanField {
-    fn predict_table(&self, problem: &Problem, state: &GpuState) -> Result<Vec<f32>, PredictError> {
-        let mut table = self.inference.predict_table(problem, state)?;
+    fn joint_size(&self) -> u64 {
+        self.space.size()
+    }
+
+    fn predict_table(&self, state: &GpuState) -> Result<Vec<f32>, PredictError> {
+        let mut table = self.inference.predict_table(state)?;
         for (map, range) in self.outputs.iter().zip(self.offsets.windows(2)) {
             if !map.is_identity() {
                 for (c, y) in table[range[0]..range[1]].iter_mut().enumerate() {
@@ -133,14 +138,13 @@ impl Predictor for MeanField {
         Ok(table)
     }
 
-    /// Candidates outside the joint space get NaN (the caller validates indices).
-    fn predict_joint(
+    fn predict_in_space(
         &self,
-        problem: &Problem,
         state: &GpuState,
-        candidates: &[u64],
+        _running: &[u32],
+        candidates: InSpace<'_>,
     ) -> Result<Vec<f32>, PredictError> {
-        self.predict_joint_fields(problem, state, candidates, None)
+        self.predict_joint_fields(state, candidates, None)
     }
 }
 
@@ -189,7 +193,7 @@ mod tests {
         let s = load_scenario("paper-n3").expect("bundled");
         let p = &s.problem;
         let mf = MeanField::new(p, nets_for(p)).expect("fits");
-        let table = mf.predict_table(p, &state()).expect("predicts");
+        let table = mf.predict_table(&state()).expect("predicts");
         let offsets = table_offsets(p);
         assert_eq!(table.len(), offsets[p.models.len()]);
         for (i, model) in p.models.iter().enumerate() {
@@ -206,26 +210,33 @@ mod tests {
         let s = load_scenario("paper-n3").expect("bundled");
         let p = &s.problem;
         let mf = MeanField::new(p, nets_for(p)).expect("fits");
-        let table = mf.predict_table(p, &state()).expect("predicts");
+        let table = mf.predict_table(&state()).expect("predicts");
         let offsets = table_offsets(p);
         let space = p.space();
-        // More than one chunk, plus an out-of-range index.
+        // More than one chunk.
         let mut candidates: Vec<u64> = (0..space.size()).step_by(2).collect();
-        candidates.push(space.size());
         assert!(candidates.len() > 1024, "more than one CPU block");
         let joint = mf
-            .predict_joint(p, &state(), &candidates)
+            .predict_joint(&state(), &p.current, &candidates)
             .expect("predicts");
         let n = p.models.len();
         assert_eq!(joint.len(), candidates.len() * n);
-        for (k, &c) in candidates[..candidates.len() - 1].iter().enumerate() {
+        for (k, &c) in candidates.iter().enumerate() {
             let tuple = space.tuple(c).expect("in range");
             for i in 0..n {
                 let expect = table[offsets[i] + tuple[i] as usize];
                 assert!((joint[k * n + i] - expect).abs() <= 1e-5 * expect.abs().max(1.0));
             }
         }
-        assert!(joint[joint.len() - n..].iter().all(|v| v.is_nan()));
+        // An out-of-range index among them refuses the whole call.
+        candidates.push(space.size());
+        let err = mf
+            .predict_joint(&state(), &p.current, &candidates)
+            .expect_err("the last is past the space");
+        assert!(
+            matches!(err, PredictError::OutOfRange { candidate, .. } if candidate == space.size()),
+            "{err}"
+        );
     }
 
     /// Log and relative targets: table and joint rows are the nets' outputs
@@ -249,8 +260,8 @@ mod tests {
             .with_outputs(maps.clone())
             .expect("three maps");
         let offsets = table_offsets(p);
-        let before = raw.predict_table(p, &state()).expect("predicts");
-        let after = mapped.predict_table(p, &state()).expect("predicts");
+        let before = raw.predict_table(&state()).expect("predicts");
+        let after = mapped.predict_table(&state()).expect("predicts");
         for (i, map) in maps.iter().enumerate() {
             for c in 0..p.models[i].grid_size() {
                 let k = offsets[i] + c;
@@ -260,7 +271,7 @@ mod tests {
         assert_eq!(after[offsets[1] + 3], before[offsets[1] + 3] * 13.0);
         let candidates: Vec<u64> = (0..p.space().size()).step_by(7).collect();
         let joint = mapped
-            .predict_joint(p, &state(), &candidates)
+            .predict_joint(&state(), &p.current, &candidates)
             .expect("predicts");
         for (k, &c) in candidates.iter().enumerate() {
             let tuple = p.space().tuple(c).expect("in range");

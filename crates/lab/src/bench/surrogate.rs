@@ -5,7 +5,7 @@
 
 use anyhow::Result;
 use mfsched_core::median_duration;
-use mfsched_core::{GpuState, Problem};
+use mfsched_core::{GpuState, InSpace, Problem};
 use mfsched_surrogate::CandidateAware;
 use mfsched_surrogate::CpuBackend;
 use mfsched_surrogate::FoldedNet;
@@ -176,17 +176,19 @@ pub fn candidate_aware(
     mut on_step: impl FnMut(),
 ) -> Result<FieldBench> {
     let feasible = problem.feasible_indices();
+    let candidates = InSpace::check(problem.space().size(), &feasible)?;
+    let running = &problem.current;
     let n = problem.models.len();
-    let cpu_solved = cpu.solve(problem, state, &feasible)?;
+    let cpu_solved = cpu.solve(state, running, candidates)?;
     let gpu_solved = gpu
-        .map(|g| g.solve(problem, state, &feasible))
+        .map(|g| g.solve(state, running, candidates))
         .transpose()?;
     let timing = time_side_by_side(
         repeats,
         feasible.len() * n,
         cpu.meanfield().cpu_threads_for(feasible.len()),
-        || Ok(cpu.solve(problem, state, &feasible)?),
-        gpu.map(|g| || Ok(g.solve(problem, state, &feasible)?)),
+        || Ok(cpu.solve(state, running, candidates)?),
+        gpu.map(|g| || Ok(g.solve(state, running, candidates)?)),
         &mut on_step,
     )?;
     let max_normalised_difference = gpu_solved.as_ref().map(|g| {

@@ -212,7 +212,7 @@ impl Harness {
     ) -> Result<Vec<f64>> {
         let predictions: Vec<f32> = match predictor.field() {
             Field::Observed => {
-                let table = predictor.predict_table(problem, state)?;
+                let table = predictor.predict_table(state)?;
                 let n = problem.models.len();
                 self.feasible_locals
                     .chunks_exact(n)
@@ -224,7 +224,9 @@ impl Harness {
                     })
                     .collect()
             }
-            Field::CandidateAware => predictor.predict_joint(problem, state, &self.feasible)?,
+            Field::CandidateAware => {
+                predictor.predict_joint(state, &problem.current, &self.feasible)?
+            }
         };
         let deadline = Instant::now() + self.engine.limits().deadline;
         scorer

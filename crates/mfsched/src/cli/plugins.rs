@@ -124,9 +124,10 @@ impl PluginOpts {
                     bail!("--field candidate-aware is an option of --predictor meanfield");
                 }
                 let mut problem = scenario.problem.clone();
-                fill_defaults(&mut problem, &scenario.explicit_floors, &AnalyticPredictor)?;
+                let analytic = AnalyticPredictor::new(&problem);
+                fill_defaults(&mut problem, &scenario.explicit_floors, &analytic)?;
                 Ok(Served::other(
-                    Arc::new(AnalyticPredictor),
+                    Arc::new(analytic),
                     problem,
                     "analytic closed-form stand-in (not the MeanField surrogate)",
                 ))

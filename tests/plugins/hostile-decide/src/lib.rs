@@ -5,7 +5,8 @@
 //! - `print`: writes 16 MiB to stdout and as much to stderr, then decides;
 //! - `predict`: asks for joint predictions of the whole space over and over
 //!   (the host's work, not the guest's, must end at the deadline);
-//! - `flood`: one `predict` call with more candidates than the host allows.
+//! - `flood`: one `predict` call with more candidates than the host allows;
+//! - `outside`: one `predict` call whose last candidate is past the joint space.
 //!
 //! Without `mode`, it refuses as `refuse` does whenever the load is `burst`: a
 //! plugin that passes the start-up self-check (made at medium load) and turns
@@ -32,7 +33,7 @@ impl mfsched_sdk::Guest for HostileDecide {
         vec![ParamSpec {
             name: "mode".into(),
             default_value: String::new(),
-            description: "refuse | print | predict | flood; empty: decide plainly".into(),
+            description: "refuse | print | predict | flood | outside; empty: decide plainly".into(),
         }]
     }
 
@@ -61,6 +62,9 @@ impl mfsched_sdk::Guest for HostileDecide {
                 loop {
                     let _ = mfsched_sdk::surrogate::predict(state, &all);
                 }
+            }
+            "outside" => {
+                let _ = mfsched_sdk::surrogate::predict(state, &[0, space.size()]);
             }
             "flood" => {
                 let all: Vec<u64> = (0..(8u64 << 20)).map(|i| i % space.size()).collect();
