@@ -31,8 +31,8 @@ fn engine() -> Arc<PluginEngine> {
     )
 }
 
-/// A random variation of a bundled scenario; `None` when it has no feasible start.
-/// A random problem and the analytic predictor of its models on its card.
+/// A random variation of a bundled scenario and the analytic predictor of its
+/// models on its card; `None` when it has no feasible start.
 fn random_problem(rng: &mut Rng) -> Option<(Problem, Arc<dyn Predictor>)> {
     let name = ["paper-n2", "paper-n3", "paper-n4", "paper-n5"][rng.below(4) as usize];
     let scenario = mfsched_core::load_scenario(name).expect("bundled");

@@ -108,6 +108,14 @@ impl<'a> InSpace<'a> {
     pub fn chunks(self, len: usize) -> impl Iterator<Item = InSpace<'a>> {
         self.indices.chunks(len).map(|indices| InSpace { indices })
     }
+
+    /// The candidates at `positions` (indices into these), in that order,
+    /// written to `into`: a selection of checked candidates is checked.
+    pub fn select<'b>(&self, positions: &[usize], into: &'b mut Vec<u64>) -> InSpace<'b> {
+        into.clear();
+        into.extend(positions.iter().map(|&k| self.indices[k]));
+        InSpace { indices: into }
+    }
 }
 
 impl std::ops::Deref for InSpace<'_> {
@@ -374,5 +382,7 @@ mod tests {
         let checked = InSpace::check(7, &all).expect("in range");
         let chunks: Vec<Vec<u64>> = checked.chunks(3).map(|c| c.to_vec()).collect();
         assert_eq!(chunks, vec![vec![0, 1, 2], vec![3, 4, 5], vec![6]]);
+        let mut picked = Vec::new();
+        assert_eq!(*checked.select(&[5, 0, 5], &mut picked), [5, 0, 5]);
     }
 }

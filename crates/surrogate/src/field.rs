@@ -395,14 +395,13 @@ impl CandidateAware {
         let mut moving: Vec<usize> = (0..candidates.len()).collect();
         let mut passes = 0;
         let mut rows = 0u64;
+        let mut batch_indices = Vec::with_capacity(candidates.len());
         while !moving.is_empty() && passes < MAX_PASSES {
-            let batch: Vec<u64> = moving.iter().map(|&k| candidates[k]).collect();
+            let batch = candidates.select(&moving, &mut batch_indices);
             let batch_fields: Vec<[f32; 2]> = moving
                 .iter()
                 .map(|&k| [vram[k], utilization[k] as f32])
                 .collect();
-            // A subset of checked candidates: the check cannot fail.
-            let batch = InSpace::check(self.space.size(), &batch)?;
             let predicted =
                 self.meanfield
                     .predict_joint_fields(state, batch, Some(&batch_fields))?;
