@@ -1,6 +1,6 @@
 //! `mfsched plugins test`: a policy against many states (recorded by the
-//! daemon or written as fixtures), several runs each. Every answer goes
-//! through the one decision pipeline (validated as the daemon validates it);
+//! daemon or written as fixtures), several runs each. Every run is a tick of
+//! the one tick runner (validated as the daemon validates it);
 //! the runs of one state must agree although the clocks the guest sees differ
 //! between them; and every decision must stay within a latency budget.
 //! `plugins check` is the quick version: one state, two runs, real clocks.
@@ -12,9 +12,10 @@ use mfsched_core::Predictor;
 use mfsched_core::{GpuState, JointConfig, Problem};
 
 use crate::engine::PluginEngine;
-use crate::pipeline::{DecisionFailure, Pipeline};
+use crate::pipeline::{DecisionFailure, Pipeline, PolicySource};
 use crate::registry::{LoadedPolicy, LoadedUtility, Slot};
 use crate::reload::wit_params;
+use crate::tick::Decider;
 
 /// How much further ahead the guest's clocks read in each run than in the one
 /// before: one hour, minute, second, millisecond, microsecond and nanosecond.
@@ -162,40 +163,38 @@ impl CaseReport {
     }
 }
 
-/// Runs the policy `inputs.runs` times on every case, the guest's clocks
-/// `k × CLOCK_STEP` ahead in run k. Each run gets the engine's deadline (a
-/// run past it is invalid); the budget is only compared afterwards.
+/// Runs the policy `inputs.runs` times on every case, each run a tick of its
+/// own with the guest's clocks `k × CLOCK_STEP` ahead in run k. Each run gets
+/// the engine's deadline (a run past it is invalid); the budget is only
+/// compared afterwards.
 pub fn run(inputs: &HarnessInputs, cases: &[Case]) -> Vec<CaseReport> {
     let pipeline = Pipeline::new(
         Arc::clone(&inputs.engine),
         Arc::new(Slot::new(Arc::clone(&inputs.utility))),
         Arc::clone(&inputs.predictor),
     );
-    let source = Slot::new(Arc::clone(&inputs.policy));
+    let source: Arc<dyn PolicySource> = Arc::new(Slot::new(Arc::clone(&inputs.policy)));
     let params = wit_params(&inputs.params);
-    let deadline = inputs.engine.limits().deadline;
     let runs = inputs.runs.max(MIN_RUNS);
     cases
         .iter()
         .map(|case| {
-            let mut prepared = pipeline.prepare(&case.problem);
+            // Runs numbered from 1, so that what the policy prints is tagged
+            // with the run as the daemon tags it with the tick.
+            let mut decider = Decider::with_source(
+                pipeline.clone(),
+                Arc::clone(&source),
+                &inputs.policy.info.name,
+                params.clone(),
+            )
+            .numbered_from(1);
             let mut answers = Vec::with_capacity(runs);
             let mut latencies = Vec::with_capacity(runs);
             for k in 0..runs {
-                prepared.clock_shift = CLOCK_STEP * k as u32;
-                let verdict = pipeline.evaluate(
-                    &prepared,
-                    &source,
-                    &inputs.policy.info.name,
-                    &case.state,
-                    &params,
-                    deadline,
-                );
-                // What the policy printed, tagged as the daemon tags it (the
-                // run number stands in for the tick).
-                verdict.output.log(&inputs.policy.info.name, k as u64 + 1);
-                answers.push(verdict.result.map(|checked| checked.config));
-                latencies.push(verdict.latency);
+                decider.shift_clocks(CLOCK_STEP * k as u32);
+                let active = decider.decide(&case.problem, &case.state).active;
+                answers.push(active.result.map(|checked| checked.config));
+                latencies.push(active.latency);
             }
             CaseReport {
                 label: case.label.clone(),

@@ -12,9 +12,9 @@
 
 use super::bindings::wit;
 use super::engine::PluginEngine;
-use super::pipeline::{DecisionFailure, Pipeline, PolicySource};
+use super::pipeline::{DecisionFailure, Pipeline};
 use super::registry::{Loaded, Registry, Slot, World, load_file};
-use super::tick::Checkpoint;
+use super::tick::{Checkpoint, Decider};
 use anyhow::{Context as _, Result};
 use mfsched_core::{Predictor, error_chain};
 use notify::event::{AccessKind, AccessMode, EventKind, ModifyKind};
@@ -360,11 +360,12 @@ pub fn reload(ctx: &ReloadContext, path: &Path) -> ReloadOutcome {
     }
 }
 
-/// A policy must produce a valid decision on the checkpoint; a utility must
-/// score the running configuration.
-/// Both go through the one decision pipeline, under the engine's deadline.
+/// A policy must produce a valid decision on the checkpoint, asked in a tick
+/// of its own as the daemon would ask it; a utility must score the running
+/// configuration, as a tick scores (the pipeline's one scoring), so that its
+/// own failure, not a fallback's, is the reason given. Both under the
+/// engine's deadline.
 pub fn self_check(ctx: &ReloadContext, loaded: &Loaded, check: &Checkpoint) -> Result<(), String> {
-    let deadline = ctx.engine.limits().deadline;
     match loaded {
         Loaded::Policy(p) => {
             let pipeline = Pipeline::new(
@@ -372,17 +373,10 @@ pub fn self_check(ctx: &ReloadContext, loaded: &Loaded, check: &Checkpoint) -> R
                 Arc::clone(&ctx.utility),
                 Arc::clone(&ctx.predictor),
             );
-            let inputs = pipeline.prepare(&check.problem);
-            let source: &dyn PolicySource = &Slot::new(Arc::clone(p));
-            let verdict = pipeline.evaluate(
-                &inputs,
-                source,
-                &p.info.name,
-                &check.state,
-                &check.params,
-                deadline,
-            );
-            match verdict.result {
+            let source = Arc::new(Slot::new(Arc::clone(p)));
+            let mut decider =
+                Decider::with_source(pipeline, source, &p.info.name, check.params.clone());
+            match decider.decide(&check.problem, &check.state).active.result {
                 Ok(_) => Ok(()),
                 Err(DecisionFailure::Plugin(f)) => Err(format!("the policy {f}")),
                 Err(DecisionFailure::Rejected(r)) => Err(format!("its decision was rejected: {r}")),
@@ -411,7 +405,7 @@ pub fn self_check(ctx: &ReloadContext, loaded: &Loaded, check: &Checkpoint) -> R
                     current,
                     &predictions,
                     None,
-                    Instant::now() + deadline,
+                    Instant::now() + ctx.engine.limits().deadline,
                 )
                 .map(|_| ())
                 .map_err(|f| f.to_string())

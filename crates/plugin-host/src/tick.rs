@@ -1,7 +1,7 @@
 //! The tick: what one decision means, in one place. Every caller that decides
 //! (the daemon, `decide`, `ab`/`repro`/`demo` through the lab's closed loop,
-//! `bench policies`, `replay --policy`, `plugins check`) runs ticks through a
-//! [`Decider`]:
+//! `bench policies`, `replay --policy`, `plugins check` and `plugins test`, hot
+//! reload's self-check of a new policy) runs ticks through a [`Decider`]:
 //!
 //! 1. the problem is prepared once for every policy of the tick, and the tick's
 //!    inputs are kept as the checkpoint hot reload self-checks a new component on;
@@ -192,6 +192,8 @@ pub struct Decider {
     kept_ticks: u64,
     /// Every policy on a thread of its own, even alone.
     isolated: bool,
+    /// How far ahead of the host's the guests' clocks read.
+    clock_shift: Duration,
     checkpoint: Arc<Mutex<Option<Checkpoint>>>,
 }
 
@@ -242,6 +244,7 @@ impl Decider {
             tick: 0,
             kept_ticks: 0,
             isolated: false,
+            clock_shift: Duration::ZERO,
             checkpoint: Arc::new(Mutex::new(None)),
         }
     }
@@ -258,6 +261,13 @@ impl Decider {
     pub fn numbered_from(mut self, first: u64) -> Self {
         self.tick = first;
         self
+    }
+
+    /// The guests of the next ticks read clocks `ahead` of the host's: `plugins
+    /// test` decides each state under clocks that differ from run to run, so
+    /// that a decision depending on the time shows.
+    pub fn shift_clocks(&mut self, ahead: Duration) {
+        self.clock_shift = ahead;
     }
 
     /// Keeps the latest tick's inputs in `checkpoint` (shared with hot reload).
@@ -298,7 +308,9 @@ impl Decider {
         let tick = self.tick;
         self.tick += 1;
         let started = Instant::now();
-        let inputs = Arc::new(self.pipeline.prepare(problem));
+        let mut prepared = self.pipeline.prepare(problem);
+        prepared.clock_shift = self.clock_shift;
+        let inputs = Arc::new(prepared);
         *self.checkpoint.lock().unwrap_or_else(|e| e.into_inner()) = Some(Checkpoint {
             problem: Arc::clone(&inputs.problem),
             state: *state,
