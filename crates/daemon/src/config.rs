@@ -843,17 +843,22 @@ fn check_token(source: &str, token: &str) -> Result<()> {
 /// A token file others can read leaks the token: said once at start-up, not
 /// refused (a group may be meant to read it).
 fn warn_if_readable_by_others(path: &Path) {
-    use std::os::unix::fs::PermissionsExt;
-    if let Ok(meta) = std::fs::metadata(path) {
-        let mode = meta.permissions().mode();
-        if mode & 0o044 != 0 {
-            tracing::warn!(
-                "api.token_file {} is readable by its group or by everyone (mode {:o}): chmod 600 it",
-                path.display(),
-                mode & 0o777
-            );
-        }
+    if let Some(warning) = readable_by_others(path) {
+        tracing::warn!("{warning}");
     }
+}
+
+/// The warning for a token file its group or everyone can read, if it is one.
+fn readable_by_others(path: &Path) -> Option<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(path).ok()?.permissions().mode();
+    (mode & 0o044 != 0).then(|| {
+        format!(
+            "api.token_file {} is readable by its group or by everyone (mode {:o}): chmod 600 it",
+            path.display(),
+            mode & 0o777
+        )
+    })
 }
 
 impl PrometheusConfig {
@@ -1302,7 +1307,14 @@ mod tests {
         assert!(err.contains("no Authorization header can carry"), "{err}");
         assert!(!err.contains('\u{e9}'), "the secret is not shown: {err}");
         std::fs::write(&path, "abc def-123\n").expect("write");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        let warning = readable_by_others(&path).expect("a world-readable file is warned");
+        assert!(
+            warning.contains("mode 644") && warning.contains("chmod 600"),
+            "{warning}"
+        );
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        assert_eq!(readable_by_others(&path), None);
         assert_eq!(api.token().expect("valid").as_deref(), Some("abc def-123"));
         let fifo = dir.path().join("fifo");
         let made = std::process::Command::new("mkfifo")
