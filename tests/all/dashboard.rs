@@ -292,7 +292,7 @@ fn dashboard_soak() {
                 outage.elapsed().as_secs_f64()
             );
         }
-        let kib = rss_kib(daemon.0.id());
+        let kib = rss_now_kib(daemon.0.id());
         browser.call("HeapProfiler.collectGarbage", serde_json::json!({}));
         let used = browser.call("Runtime.getHeapUsage", serde_json::json!({}))["usedSize"]
             .as_f64()
@@ -338,12 +338,7 @@ fn dashboard_soak() {
     assert!(other.is_empty(), "{other:#?}");
 }
 
-/// A process's resident set, KiB (`VmRSS` in /proc).
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .expect("the daemon's /proc status")
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .expect("VmRSS")
+/// The daemon's resident set now, KiB.
+fn rss_now_kib(pid: u32) -> u64 {
+    common::process::status_kib(pid, "VmRSS").expect("the daemon's VmRSS")
 }

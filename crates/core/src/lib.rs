@@ -38,7 +38,7 @@ pub use predict::{
 };
 /// Profiles (measured throughput, CSV on disk) and how they are sampled.
 pub use profile::check::{
-    ColumnSummary, resolve_scenario as resolve_profile_scenario, summarize as summarize_profile,
+    ColumnSummary, check_file as check_profile_file, resolve_scenario as resolve_profile_scenario,
 };
 pub use profile::csv::{
     check_row as check_profile_row, peek as peek_profile, read_columns as read_profile_columns,

@@ -237,6 +237,20 @@ pub async fn run(
                 .or_default()
                 .push(r.downtime_ms);
         }
+        // A webhook's server took the configuration when it answered the POST:
+        // measuring before then (its timeouts and retries can outlast the
+        // settle time) would write a point the server never took.
+        for &i in &changed {
+            if let Err(why) = actuators.webhook_delivered(i, k as u64).await {
+                bail!(
+                    "point {}: {} did not take configuration {joint:?}: {why}; the {} rows before it are in {}",
+                    k + 1,
+                    problem.models[i].name,
+                    profile.rows.len(),
+                    opts.out.display()
+                );
+            }
+        }
         tokio::time::sleep(opts.settle).await;
         if metrics.actuator_failures_total() > failures_before {
             bail!(

@@ -154,6 +154,26 @@ impl std::fmt::Debug for PluginEngine {
     }
 }
 
+/// Hands back to the system the memory the allocator kept from a compile.
+/// Cranelift compiles a component's functions on every core, and glibc keeps
+/// what each thread freed in that thread's arena: after a 200,000-function
+/// component the daemon stayed at 1.1 GB resident with 12 MB of it in use.
+/// `malloc_trim` releases the free pages (175 MB resident after it). Called
+/// after every compile, off the decision path; where the C library is not
+/// glibc there is nothing to do.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[allow(unsafe_code)]
+pub(crate) fn release_freed_memory() {
+    // SAFETY: malloc_trim takes no pointer and only returns free pages to the
+    // system; glibc locks each arena while it walks it.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+pub(crate) fn release_freed_memory() {}
+
 impl PluginEngine {
     pub fn new(limits: PluginLimits, cache: CompileCache) -> Result<Self> {
         let mut config = Config::new();

@@ -238,8 +238,10 @@ pub fn load(engine: &PluginEngine, name: &str, origin: Origin, bytes: &[u8]) -> 
         std::borrow::Cow::Borrowed(bytes)
     };
     let metadata = super::precheck::check_shape(&binary)?;
-    let component = Component::new(engine.engine(), &*binary)
-        .map_err(|e| anyhow!("not a valid Wasm component: {}", describe(&e)))?;
+    let compiled = Component::new(engine.engine(), &*binary);
+    super::engine::release_freed_memory();
+    let component =
+        compiled.map_err(|e| anyhow!("not a valid Wasm component: {}", describe(&e)))?;
     let ty = component.component_type();
     // Before the world: a component of another WIT version would otherwise be
     // refused with a bare missing-import error.

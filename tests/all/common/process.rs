@@ -23,6 +23,37 @@ pub fn mfsched(args: &[&str]) -> Output {
         .expect("the mfsched binary runs")
 }
 
+/// A memory figure of a running process, KiB: `field` of /proc/PID/status
+/// (`VmRSS`, the resident set now; `VmHWM`, its peak so far). `None` once the
+/// process has exited.
+pub fn status_kib(pid: u32, field: &str) -> Option<u64> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+}
+
+/// [`mfsched`], and the peak resident set it reached (KiB), read from its
+/// /proc status until it exits: a lower bound of the true peak, exact while
+/// memory only grows.
+pub fn mfsched_peak_rss(args: &[&str]) -> (Output, u64) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mfsched"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the mfsched binary runs");
+    let mut peak = 0;
+    while child.try_wait().expect("wait").is_none() {
+        if let Some(kib) = status_kib(child.id(), "VmHWM") {
+            peak = peak.max(kib);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    (child.wait_with_output().expect("its output"), peak)
+}
+
 pub fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
@@ -44,10 +75,19 @@ pub fn fails_in_one_line(o: &Output, context: impl std::fmt::Display) -> String 
 /// the child, its stderr read up to the line saying where the API listens
 /// (the rest stays readable), and that address.
 pub fn start_daemon(config: &Path) -> (Child, BufReader<ChildStderr>, SocketAddr) {
+    start_daemon_with(config, &[])
+}
+
+/// [`start_daemon`] with more environment variables.
+pub fn start_daemon_with(
+    config: &Path,
+    env: &[(&str, &Path)],
+) -> (Child, BufReader<ChildStderr>, SocketAddr) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_mfsched"))
         .args(["run", "--config"])
         .arg(config)
         .env("MFSCHED_API_TOKEN", super::TOKEN)
+        .envs(env.iter().copied())
         .stderr(Stdio::piped())
         .stdout(Stdio::null())
         .spawn()

@@ -1,7 +1,7 @@
 //! `data check`: which scenario a profile file belongs to, and a summary of it.
 
-use super::Profile;
-use super::csv::{self as profile_csv, COL_UTILIZATION, COL_VRAM};
+use super::csv::{self as profile_csv, COL_UTILIZATION, COL_VRAM, Record};
+use super::{ProfileRow, SoloRow};
 use crate::domain::{KnobType, KnobValue};
 use crate::domain::{Problem, WorkloadLevel};
 use crate::scenario::{self, Scenario};
@@ -101,83 +101,155 @@ pub struct Summary {
     pub columns: Vec<ColumnSummary>,
 }
 
-fn count<T: PartialEq + Clone>(values: impl Iterator<Item = T>) -> Vec<(T, usize)> {
-    let mut counts: Vec<(T, usize)> = Vec::new();
-    for v in values {
-        match counts.iter_mut().find(|(x, _)| *x == v) {
-            Some((_, n)) => *n += 1,
-            None => counts.push((v, 1)),
+impl ColumnSummary {
+    fn numeric(name: String) -> Self {
+        ColumnSummary::Numeric {
+            name,
+            min: f64::INFINITY,
+            max: f64::NEG_INFINITY,
         }
     }
-    counts
-}
 
-fn numeric(name: String, values: impl Iterator<Item = f64>) -> ColumnSummary {
-    let (min, max) = values.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
-        (lo.min(v), hi.max(v))
-    });
-    ColumnSummary::Numeric { name, min, max }
-}
-
-pub fn summarize(profile: &Profile, problem: &Problem) -> Summary {
-    let rows = &profile.rows;
-    let mut columns = vec![
+    fn categorical(name: String) -> Self {
         ColumnSummary::Categorical {
-            name: profile_csv::COL_WORKLOAD.into(),
-            counts: count(rows.iter().map(|r| r.workload.to_string())),
-        },
-        numeric(COL_VRAM.into(), rows.iter().map(|r| r.state.vram_used_mib)),
-        numeric(
-            COL_UTILIZATION.into(),
-            rows.iter().map(|r| r.state.utilization),
-        ),
-    ];
-    for (i, m) in problem.models.iter().enumerate() {
-        let knobs: Vec<_> = rows.iter().map(|r| m.knobs(r.joint[i] as usize)).collect();
-        columns.push(ColumnSummary::Categorical {
-            name: format!("{}.variant", m.name),
-            counts: count(knobs.iter().map(|k| k.variant.clone())),
-        });
-        for (k, knob) in m.knobs.iter().enumerate() {
-            let name = format!("{}.{}", m.name, knob.name);
-            let values = rows.iter().map(|r| m.value(r.joint[i] as usize, k));
-            columns.push(match knob.kind {
-                KnobType::Category => ColumnSummary::Categorical {
-                    name,
-                    counts: count(values.map(ToString::to_string)),
-                },
-                _ => numeric(name, values.filter_map(KnobValue::as_f64)),
-            });
+            name,
+            counts: Vec::new(),
         }
-        columns.push(numeric(
-            format!("{}.throughput", m.name),
-            rows.iter().map(|r| r.throughput[i]),
-        ));
     }
-    Summary {
-        rows: rows.len(),
-        models: problem
-            .models
-            .iter()
-            .map(|m| (m.name.clone(), m.kind.clone(), m.unit.clone()))
-            .collect(),
-        regimes: WorkloadLevel::ALL
-            .iter()
-            .map(|&w| (w, rows.iter().filter(|r| r.workload == w).count()))
-            .collect(),
-        solo: profile
-            .solo_table(problem)
-            .iter()
-            .enumerate()
-            .map(|(i, table)| {
-                (
-                    profile.solo.iter().filter(|r| r.model == i).count(),
-                    table.iter().flatten().count(),
-                )
-            })
-            .collect(),
-        columns,
+
+    fn see_number(&mut self, v: f64) {
+        if let ColumnSummary::Numeric { min, max, .. } = self {
+            *min = min.min(v);
+            *max = max.max(v);
+        }
     }
+
+    /// One more row with `value`: a column holds a few distinct values (a
+    /// knob's levels, a model's variants), so a scan finds it.
+    fn see_value(&mut self, value: &str) {
+        if let ColumnSummary::Categorical { counts, .. } = self {
+            match counts.iter_mut().find(|(v, _)| v == value) {
+                Some((_, n)) => *n += 1,
+                None => counts.push((value.to_owned(), 1)),
+            }
+        }
+    }
+}
+
+/// A [`Summary`] built one row at a time, holding no row: what `data check`
+/// needs of a file of any length.
+#[derive(Debug, Clone)]
+pub struct Summarizer<'p> {
+    problem: &'p Problem,
+    rows: usize,
+    /// Rows per regime, in [`WorkloadLevel::ALL`] order.
+    regimes: [usize; WorkloadLevel::ALL.len()],
+    /// Per model: solo rows, and which configurations they measured.
+    solo: Vec<(usize, Vec<bool>)>,
+    columns: Vec<ColumnSummary>,
+}
+
+impl<'p> Summarizer<'p> {
+    pub fn new(problem: &'p Problem) -> Self {
+        let mut columns = vec![
+            ColumnSummary::categorical(profile_csv::COL_WORKLOAD.into()),
+            ColumnSummary::numeric(COL_VRAM.into()),
+            ColumnSummary::numeric(COL_UTILIZATION.into()),
+        ];
+        for m in &problem.models {
+            columns.push(ColumnSummary::categorical(format!("{}.variant", m.name)));
+            for knob in &m.knobs {
+                let name = format!("{}.{}", m.name, knob.name);
+                columns.push(match knob.kind {
+                    KnobType::Category => ColumnSummary::categorical(name),
+                    _ => ColumnSummary::numeric(name),
+                });
+            }
+            columns.push(ColumnSummary::numeric(format!("{}.throughput", m.name)));
+        }
+        Self {
+            problem,
+            rows: 0,
+            regimes: [0; WorkloadLevel::ALL.len()],
+            solo: problem
+                .models
+                .iter()
+                .map(|m| (0, vec![false; m.grid_size()]))
+                .collect(),
+            columns,
+        }
+    }
+
+    pub fn add(&mut self, record: &Record) {
+        match record {
+            Record::CoLocation(row) => self.add_row(row),
+            Record::Solo(row) => self.add_solo(row),
+        }
+    }
+
+    /// A co-location row: every column but the format version and scenario.
+    pub fn add_row(&mut self, row: &ProfileRow) {
+        self.rows += 1;
+        self.regimes[row.workload.ordinal()] += 1;
+        let mut columns = self.columns.iter_mut();
+        let mut next = || columns.next().expect("a column per cell");
+        next().see_value(row.workload.as_str());
+        next().see_number(row.state.vram_used_mib);
+        next().see_number(row.state.utilization);
+        for (i, m) in self.problem.models.iter().enumerate() {
+            let config = row.joint[i] as usize;
+            next().see_value(&m.variants[m.configs[config].variant].name);
+            for k in 0..m.knobs.len() {
+                match m.value(config, k) {
+                    KnobValue::Category(text) => next().see_value(text),
+                    value => {
+                        let column = next();
+                        if let Some(v) = value.as_f64() {
+                            column.see_number(v);
+                        }
+                    }
+                }
+            }
+            next().see_number(row.throughput[i]);
+        }
+    }
+
+    /// A solo row: counted for its model, with the configuration it measured.
+    pub fn add_solo(&mut self, row: &SoloRow) {
+        if let Some((rows, measured)) = self.solo.get_mut(row.model) {
+            *rows += 1;
+            if let Some(seen) = measured.get_mut(row.config as usize) {
+                *seen = true;
+            }
+        }
+    }
+
+    pub fn finish(self) -> Summary {
+        Summary {
+            rows: self.rows,
+            models: self
+                .problem
+                .models
+                .iter()
+                .map(|m| (m.name.clone(), m.kind.clone(), m.unit.clone()))
+                .collect(),
+            regimes: WorkloadLevel::ALL.into_iter().zip(self.regimes).collect(),
+            solo: self
+                .solo
+                .into_iter()
+                .map(|(rows, measured)| (rows, measured.iter().filter(|&&m| m).count()))
+                .collect(),
+            columns: self.columns,
+        }
+    }
+}
+
+/// Checks every row of a profile file against `problem` and summarises it,
+/// streaming: memory does not grow with the file's length.
+pub fn check_file(path: &Path, problem: &Problem) -> Result<Summary> {
+    let mut summary = Summarizer::new(problem);
+    profile_csv::stream_csv(path, problem, |record| summary.add(&record))?;
+    Ok(summary.finish())
 }
 
 #[cfg(test)]
@@ -211,8 +283,7 @@ mod tests {
     #[test]
     fn the_summary_counts_regimes_and_ranges() {
         let problem = scenario::load("paper-n2").expect("bundled").problem;
-        let profile = profile_csv::read_csv(&fixture("good.csv"), &problem).expect("good");
-        let s = summarize(&profile, &problem);
+        let s = check_file(&fixture("good.csv"), &problem).expect("good");
         assert_eq!(s.rows, 4);
         assert_eq!(s.regimes.iter().map(|(_, n)| n).sum::<usize>(), 4);
         assert_eq!(
@@ -231,5 +302,49 @@ mod tests {
             unreachable!("matched as numeric above")
         };
         assert!(min <= max && *min > 0.0);
+    }
+
+    /// The summary built row by row while streaming is the one the rows, read
+    /// whole, give: counts per value, ranges per column, solo coverage.
+    #[test]
+    fn the_streamed_summary_is_that_of_the_rows_read_whole() {
+        let problem = scenario::load("paper-n2").expect("bundled").problem;
+        let file = fixture("good.csv");
+        let profile = profile_csv::read_csv(&file, &problem).expect("good");
+        let s = check_file(&file, &problem).expect("good");
+        assert_eq!(s.rows, profile.rows.len());
+        for (w, n) in &s.regimes {
+            assert_eq!(*n, profile.rows.iter().filter(|r| r.workload == *w).count());
+        }
+        for (i, m) in problem.models.iter().enumerate() {
+            let tp: Vec<f64> = profile.rows.iter().map(|r| r.throughput[i]).collect();
+            let name = format!("{}.throughput", m.name);
+            let column = s
+                .columns
+                .iter()
+                .find(|c| matches!(c, ColumnSummary::Numeric { name: n, .. } if *n == name));
+            let Some(ColumnSummary::Numeric { min, max, .. }) = column else {
+                panic!("no column {name}")
+            };
+            assert_eq!(*min, tp.iter().copied().fold(f64::INFINITY, f64::min));
+            assert_eq!(*max, tp.iter().copied().fold(f64::NEG_INFINITY, f64::max));
+            let variants = format!("{}.variant", m.name);
+            let column = s.columns.iter().find(
+                |c| matches!(c, ColumnSummary::Categorical { name: n, .. } if *n == variants),
+            );
+            let Some(ColumnSummary::Categorical { counts, .. }) = column else {
+                panic!("no column {variants}")
+            };
+            for (variant, n) in counts {
+                let rows = profile
+                    .rows
+                    .iter()
+                    .filter(|r| m.knobs(r.joint[i] as usize).variant == *variant);
+                assert_eq!(*n, rows.count(), "{variants} {variant}");
+            }
+            assert_eq!(counts.iter().map(|(_, n)| n).sum::<usize>(), s.rows);
+            let solo = profile.solo.iter().filter(|r| r.model == i).count();
+            assert_eq!(s.solo[i].0, solo);
+        }
     }
 }

@@ -442,28 +442,71 @@ struct Layout {
     models: Vec<Vec<usize>>,
 }
 
+/// One data row of a profile file, as the reader hands it on.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Record {
+    /// Every model running.
+    CoLocation(ProfileRow),
+    /// One model running alone.
+    Solo(SoloRow),
+}
+
 /// Reads and validates a profile against `problem`'s models.
 pub fn read_csv(path: &Path, problem: &Problem) -> Result<Profile> {
-    let reader = open(path).map_err(|e| FormatError {
-        path: path.to_path_buf(),
-        line: None,
-        column: None,
-        message: format!("{e:#}"),
-    })?;
-    Ok(read(path, reader, problem)?)
+    let reader = open_located(path)?;
+    Ok(collect(path, reader, problem)?)
 }
 
 /// [`read_csv`] of a file already in memory (an embedded profile); `path` names it in errors.
 pub fn read_csv_bytes(bytes: &[u8], path: &Path, problem: &Problem) -> Result<Profile> {
     let reader = reader_builder().from_reader(RecordCapped::new(bytes));
-    Ok(read(path, reader, problem)?)
+    Ok(collect(path, reader, problem)?)
 }
 
-fn read<R: std::io::Read>(
+/// Reads and validates a profile as [`read_csv`] does, handing each row to
+/// `each` as soon as it is checked and holding none: memory stays bounded
+/// whatever the file's length (`data check` of ten million rows). Returns the
+/// scenario the file names.
+pub fn stream_csv(path: &Path, problem: &Problem, each: impl FnMut(Record)) -> Result<String> {
+    let reader = open_located(path)?;
+    Ok(stream(path, reader, problem, each)?)
+}
+
+fn open_located(path: &Path) -> Result<::csv::Reader<RecordCapped<std::fs::File>>, FormatError> {
+    open(path).map_err(|e| FormatError {
+        path: path.to_path_buf(),
+        line: None,
+        column: None,
+        message: format!("{e:#}"),
+    })
+}
+
+/// Every row of the file, kept.
+fn collect<R: std::io::Read>(
+    path: &Path,
+    reader: ::csv::Reader<R>,
+    problem: &Problem,
+) -> Result<Profile, FormatError> {
+    let (mut rows, mut solo) = (Vec::new(), Vec::new());
+    let scenario = stream(path, reader, problem, |record| match record {
+        Record::CoLocation(row) => rows.push(row),
+        Record::Solo(row) => solo.push(row),
+    })?;
+    Ok(Profile {
+        scenario,
+        models: problem.models.iter().map(|m| m.name.clone()).collect(),
+        rows,
+        solo,
+    })
+}
+
+/// Checks every row and hands it to `each`; the scenario the file names.
+fn stream<R: std::io::Read>(
     path: &Path,
     mut reader: ::csv::Reader<R>,
     problem: &Problem,
-) -> Result<Profile, FormatError> {
+    mut each: impl FnMut(Record),
+) -> Result<String, FormatError> {
     let at = |line: Option<u64>, column: Option<&str>, message: String| FormatError {
         path: path.to_path_buf(),
         line,
@@ -500,8 +543,6 @@ fn read<R: std::io::Read>(
     };
 
     let mut scenario: Option<String> = None;
-    let mut rows = Vec::new();
-    let mut solo = Vec::new();
     for record in records {
         let record = record.map_err(|e| {
             let line = e.position().map(|p| p.line());
@@ -602,20 +643,20 @@ fn read<R: std::io::Read>(
         };
         let n = problem.models.len();
         match n - absent.len() {
-            running if running == n => rows.push(ProfileRow {
+            running if running == n => each(Record::CoLocation(ProfileRow {
                 joint,
                 workload,
                 state,
                 throughput,
-            }),
+            })),
             1 => {
                 let model = (0..n).find(|i| !absent.contains(i)).expect("one runs");
-                solo.push(SoloRow {
+                each(Record::Solo(SoloRow {
                     model,
                     config: joint[model],
                     state,
                     throughput: throughput[model],
-                });
+                }));
             }
             running => {
                 return Err(at(
@@ -629,15 +670,7 @@ fn read<R: std::io::Read>(
             }
         }
     }
-    let Some(scenario) = scenario else {
-        return Err(at(None, None, "no data rows after the header".into()));
-    };
-    Ok(Profile {
-        scenario,
-        models: problem.models.iter().map(|m| m.name.clone()).collect(),
-        rows,
-        solo,
-    })
+    scenario.ok_or_else(|| at(None, None, "no data rows after the header".into()))
 }
 
 /// One running model's cells: its configuration on the grid and its throughput.

@@ -15,7 +15,8 @@
 //! configuration is applied when several queue up). The v2-repository and
 //! process actuators measure every reconfiguration's downtime, request to
 //! ready, and hand a [`ReconfigRecord`] back ([`Actuators::drain`]): the daemon
-//! logs it, and a failed one tells it which configuration still serves.
+//! logs it, and a failed one tells it which configuration still serves. A
+//! webhook's delivery can be awaited ([`Actuators::webhook_delivered`]).
 //! Delivery failures are counted in the metrics; they never stop the loop.
 
 mod file;
@@ -166,10 +167,20 @@ impl Driven {
     }
 }
 
+/// One model's webhook sender: the updates it is handed and the outcome of
+/// its latest delivery.
+#[derive(Debug)]
+struct Webhook {
+    updates: watch::Sender<Option<ModelUpdate>>,
+    delivered: watch::Receiver<Option<webhook::Delivery>>,
+}
+
 #[derive(Debug)]
 pub struct Actuators {
     file: Option<PathBuf>,
-    webhooks: BTreeMap<usize, watch::Sender<Option<ModelUpdate>>>,
+    webhooks: BTreeMap<usize, Webhook>,
+    /// The longest one webhook delivery can take, retries included.
+    longest_delivery: Duration,
     driven: BTreeMap<usize, Driven>,
     finished: FinishedQueue,
     tasks: Vec<JoinHandle<()>>,
@@ -240,15 +251,17 @@ impl Actuators {
                 let uri: hyper::Uri = url
                     .parse()
                     .with_context(|| format!("actuator.webhook.urls.{model}: bad URL '{url}'"))?;
-                let (tx, rx) = watch::channel(None);
+                let (updates, rx) = watch::channel(None);
+                let (outcomes, delivered) = watch::channel(None);
                 tasks.push(tokio::spawn(webhook::sender(
                     client.clone(),
                     uri,
                     w.clone(),
                     rx,
+                    outcomes,
                     Arc::clone(&metrics),
                 )));
-                webhooks.insert(index, tx);
+                webhooks.insert(index, Webhook { updates, delivered });
             }
         }
         let finished = FinishedQueue::default();
@@ -306,6 +319,10 @@ impl Actuators {
         Ok(Self {
             file: config.file.clone(),
             webhooks,
+            longest_delivery: config
+                .webhook
+                .as_ref()
+                .map_or(Duration::ZERO, webhook::longest_delivery),
             driven,
             finished,
             tasks,
@@ -335,9 +352,9 @@ impl Actuators {
         let requested = Instant::now();
         for &i in changed {
             let model = &problem.models[i];
-            if let Some(tx) = self.webhooks.get(&i) {
+            if let Some(w) = self.webhooks.get(&i) {
                 // send_replace never fails: the receiver lives in its task until shutdown.
-                tx.send_replace(Some(ModelUpdate {
+                w.updates.send_replace(Some(ModelUpdate {
                     model: model.name.clone(),
                     tick,
                     config: model.knobs(joint[i] as usize),
@@ -370,6 +387,34 @@ impl Actuators {
     /// their configured timeouts, a failure and its fall-back included.
     pub fn longest_reconfiguration(&self) -> Duration {
         self.longest_reconfiguration
+    }
+
+    /// Waits until model `i`'s webhook has delivered the configuration of
+    /// `tick` (or a later one) or given up on it, no longer than its timeouts
+    /// and retries allow: `Ok` when the server answered (or no webhook serves
+    /// the model), else why not.
+    pub async fn webhook_delivered(&self, i: usize, tick: u64) -> Result<(), String> {
+        let Some(w) = self.webhooks.get(&i) else {
+            return Ok(());
+        };
+        let mut delivered = w.delivered.clone();
+        let limit = self.longest_delivery + Duration::from_secs(1);
+        let waited = tokio::time::timeout(
+            limit,
+            delivered.wait_for(|d| d.as_ref().is_some_and(|d| d.tick >= tick)),
+        )
+        .await;
+        match waited {
+            Ok(Ok(outcome)) => match outcome.as_ref().and_then(|d| d.failure.clone()) {
+                None => Ok(()),
+                Some(why) => Err(why),
+            },
+            Ok(Err(_)) => Err("its webhook sender has stopped".to_owned()),
+            Err(_) => Err(format!(
+                "no delivery reported within {} ms",
+                limit.as_millis()
+            )),
+        }
     }
 
     /// The actuator that reconfigures model `i` and measures its downtime, if any.

@@ -1,7 +1,9 @@
 //! The webhook actuator: per model, the new configuration POSTed as JSON over
 //! plain HTTP, with a timeout and retries. Each model has its own sender task
 //! fed through a `watch` channel, so a slow server never delays a tick and only
-//! the newest configuration is sent when several changes queue up.
+//! the newest configuration is sent when several changes queue up. The outcome
+//! of each delivery goes back through another, for a caller that must not go on
+//! before the server took the configuration (`profile --live`).
 
 use http_body_util::Full;
 use hyper::body::Bytes;
@@ -10,6 +12,28 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use super::{BodyClient, ModelUpdate};
+
+/// The outcome of a model's latest delivery.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Delivery {
+    /// The tick whose configuration it carried.
+    pub tick: u64,
+    /// Why it failed, every attempt included; `None` when it was delivered.
+    pub failure: Option<String>,
+}
+
+/// The longest one delivery can take: every attempt's timeout and the back-off
+/// between attempts.
+pub(super) fn longest_delivery(config: &WebhookConfig) -> Duration {
+    let retries = u64::from(config.retries);
+    // 100 ms × attempt before each retry: 100 × (1 + … + retries).
+    let back_off = (retries.saturating_mul(retries + 1) / 2).saturating_mul(100);
+    Duration::from_millis(
+        (retries + 1)
+            .saturating_mul(config.timeout_ms)
+            .saturating_add(back_off),
+    )
+}
 use crate::config::WebhookConfig;
 use crate::metrics::Metrics;
 use crate::streak::Streaks;
@@ -19,6 +43,7 @@ pub(super) async fn sender(
     uri: hyper::Uri,
     config: WebhookConfig,
     mut rx: watch::Receiver<Option<ModelUpdate>>,
+    delivered: watch::Sender<Option<Delivery>>,
     metrics: Arc<Metrics>,
 ) {
     // This URL's run of failed deliveries (one line per edge).
@@ -30,8 +55,12 @@ pub(super) async fn sender(
         };
         let body = match serde_json::to_vec(&update) {
             Ok(b) => Bytes::from(b),
-            Err(_) => {
+            Err(e) => {
                 metrics.actuator_result("webhook", false);
+                delivered.send_replace(Some(Delivery {
+                    tick: update.tick,
+                    failure: Some(format!("cannot encode the update: {e}")),
+                }));
                 continue;
             }
         };
@@ -60,6 +89,11 @@ pub(super) async fn sender(
             &format!("actuator.webhook.urls.{}", update.model),
             failure.as_deref(),
         );
+        // Nobody may be waiting: the outcome is kept for the next one who does.
+        delivered.send_replace(Some(Delivery {
+            tick: update.tick,
+            failure,
+        }));
     }
 }
 
@@ -79,5 +113,36 @@ async fn post(
         Ok(Ok(response)) => Err(format!("answered {}", response.status())),
         Ok(Err(e)) => Err(e.to_string()),
         Err(_) => Err(format!("no answer within {timeout_ms} ms")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(timeout_ms: u64, retries: u32) -> WebhookConfig {
+        WebhookConfig {
+            urls: Default::default(),
+            timeout_ms,
+            retries,
+        }
+    }
+
+    #[test]
+    fn the_longest_delivery_is_every_attempt_and_the_back_off_between() {
+        // Three attempts of 2 s, 100 ms and 200 ms between them.
+        assert_eq!(
+            longest_delivery(&config(2000, 2)),
+            Duration::from_millis(6300)
+        );
+        assert_eq!(
+            longest_delivery(&config(300, 0)),
+            Duration::from_millis(300)
+        );
+        // Whatever a config says, the bound is a number, never an overflow.
+        assert_eq!(
+            longest_delivery(&config(u64::MAX, u32::MAX)),
+            Duration::from_millis(u64::MAX)
+        );
     }
 }

@@ -1,7 +1,7 @@
 use anyhow::Result;
 use clap::Subcommand;
 use mfsched_core::ColumnSummary;
-use mfsched_core::{peek_profile, read_profile, resolve_profile_scenario, summarize_profile};
+use mfsched_core::{check_profile_file, peek_profile, resolve_profile_scenario};
 use std::path::PathBuf;
 
 #[derive(Debug, Subcommand)]
@@ -26,8 +26,8 @@ pub fn run(cmd: DataCommand) -> Result<()> {
 fn check(file: &std::path::Path, scenario: Option<&str>) -> Result<()> {
     let resolved = resolve_profile_scenario(file, scenario)?;
     let problem = &resolved.scenario.problem;
-    let data = read_profile(file, problem)?;
-    let summary = summarize_profile(&data, problem);
+    // Streamed: a file of any length is checked in bounded memory.
+    let summary = check_profile_file(file, problem)?;
     let version = peek_profile(file)?.version;
     println!(
         "file      {} (profile format version {})",
