@@ -197,17 +197,12 @@ fn a_plugin_file_name_with_escapes_never_reaches_the_terminal_raw() {
     }
 }
 
-/// Item 8: `profile --live` writes a point only when its readings make a row
-/// the reader accepts. A DCGM page reporting 1e9 MiB in use (far above the
-/// card) makes every window's state unreadable: every point is reported and
-/// skipped, the run ends, and whatever file it leaves reads back.
-#[test]
-fn profile_live_skips_readings_that_are_not_a_row() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let d = dir.path();
+/// A page standing in for the model servers' and the card's metrics (not a
+/// server): one page per connection, the request and token counters 10 higher
+/// on each, and a DCGM card with `fb_used_mib` in use at 50 % utilisation.
+fn counter_page(fb_used_mib: &'static str) -> std::net::SocketAddr {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let addr = listener.local_addr().expect("addr");
-    // One page per connection: counters that rise, memory far above any card.
     std::thread::spawn(move || {
         for (n, stream) in listener.incoming().enumerate() {
             let Ok(mut stream) = stream else { continue };
@@ -216,7 +211,7 @@ fn profile_live_skips_readings_that_are_not_a_row() {
             let v = 10 * n;
             let body = format!(
                 "hostile_requests_total {v}\nhostile_tokens_total {v}\n\
-                 DCGM_FI_DEV_FB_USED{{gpu=\"0\"}} 1e9\nDCGM_FI_DEV_GPU_UTIL{{gpu=\"0\"}} 50\n"
+                 DCGM_FI_DEV_FB_USED{{gpu=\"0\"}} {fb_used_mib}\nDCGM_FI_DEV_GPU_UTIL{{gpu=\"0\"}} 50\n"
             );
             let _ = write!(
                 stream,
@@ -225,21 +220,30 @@ fn profile_live_skips_readings_that_are_not_a_row() {
             );
         }
     });
-    let scenario = "paper-n2";
-    let problem = mfsched_core::load_scenario(scenario)
-        .expect("bundled")
-        .problem;
+    addr
+}
+
+/// `profile --live` of paper-n2's plan at low load (`samples` points, 10 ms
+/// settle, 50 ms windows), every model's load, throughput and the card read
+/// from `page`, `actuators` added to the config: its output and the CSV's path.
+fn profile_live(
+    d: &Path,
+    page: std::net::SocketAddr,
+    samples: &str,
+    actuators: &str,
+) -> (std::process::Output, std::path::PathBuf) {
     let mut extra =
         "[workload]\nsource = \"prometheus\"\n\n[workload.prometheus]\ntimeout_ms = 400\n"
             .to_owned();
-    for m in &problem.models {
+    for m in &paper_n2().models {
         extra.push_str(&format!(
             "\n[workload.prometheus.models.{}]\nmetric = \"hostile_requests_total\"\nlabel = \"\"\n\
-             throughput_metric = \"hostile_tokens_total\"\nscrape = \"http://{addr}/metrics\"\nreference_rate = 10.0\n",
+             throughput_metric = \"hostile_tokens_total\"\nscrape = \"http://{page}/metrics\"\nreference_rate = 10.0\n",
             m.name
         ));
     }
-    let config = common::daemon_config(d, scenario, 1000, "active = \"hold\"", &extra);
+    extra.push_str(actuators);
+    let config = common::daemon_config(d, "paper-n2", 1000, "active = \"hold\"", &extra);
     let out = d.join("live.csv");
     let o = mfsched(&[
         "profile",
@@ -249,7 +253,7 @@ fn profile_live_skips_readings_that_are_not_a_row() {
         "--workload",
         "low",
         "--samples",
-        "8",
+        samples,
         "--seed",
         "1",
         "--settle-ms",
@@ -257,10 +261,35 @@ fn profile_live_skips_readings_that_are_not_a_row() {
         "--window-ms",
         "50",
         "--gpu-metrics",
-        &format!("http://{addr}/metrics"),
+        &format!("http://{page}/metrics"),
         "--out",
         utf8(&out),
     ]);
+    (o, out)
+}
+
+fn paper_n2() -> mfsched_core::Problem {
+    mfsched_core::load_scenario("paper-n2")
+        .expect("bundled")
+        .problem
+}
+
+/// Whatever CSV a run left reads back, and holds no row.
+fn no_row_written(out: &Path) {
+    if out.exists() {
+        let read = mfsched_core::read_profile(out, &paper_n2()).expect("the file reads back");
+        assert!(read.rows.is_empty(), "{:?}", read.rows);
+    }
+}
+
+/// Item 8: `profile --live` writes a point only when its readings make a row
+/// the reader accepts. A DCGM page reporting 1e9 MiB in use (far above the
+/// card) makes every window's state unreadable: every point is reported and
+/// skipped, the run ends, and whatever file it leaves reads back.
+#[test]
+fn profile_live_skips_readings_that_are_not_a_row() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (o, out) = profile_live(dir.path(), counter_page("1e9"), "8", "");
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(text.contains("measured 0 rows"), "{text}");
@@ -270,10 +299,7 @@ fn profile_live_skips_readings_that_are_not_a_row() {
         "{}",
         stderr(&o)
     );
-    if out.exists() {
-        let read = mfsched_core::read_profile(&out, &problem).expect("the file reads back");
-        assert!(read.rows.is_empty(), "{:?}", read.rows);
-    }
+    no_row_written(&out);
 }
 
 /// Item 8, a webhook that hangs: `profile --live` measures a point only once
@@ -283,27 +309,6 @@ fn profile_live_skips_readings_that_are_not_a_row() {
 #[test]
 fn profile_live_writes_no_point_a_hanging_webhook_never_took() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let d = dir.path();
-    // Counters that rise and a sane card page, so every window makes a row.
-    let metrics = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let metrics_addr = metrics.local_addr().expect("addr");
-    std::thread::spawn(move || {
-        for (n, stream) in metrics.incoming().enumerate() {
-            let Ok(mut stream) = stream else { continue };
-            let mut buf = [0u8; 4096];
-            let _ = stream.read(&mut buf);
-            let v = 10 * n;
-            let body = format!(
-                "hostile_requests_total {v}\nhostile_tokens_total {v}\n\
-                 DCGM_FI_DEV_FB_USED{{gpu=\"0\"}} 1000\nDCGM_FI_DEV_GPU_UTIL{{gpu=\"0\"}} 50\n"
-            );
-            let _ = write!(
-                stream,
-                "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                body.len()
-            );
-        }
-    });
     // A webhook server that takes every connection and never answers.
     let hang = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let hang_addr = hang.local_addr().expect("addr");
@@ -311,47 +316,13 @@ fn profile_live_writes_no_point_a_hanging_webhook_never_took() {
         let held: Vec<_> = hang.incoming().collect();
         drop(held);
     });
-    let scenario = "paper-n2";
-    let problem = mfsched_core::load_scenario(scenario)
-        .expect("bundled")
-        .problem;
-    let mut extra =
-        "[workload]\nsource = \"prometheus\"\n\n[workload.prometheus]\ntimeout_ms = 400\n"
-            .to_owned();
-    for m in &problem.models {
-        extra.push_str(&format!(
-            "\n[workload.prometheus.models.{}]\nmetric = \"hostile_requests_total\"\nlabel = \"\"\n\
-             throughput_metric = \"hostile_tokens_total\"\nscrape = \"http://{metrics_addr}/metrics\"\nreference_rate = 10.0\n",
-            m.name
-        ));
-    }
-    let hung_model = &problem.models[0].name;
-    extra.push_str(&format!(
+    let hung_model = paper_n2().models[0].name.clone();
+    let webhook = format!(
         "\n[actuator.webhook]\ntimeout_ms = 300\nretries = 1\n\n[actuator.webhook.urls]\n\
          {hung_model} = \"http://{hang_addr}/config\"\n"
-    ));
-    let config = common::daemon_config(d, scenario, 1000, "active = \"hold\"", &extra);
-    let out = d.join("live.csv");
-    let o = mfsched(&[
-        "profile",
-        "--live",
-        "--config",
-        utf8(&config),
-        "--workload",
-        "low",
-        "--samples",
-        "4",
-        "--seed",
-        "1",
-        "--settle-ms",
-        "10",
-        "--window-ms",
-        "50",
-        "--gpu-metrics",
-        &format!("http://{metrics_addr}/metrics"),
-        "--out",
-        utf8(&out),
-    ]);
+    );
+    // A sane card page: every window would make a row.
+    let (o, out) = profile_live(dir.path(), counter_page("1000"), "4", &webhook);
     let err = stderr(&o);
     assert!(!o.status.success(), "{err}");
     assert!(
@@ -359,10 +330,7 @@ fn profile_live_writes_no_point_a_hanging_webhook_never_took() {
         "{err}"
     );
     assert!(err.contains("no answer within 300 ms"), "{err}");
-    if out.exists() {
-        let read = mfsched_core::read_profile(&out, &problem).expect("the file reads back");
-        assert!(read.rows.is_empty(), "{:?}", read.rows);
-    }
+    no_row_written(&out);
 }
 
 /// Item 5, a long profile: `data check` streams the file, holding no row. A
