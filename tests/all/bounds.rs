@@ -141,6 +141,74 @@ fn files_named_inside_inputs_are_never_read_unbounded() {
     let out = mfsched(&["replay", "/dev/zero"]);
     let err = fails_in_one_line(&out, "replay /dev/zero");
     assert!(err.contains("a character device"), "{err}");
+    // A profile whose `scenario` cell names /dev/zero: the device is not read,
+    // and the file is checked against the bundled scenario with its models.
+    let source =
+        std::fs::read_to_string(common::workspace_root().join("models/paper-n2/profile.csv"))
+            .expect("the bundled profile");
+    let mut lines = source.lines();
+    let header = lines.next().expect("a header");
+    let row = lines
+        .next()
+        .expect("a row")
+        .replacen(",paper-n2,", ",/dev/zero,", 1);
+    let csv = dir.path().join("dev-zero-cell.csv");
+    std::fs::write(&csv, format!("{header}\n{row}\n")).expect("write");
+    let out = mfsched(&["data", "check", utf8(&csv)]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        text.contains("the file names '/dev/zero', which is not a known scenario"),
+        "{text}"
+    );
+}
+
+/// Item 13, hostile structure: a scenario or a config nested 200,000 deep is
+/// refused in one short line (the parser's own rendering quoted the whole
+/// 400 KB line); item 4, a sparse 8 GiB component is refused by `plugins
+/// check` before it is read.
+#[test]
+fn deep_nesting_and_huge_components_are_refused_in_one_short_line() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let deep = dir.path().join("deep.toml");
+    std::fs::write(
+        &deep,
+        format!(
+            "name = \"n\"\nx = {}{}\n",
+            "[".repeat(200_000),
+            "]".repeat(200_000)
+        ),
+    )
+    .expect("write");
+    for args in [
+        vec!["scenario", "show", utf8(&deep)],
+        vec![
+            "run",
+            "--sampler",
+            "sim",
+            "--config",
+            utf8(&deep),
+            "--max-ticks",
+            "1",
+        ],
+    ] {
+        let out = mfsched(&args);
+        let err = fails_in_one_line(&out, format!("{args:?}"));
+        assert!(err.contains("line 2: "), "{args:?}: {err}");
+        assert!(err.len() < 2048, "{args:?}: {} bytes", err.len());
+    }
+    let sparse = dir.path().join("sparse.wasm");
+    std::fs::File::create(&sparse)
+        .and_then(|f| f.set_len(8 << 30))
+        .expect("a sparse file");
+    let out = mfsched(&["plugins", "check", utf8(&sparse)]);
+    assert!(!out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("has 8589934592 bytes, over the 64 MiB a component may have"),
+        "{text}{}",
+        stderr(&out)
+    );
 }
 
 /// Every API answer, refusals included, says `nosniff`.

@@ -56,7 +56,7 @@ pub use scenario::{
     parse as parse_scenario,
 };
 pub use stats::{mean, median_duration, nearest_rank, nearest_rank_sorted, quantile_ms};
-pub use text::{error_chain, path as printable_path, printable};
+pub use text::{error_chain, path as printable_path, printable, toml_error as toml_error_line};
 /// Workload traces.
 pub use traces::{
     DEFAULT_TICKS as DEFAULT_TRACE_TICKS, MAX_TICKS as MAX_TRACE_TICKS, TRACE_NAMES, Trace,

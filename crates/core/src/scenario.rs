@@ -327,7 +327,8 @@ pub fn from_toml(text: &str) -> Result<Scenario> {
 /// Parses a scenario against a zoo (both TOML text).
 pub fn parse(scenario_toml: &str, zoo_toml: &str) -> Result<Scenario> {
     let zoo: ZooFile = toml::from_str(zoo_toml).map_err(|e| anyhow::anyhow!("zoo: {e}"))?;
-    let file: ScenarioFile = toml::from_str(scenario_toml).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let file: ScenarioFile = toml::from_str(scenario_toml)
+        .map_err(|e| anyhow::anyhow!("{}", crate::text::toml_error(&e, scenario_toml)))?;
     check_name("the scenario name", &file.name)?;
     if file.models.is_empty() {
         bail!("scenario '{}' has no models", file.name);

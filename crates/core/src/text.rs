@@ -36,6 +36,24 @@ pub fn path(p: &Path) -> String {
     printable(&p.to_string_lossy(), PATH_BYTES)
 }
 
+/// The most of a TOML parser's message shown.
+const TOML_MESSAGE_BYTES: usize = 1024;
+
+/// A TOML error of `text` as one line: the line it is on and the parser's
+/// message (which names the key). The parser's own rendering quotes the
+/// offending line whole, which for a hostile file (a 200,000-deep nesting, a
+/// 1 MiB value on one line) is most of the file.
+pub fn toml_error(e: &toml::de::Error, text: &str) -> String {
+    let message = printable(e.message().trim(), TOML_MESSAGE_BYTES);
+    match e.span() {
+        Some(span) => {
+            let line = text[..span.start.min(text.len())].matches('\n').count() + 1;
+            format!("line {line}: {message}")
+        }
+        None => message,
+    }
+}
+
 /// An error and its causes on one line, `outer: cause: root` (as anyhow's
 /// `{:#}` shows them), for a typed error that ends up as a recorded message.
 pub fn error_chain(e: &dyn std::error::Error) -> String {
@@ -67,5 +85,24 @@ mod tests {
         let shown = path(p);
         assert!(!shown.contains('\u{1b}'), "{shown}");
         assert!(shown.contains("\\u{1b}[31m"), "{shown}");
+    }
+
+    #[test]
+    fn a_toml_error_is_one_bounded_line_whatever_the_file() {
+        let deep = format!("x = {}{}", "[".repeat(200_000), "]".repeat(200_000));
+        let e = toml::from_str::<toml::Table>(&deep).expect_err("too deep");
+        let line = toml_error(&e, &deep);
+        assert!(line.starts_with("line 1: "), "{line}");
+        assert!(
+            !line.contains('\n') && line.len() < 2 * TOML_MESSAGE_BYTES,
+            "{line}"
+        );
+        let text = "a = 1\nb = [1,\n";
+        let e = toml::from_str::<toml::Table>(text).expect_err("unclosed");
+        assert!(
+            toml_error(&e, text).starts_with("line 2: "),
+            "{}",
+            toml_error(&e, text)
+        );
     }
 }

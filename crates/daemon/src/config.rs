@@ -968,16 +968,8 @@ impl DaemonConfig {
     }
 
     pub fn parse(text: &str) -> Result<Self> {
-        let config: Self = toml::from_str(text).map_err(|e| {
-            // One line: where, then toml's message (which names the key).
-            let line = e
-                .span()
-                .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
-            match line {
-                Some(l) => anyhow::anyhow!("line {l}: {}", e.message().trim()),
-                None => anyhow::anyhow!("{}", e.message().trim()),
-            }
-        })?;
+        let config: Self = toml::from_str(text)
+            .map_err(|e| anyhow::anyhow!("{}", mfsched_core::toml_error_line(&e, text)))?;
         config.check()?;
         Ok(config)
     }
