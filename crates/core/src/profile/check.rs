@@ -188,7 +188,7 @@ impl<'p> Summarizer<'p> {
     }
 
     /// A co-location row: every column but the format version and scenario.
-    pub fn add_row(&mut self, row: &ProfileRow) {
+    fn add_row(&mut self, row: &ProfileRow) {
         self.rows += 1;
         self.regimes[row.workload.ordinal()] += 1;
         let mut columns = self.columns.iter_mut();
@@ -215,7 +215,7 @@ impl<'p> Summarizer<'p> {
     }
 
     /// A solo row: counted for its model, with the configuration it measured.
-    pub fn add_solo(&mut self, row: &SoloRow) {
+    fn add_solo(&mut self, row: &SoloRow) {
         if let Some((rows, measured)) = self.solo.get_mut(row.model) {
             *rows += 1;
             if let Some(seen) = measured.get_mut(row.config as usize) {

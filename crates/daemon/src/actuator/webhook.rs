@@ -12,6 +12,12 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use super::{BodyClient, ModelUpdate};
+use crate::config::WebhookConfig;
+use crate::metrics::Metrics;
+use crate::streak::Streaks;
+
+/// The wait before retry k is k times this.
+const BACK_OFF_STEP_MS: u64 = 100;
 
 /// The outcome of a model's latest delivery.
 #[derive(Debug, Clone, PartialEq)]
@@ -26,17 +32,14 @@ pub(super) struct Delivery {
 /// between attempts.
 pub(super) fn longest_delivery(config: &WebhookConfig) -> Duration {
     let retries = u64::from(config.retries);
-    // 100 ms × attempt before each retry: 100 × (1 + … + retries).
-    let back_off = (retries.saturating_mul(retries + 1) / 2).saturating_mul(100);
+    // The step times 1 + … + retries.
+    let back_off = (retries.saturating_mul(retries + 1) / 2).saturating_mul(BACK_OFF_STEP_MS);
     Duration::from_millis(
         (retries + 1)
             .saturating_mul(config.timeout_ms)
             .saturating_add(back_off),
     )
 }
-use crate::config::WebhookConfig;
-use crate::metrics::Metrics;
-use crate::streak::Streaks;
 
 pub(super) async fn sender(
     client: BodyClient,
@@ -67,7 +70,8 @@ pub(super) async fn sender(
         let mut failure = None;
         for attempt in 0..=config.retries {
             if attempt > 0 {
-                tokio::time::sleep(Duration::from_millis(100 * u64::from(attempt))).await;
+                tokio::time::sleep(Duration::from_millis(BACK_OFF_STEP_MS * u64::from(attempt)))
+                    .await;
             }
             match post(&client, &uri, body.clone(), config.timeout_ms).await {
                 Ok(()) => {
