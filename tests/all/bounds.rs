@@ -119,6 +119,16 @@ fn forged_decision_log_frames_are_refused_without_allocating_or_stalling() {
     assert_eq!(fresh.records[0].tick, 2, "tick numbers go on");
 }
 
+/// The header and the rows of paper-n2's bundled profile, to build profiles from.
+fn bundled_profile() -> (String, Vec<String>) {
+    let text =
+        std::fs::read_to_string(common::workspace_root().join("models/paper-n2/profile.csv"))
+            .expect("the bundled profile");
+    let mut lines = text.lines().map(str::to_owned);
+    let header = lines.next().expect("a header");
+    (header, lines.collect())
+}
+
 /// Files named inside inputs go through the capped reader: a daemon config
 /// naming /dev/zero as its scenario or its log is refused in one line.
 #[test]
@@ -143,15 +153,8 @@ fn files_named_inside_inputs_are_never_read_unbounded() {
     assert!(err.contains("a character device"), "{err}");
     // A profile whose `scenario` cell names /dev/zero: the device is not read,
     // and the file is checked against the bundled scenario with its models.
-    let source =
-        std::fs::read_to_string(common::workspace_root().join("models/paper-n2/profile.csv"))
-            .expect("the bundled profile");
-    let mut lines = source.lines();
-    let header = lines.next().expect("a header");
-    let row = lines
-        .next()
-        .expect("a row")
-        .replacen(",paper-n2,", ",/dev/zero,", 1);
+    let (header, rows) = bundled_profile();
+    let row = rows[0].replacen(",paper-n2,", ",/dev/zero,", 1);
     let csv = dir.path().join("dev-zero-cell.csv");
     std::fs::write(&csv, format!("{header}\n{row}\n")).expect("write");
     let out = mfsched(&["data", "check", utf8(&csv)]);
@@ -408,16 +411,11 @@ fn profile_live_writes_no_point_a_hanging_webhook_never_took() {
 #[test]
 fn data_check_streams_a_long_profile_in_bounded_memory() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let source =
-        std::fs::read_to_string(common::workspace_root().join("models/paper-n2/profile.csv"))
-            .expect("the bundled profile");
-    let mut lines = source.lines();
-    let header = lines.next().expect("a header");
-    let rows: Vec<&str> = lines.collect();
+    let (header, rows) = bundled_profile();
     let write = |name: &str, n: usize| {
         let path = dir.path().join(name);
         let mut text = String::with_capacity(n * 110);
-        text.push_str(header);
+        text.push_str(&header);
         text.push('\n');
         for row in rows.iter().cycle().take(n) {
             text.push_str(row);
@@ -456,16 +454,8 @@ fn with_empty_functions(component: &[u8], extra: u32) -> Vec<u8> {
             }
         }
     }
-    fn enc(mut value: u32, out: &mut Vec<u8>) {
-        loop {
-            let byte = (value & 0x7f) as u8;
-            value >>= 7;
-            if value == 0 {
-                out.push(byte);
-                return;
-            }
-            out.push(byte | 0x80);
-        }
+    fn enc(value: u32, out: &mut Vec<u8>) {
+        common::leb128(u64::from(value), out);
     }
     /// (id, body) of each section after the 8-byte preamble.
     fn sections(bytes: &[u8]) -> Vec<(u8, &[u8])> {

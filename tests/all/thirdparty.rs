@@ -525,23 +525,13 @@ fn a_trap_is_reported_with_the_guests_last_words() {
 
 /// A custom section (id 0): its name and bytes, sizes in unsigned LEB128.
 fn custom_section(name: &str, data: &[u8]) -> Vec<u8> {
-    fn leb128(mut n: usize, out: &mut Vec<u8>) {
-        loop {
-            let byte = (n & 0x7f) as u8;
-            n >>= 7;
-            if n == 0 {
-                out.push(byte);
-                return;
-            }
-            out.push(byte | 0x80);
-        }
-    }
+    use crate::common::leb128;
     let mut payload = Vec::new();
-    leb128(name.len(), &mut payload);
+    leb128(name.len() as u64, &mut payload);
     payload.extend_from_slice(name.as_bytes());
     payload.extend_from_slice(data);
     let mut section = vec![0];
-    leb128(payload.len(), &mut section);
+    leb128(payload.len() as u64, &mut section);
     section.extend(payload);
     section
 }

@@ -138,3 +138,16 @@ pub fn wait_for<T>(
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// `n` in unsigned LEB128 (how Wasm encodes sizes and counts), appended to `out`.
+pub fn leb128(mut n: u64, out: &mut Vec<u8>) {
+    loop {
+        let byte = (n & 0x7f) as u8;
+        n >>= 7;
+        if n == 0 {
+            out.push(byte);
+            return;
+        }
+        out.push(byte | 0x80);
+    }
+}
