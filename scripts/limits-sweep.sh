@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The hostile inputs of docs/limits.md against a build of mfsched: each one's
-# exit code, wall time, peak RSS and the line it printed, as a markdown table.
+# exit code, wall time, peak RSS and the line it printed (its first error or
+# warning), as a markdown table.
 # Every input must be refused (or read bounded) well under 512 MiB and 10 s.
 #
 #   scripts/limits-sweep.sh [path/to/mfsched]     (default: target/release/mfsched)
@@ -51,7 +52,31 @@ for name, s, log, listen, extra in [
     ("long-trace", "paper-n2", "b.log", "127.0.0.1:0", '[workload]\ntrace = "steady"\ntrace_ticks = 1000000000000\n'),
 ]:
     open(f"{name}.toml", "w").write(daemon.format(s=s, log=log, listen=listen, extra=extra))
+import json, os, shutil, struct, zlib
+def frame(payload):
+    head = b"\xF5MFR" + struct.pack("<II", len(payload), zlib.crc32(payload))
+    return head + struct.pack("<I", zlib.crc32(head)) + payload
+# A run record whose scenario string claims 2^40 bytes; then 2,000,000
+# headers whose checksums hold, each claiming 1 MiB (32 MB of them).
+open("forged-length.log", "wb").write(
+    b"MFSDLOG3" + frame(bytes([0, 1, 0xfd]) + struct.pack("<Q", 1 << 40) + b"x" * 16))
+head = b"\xF5MFR" + struct.pack("<II", 1 << 20, 0)
+head += struct.pack("<I", zlib.crc32(head))
+with open("forged-headers.log", "wb") as f:
+    f.write(b"MFSDLOG3" + head * 2000000 + bytes(2 << 20))
+def bundle(name, edit=None):
+    os.makedirs(name)
+    meta = json.load(open(f"{root}/models/paper-n2/bundle.json"))
+    if edit:
+        edit(meta)
+    json.dump(meta, open(f"{name}/bundle.json", "w"))
+    shutil.copy(f"{root}/models/paper-n2/weights.safetensors", f"{name}/weights.safetensors")
+bundle("bundle-dev-zero", lambda m: m.update(scenario="/dev/zero"))
+bundle("bundle-other-models", lambda m: m.update(scenario_toml=open(f"{root}/scenarios/paper-n3.toml").read()))
+bundle("bundle-sparse-weights")
+bundle("bundle-huge-meta", lambda m: m.update(padding="x" * (100 << 20)))
 PY
+truncate -s 8G bundle-sparse-weights/weights.safetensors
 truncate -s 8G sparse-8g.wasm
 { printf '\0asm\r\0\1\0'; head -c $((200 << 20)) /dev/zero; } > padded-200m.wasm
 
@@ -60,7 +85,7 @@ run() {
   /usr/bin/time -o time.out -f '%x %e %M' timeout 30 "$@" > out.txt 2> err.txt || true
   read -r rc secs kib < <(tail -1 time.out)
   local line
-  line=$( (grep -h -E '^(error|ERROR)' out.txt err.txt | grep -v XDG_RUNTIME || true) | head -1 | cut -c1-140)
+  line=$( (grep -h -E '^(error|ERROR|warning)' out.txt err.txt | grep -v XDG_RUNTIME || true) | head -1 | cut -c1-140)
   [ -n "$line" ] || line="(stdout) $(head -1 out.txt | cut -c1-120)"
   printf '| %s | %s | %s s | %s MB | %s |\n' "$label" "$rc" "$secs" "$((kib / 1024))" "${line//|//}"
 }
@@ -77,6 +102,14 @@ for c in scenario-dev-zero log-dev-zero long-trace open-listen; do
 done
 echo "| (the refused start wrote a log: $([ -e refused.log ] && echo yes || echo no)) | | | | |"
 run "replay /dev/zero" "$bin" replay /dev/zero
+run "replay forged-length.log" "$bin" replay forged-length.log
+run "replay forged-headers.log" "$bin" replay forged-headers.log
+profile="$root/models/paper-n2/profile.csv"
+run "surrogate eval --model bundle-dev-zero" "$bin" surrogate eval --model bundle-dev-zero --data "$profile"
+for b in bundle-sparse-weights bundle-huge-meta; do
+  run "surrogate eval --model $b" "$bin" surrogate eval --model "$b" --scenario paper-n2 --data "$profile"
+done
+run "decide --models bundle-other-models" "$bin" decide --scenario paper-n2 --policy exhaustive --models bundle-other-models
 run "plugins check sparse-8g.wasm" "$bin" plugins check sparse-8g.wasm
 run "plugins check padded-200m.wasm" "$bin" plugins check padded-200m.wasm
 "$bin" run --sampler sim --config same-log.toml --max-ticks 30 > /dev/null 2>&1 &

@@ -166,6 +166,174 @@ fn files_named_inside_inputs_are_never_read_unbounded() {
     );
 }
 
+/// paper-n2's shipped bundle (version 1: it names its scenario) copied to
+/// `dir/paper-n2/` with `edit` applied to its `bundle.json`; returns `dir`.
+fn edited_bundle(dir: &Path, edit: impl FnOnce(&mut serde_json::Value)) -> std::path::PathBuf {
+    let shipped = common::workspace_root().join("models/paper-n2");
+    let bundle = dir.join("paper-n2");
+    std::fs::create_dir_all(&bundle).expect("mkdir");
+    let mut meta: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(shipped.join("bundle.json")).expect("meta"))
+            .expect("JSON");
+    edit(&mut meta);
+    std::fs::write(
+        bundle.join("bundle.json"),
+        serde_json::to_vec(&meta).expect("JSON"),
+    )
+    .expect("write");
+    std::fs::copy(
+        shipped.join("weights.safetensors"),
+        bundle.join("weights.safetensors"),
+    )
+    .expect("copy");
+    dir.to_path_buf()
+}
+
+/// Items 4 and 10 through the commands: a version 1 bundle whose scenario
+/// is `/dev/zero` is refused without reading the device; a bundle whose
+/// embedded scenario has other models than its own is refused by `decide`
+/// and by `run` (which writes nothing), as `eval` refuses it.
+#[test]
+fn bundles_naming_a_device_or_disagreeing_with_their_scenario_are_refused() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let device = edited_bundle(&dir.path().join("device"), |m| {
+        m["scenario"] = "/dev/zero".into();
+    })
+    .join("paper-n2");
+    let profile = common::workspace_root().join("tests/fixtures/profiles/good.csv");
+    let out = mfsched(&[
+        "surrogate",
+        "eval",
+        "--model",
+        utf8(&device),
+        "--data",
+        utf8(&profile),
+    ]);
+    let err = fails_in_one_line(&out, "a bundle naming /dev/zero");
+    assert!(err.contains("a character device"), "{err}");
+
+    let n3 = mfsched_core::BUNDLED_SCENARIOS
+        .iter()
+        .find(|(n, _)| *n == "paper-n3")
+        .map(|(_, t)| *t)
+        .expect("bundled");
+    let models = edited_bundle(&dir.path().join("other"), |m| {
+        m["scenario_toml"] = n3.into();
+    });
+    let disagrees = "against its own embedded scenario 'paper-n3'";
+    let out = mfsched(&[
+        "decide",
+        "--scenario",
+        "paper-n2",
+        "--policy",
+        "exhaustive",
+        "--models",
+        utf8(&models),
+    ]);
+    let err = fails_in_one_line(&out, "decide");
+    assert!(err.contains(disagrees), "{err}");
+    let config = common::daemon_config(
+        dir.path(),
+        "paper-n2",
+        100,
+        &format!(
+            "active = \"exhaustive\"\nbundle_dir = \"{}\"",
+            utf8(&models)
+        ),
+        "",
+    );
+    let out = mfsched(&["run", "--config", utf8(&config), "--max-ticks", "1"]);
+    let err = stderr(&out);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains(disagrees), "{err}");
+    assert!(!dir.path().join("decisions.log").exists(), "{err}");
+}
+
+/// Item 13 through the API: the outside text a component brings (its file
+/// name, the metadata it declares, its refusals' reasons: markup, ANSI
+/// escapes, forged lines, 20 MiB) reaches `/v1/policies` and `/v1/history`
+/// escaped and cut, or not at all.
+#[test]
+fn outside_text_reaches_the_api_escaped_and_cut() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir(&plugins).expect("plugin dir");
+    let hostile = "<img src=x onerror=alert(5)>\u{1b}[31m";
+    let test_plugins = Path::new(mfsched_test_programs::TEST_PLUGINS_DIR);
+    std::fs::copy(
+        test_plugins.join("noisy.wasm"),
+        plugins.join(format!("{hostile}.wasm")),
+    )
+    .expect("copy");
+    let mut turncoat = std::fs::read(test_plugins.join("hostile-decide.wasm")).expect("built");
+    turncoat.extend(common::custom_section("version", hostile.as_bytes()));
+    turncoat.extend(common::custom_section(
+        "authors",
+        format!("{hostile}\nok passed{}", "x".repeat(1 << 20)).as_bytes(),
+    ));
+    std::fs::write(plugins.join("turncoat.wasm"), turncoat).expect("write");
+    let config = common::daemon_config(
+        dir.path(),
+        "paper-n3",
+        200,
+        "active = \"turncoat\"\nplugin_dir = \"plugins\"",
+        "[workload]\nlevel = \"burst\"",
+    );
+    let (child, _err, addr) = common::process::start_daemon(&config);
+    let _daemon = Killed(child);
+    let (key, token) = common::bearer();
+    let get = |path: &str| {
+        let (status, body) = common::http_with(addr, "GET", path, None, &[(key, &token)]);
+        assert_eq!(status, 200, "{path}: {body}");
+        serde_json::from_str::<serde_json::Value>(&body).expect("JSON")
+    };
+    common::wait_for(Duration::from_secs(60), "3 refused ticks", &[], || {
+        (get("/v1/history")["totals"]["turncoat"]["failures"].as_u64() >= Some(3)).then_some(())
+    });
+    let policies = get("/v1/policies");
+    assert_eq!(policies["active"], "turncoat", "{policies}");
+    let available = policies["available"].as_array().expect("names");
+    assert!(
+        available
+            .iter()
+            .all(|n| n.as_str().is_some_and(|n| !n.contains("<img"))),
+        "a name with escapes is no policy: {policies}"
+    );
+    assert!(
+        policies["metadata"]["turncoat"]["version"]
+            .as_str()
+            .is_some_and(|v| v.contains("\\u{1b}[31m")),
+        "{policies}"
+    );
+    for (path, answer) in [
+        ("/v1/policies", policies),
+        ("/v1/history", get("/v1/history")),
+    ] {
+        let mut strings = Vec::new();
+        every_string(&answer, &mut strings);
+        assert!(!strings.is_empty(), "{path}");
+        for s in strings {
+            assert!(!s.chars().any(char::is_control), "{path}: {s:?}");
+            assert!(s.len() <= 8192, "{path}: a string of {} bytes", s.len());
+        }
+    }
+}
+
+/// Every string in `value`, keys included.
+fn every_string<'a>(value: &'a serde_json::Value, out: &mut Vec<&'a str>) {
+    match value {
+        serde_json::Value::String(s) => out.push(s),
+        serde_json::Value::Array(items) => items.iter().for_each(|v| every_string(v, out)),
+        serde_json::Value::Object(map) => {
+            for (k, v) in map {
+                out.push(k);
+                every_string(v, out);
+            }
+        }
+        _ => {}
+    }
+}
+
 /// Item 13, hostile structure: a scenario or a config nested 200,000 deep is
 /// refused in one short line (the parser's own rendering quoted the whole
 /// 400 KB line); item 4, a sparse 8 GiB component is refused by `plugins
@@ -269,29 +437,21 @@ fn a_plugin_file_name_with_escapes_never_reaches_the_terminal_raw() {
 }
 
 /// A page standing in for the model servers' and the card's metrics (not a
-/// server): one page per connection, the request and token counters 10 higher
-/// on each, and a DCGM card with `fb_used_mib` in use at 50 % utilisation.
-fn counter_page(fb_used_mib: &'static str) -> std::net::SocketAddr {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    std::thread::spawn(move || {
-        for (n, stream) in listener.incoming().enumerate() {
-            let Ok(mut stream) = stream else { continue };
-            let mut buf = [0u8; 4096];
-            let _ = stream.read(&mut buf);
-            let v = 10 * n;
-            let body = format!(
-                "hostile_requests_total {v}\nhostile_tokens_total {v}\n\
-                 DCGM_FI_DEV_FB_USED{{gpu=\"0\"}} {fb_used_mib}\nDCGM_FI_DEV_GPU_UTIL{{gpu=\"0\"}} 50\n"
-            );
-            let _ = write!(
-                stream,
-                "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                body.len()
-            );
-        }
-    });
-    addr
+/// server): the request and token counters at `counter(n)` on the n-th page,
+/// and a DCGM card with `fb_used_mib` in use at 50 % utilisation.
+fn counter_page(counter: fn(usize) -> String, fb_used_mib: &'static str) -> std::net::SocketAddr {
+    common::metrics_page(move |n| {
+        let v = counter(n);
+        format!(
+            "hostile_requests_total {v}\nhostile_tokens_total {v}\n\
+             DCGM_FI_DEV_FB_USED{{gpu=\"0\"}} {fb_used_mib}\nDCGM_FI_DEV_GPU_UTIL{{gpu=\"0\"}} 50\n"
+        )
+    })
+}
+
+/// Counters 10 higher on every page: a steady load.
+fn rising(n: usize) -> String {
+    (10 * n).to_string()
 }
 
 /// `profile --live` of paper-n2's plan at low load (`samples` points, 10 ms
@@ -360,11 +520,34 @@ fn no_row_written(out: &Path) {
 #[test]
 fn profile_live_skips_readings_that_are_not_a_row() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let (o, out) = profile_live(dir.path(), counter_page("1e9"), "8", "");
+    let (o, out) = profile_live(dir.path(), counter_page(rising, "1e9"), "8", "");
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(text.contains("measured 0 rows"), "{text}");
     assert!(text.contains("point(s) skipped"), "{text}");
+    assert!(
+        stderr(&o).contains("not a profile row, skipped"),
+        "{}",
+        stderr(&o)
+    );
+    no_row_written(&out);
+}
+
+/// Item 8, counters of ±1.7e308: the first page says −1.7e308, every later
+/// one +1.7e308, so the first model's counter never goes down but its rate
+/// over the window is infinite, which no profile row may hold. The point is
+/// reported and skipped; nothing the reader would refuse is written.
+#[test]
+fn profile_live_skips_a_point_whose_counters_overflow() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let huge = |n: usize| if n == 0 { "-1.7e308" } else { "1.7e308" }.to_owned();
+    let (o, out) = profile_live(dir.path(), counter_page(huge, "1000"), "4", "");
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        text.contains("measured 0 rows") && text.contains("1 point(s) skipped"),
+        "{text}"
+    );
     assert!(
         stderr(&o).contains("not a profile row, skipped"),
         "{}",
@@ -393,7 +576,7 @@ fn profile_live_writes_no_point_a_hanging_webhook_never_took() {
          {hung_model} = \"http://{hang_addr}/config\"\n"
     );
     // A sane card page: every window would make a row.
-    let (o, out) = profile_live(dir.path(), counter_page("1000"), "4", &webhook);
+    let (o, out) = profile_live(dir.path(), counter_page(rising, "1000"), "4", &webhook);
     let err = stderr(&o);
     assert!(!o.status.success(), "{err}");
     assert!(

@@ -1,22 +1,49 @@
 //! A bounded fuzz pass over the readers of outside files: scenarios, profile
-//! CSVs, model bundles and decision logs. Each target starts from a corpus of
-//! valid and invalid inputs kept in the tree (the fixtures, the bundled
-//! scenarios, a shipped bundle, a log written here) and applies seeded
-//! mutations (bit flips, cuts, splices, repeated stretches, hostile numbers).
-//! Every case must be read or refused with an error: no panic, no abort, no
-//! unbounded allocation (the limits of docs/limits.md hold). The cases are
-//! deterministic (one seed per case); `MFSCHED_FUZZ_CASES` sets how many per
-//! target (CI's bound: the default). The regressions found so far are replayed
-//! first (tests/fixtures/fuzz/regressions.txt: target and case number).
+//! CSVs, model bundles and decision logs. Each target starts from a corpus
+//! kept in the tree (tests/fixtures/fuzz/README.md says which files) and
+//! applies seeded mutations (bit flips, cuts, splices, repeated stretches,
+//! hostile numbers). Every case must be read or refused with an error: no
+//! panic, no abort, no unbounded allocation (the limits of docs/limits.md
+//! hold).
+//!
+//! Case `n` of a target is always the same input (its seed is `n`), so a
+//! finding replays by number. A target runs the regressions found so far
+//! (tests/fixtures/fuzz/regressions.txt: target and case number), then cases
+//! 0, 1, 2, … for `MFSCHED_FUZZ_SECONDS` (default 10; at least
+//! [`MIN_CASES`]), or exactly `MFSCHED_FUZZ_CASES` cases when that is set.
+//! How many ran is printed: `cargo test fuzz_ -- --nocapture`.
 
 use mfsched_rng::Rng;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
-fn cases() -> u64 {
-    std::env::var("MFSCHED_FUZZ_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(400)
+/// The fewest mutated cases a target runs, however slow the machine.
+const MIN_CASES: u64 = 100;
+
+/// When a target stops: after a fixed number of cases, or once its time is
+/// spent (and [`MIN_CASES`] ran).
+enum Bound {
+    Cases(u64),
+    Time(Duration),
+}
+
+impl Bound {
+    fn from_env() -> Self {
+        let var = |name: &str| std::env::var(name).ok()?.parse::<u64>().ok();
+        match var("MFSCHED_FUZZ_CASES") {
+            Some(n) => Self::Cases(n),
+            None => Self::Time(Duration::from_secs(
+                var("MFSCHED_FUZZ_SECONDS").unwrap_or(10),
+            )),
+        }
+    }
+
+    fn done(&self, cases: u64, started: Instant) -> bool {
+        match *self {
+            Self::Cases(n) => cases >= n,
+            Self::Time(t) => cases >= MIN_CASES && started.elapsed() >= t,
+        }
+    }
 }
 
 /// Numbers a reader must not trust.
@@ -78,9 +105,10 @@ fn mutate(input: &[u8], rng: &mut Rng, text: bool) -> Vec<u8> {
     out
 }
 
-/// Runs `read` on the corpus, the regressions of `target` and `cases()`
-/// mutations; returns (accepted, refused).
+/// Runs `read` on the corpus, the regressions of `target` and the mutated
+/// cases [`Bound::from_env`] allows; returns (accepted, refused).
 fn fuzz(target: &str, corpus: &[Vec<u8>], text: bool, read: impl Fn(&[u8]) -> bool) -> (u64, u64) {
+    assert!(!corpus.is_empty(), "{target}: an empty corpus");
     let regressions: Vec<u64> = include_str!("../fixtures/fuzz/regressions.txt")
         .lines()
         .filter_map(|l| {
@@ -93,19 +121,28 @@ fn fuzz(target: &str, corpus: &[Vec<u8>], text: bool, read: impl Fn(&[u8]) -> bo
     for input in corpus {
         count(read(input));
     }
-    for case in regressions.into_iter().chain(0..cases()) {
+    let run = |case: u64| {
         let mut rng = Rng::derive(case, 26);
         let seed = &corpus[rng.below(corpus.len() as u64) as usize];
         let input = mutate(seed, &mut rng, text);
-        let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| read(&input)))
-            .unwrap_or_else(|_| {
-                panic!("{target}: case {case} panicked (add it to regressions.txt)")
-            });
-        count(ok);
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| read(&input))).unwrap_or_else(
+            |_| panic!("{target}: case {case} panicked (add `{target} {case}` to regressions.txt)"),
+        )
+    };
+    for &case in &regressions {
+        count(run(case));
+    }
+    let (bound, started) = (Bound::from_env(), Instant::now());
+    let mut cases = 0;
+    while !bound.done(cases, started) {
+        count(run(cases));
+        cases += 1;
     }
     println!(
-        "fuzz {target}: {} inputs, {accepted} read, {refused} refused",
-        accepted + refused
+        "fuzz {target}: {} corpus inputs, {} regressions, cases 0..{cases} in {:.1} s: {accepted} read, {refused} refused",
+        corpus.len(),
+        regressions.len(),
+        started.elapsed().as_secs_f64()
     );
     (accepted, refused)
 }
@@ -123,9 +160,9 @@ fn files(dir: &Path, ext: &str) -> Vec<Vec<u8>> {
         .collect()
 }
 
-fn fixtures(sub: &str) -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/fixtures")
+fn fixtures(sub: &str) -> PathBuf {
+    crate::common::workspace_root()
+        .join("tests/fixtures")
         .join(sub)
 }
 
@@ -161,36 +198,73 @@ fn fuzz_the_profile_reader() {
     assert!(read > 0);
 }
 
+/// Every bundle directory under `root` (those holding a `bundle.json`):
+/// its metadata and weights.
+fn bundles(root: &Path) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(root)
+        .expect("bundle dir")
+        .filter_map(|e| Some(e.ok()?.path()))
+        .filter(|d| d.join("bundle.json").is_file())
+        .collect();
+    dirs.sort();
+    dirs.iter()
+        .map(|d| {
+            let read = |f: &str| std::fs::read(d.join(f)).expect("a bundle file");
+            (read("bundle.json"), read("weights.safetensors"))
+        })
+        .collect()
+}
+
+/// A bundle read as `surrogate eval --model` reads one: parsed, then checked
+/// against the scenario it names (or embeds).
+fn read_bundle(meta: &[u8], weights: &[u8]) -> bool {
+    mfsched_surrogate::Bundle::from_bytes(meta, weights)
+        .and_then(|b| {
+            let scenario = b.scenario()?;
+            b.checked(&scenario)
+        })
+        .is_ok()
+}
+
 #[test]
 fn fuzz_the_bundle_reader() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let bundle = mfsched_surrogate::embedded_bundle("paper-n2")
-        .expect("shipped")
-        .expect("parses");
-    bundle.write(dir.path()).expect("write");
-    let meta = std::fs::read(dir.path().join("bundle.json")).expect("meta");
-    let weights = std::fs::read(dir.path().join("weights.safetensors")).expect("weights");
-    let scenario = mfsched_core::load_scenario("paper-n2").expect("bundled");
-    // The metadata as text, then the weights as bytes.
-    fuzz("bundle-meta", std::slice::from_ref(&meta), true, |m| {
-        mfsched_surrogate::Bundle::from_bytes(m, &weights)
-            .and_then(|b| b.checked(&scenario))
-            .is_ok()
+    // The shipped bundles and the broken ones the CLI tests use.
+    let mut corpus = bundles(&crate::common::workspace_root().join("models"));
+    corpus.extend(bundles(&fixtures("bundles")));
+    let (metas, weights): (Vec<_>, Vec<_>) = corpus.iter().cloned().unzip();
+    // A mutated metadata file is read with the weights of the shipped bundle
+    // for the scenario it still names (else the first), and the other way
+    // round: so most cases get past the first check.
+    let weights_for = |meta: &[u8]| {
+        let named = serde_json::from_slice::<serde_json::Value>(meta)
+            .ok()
+            .and_then(|m| m["scenario"].as_str().map(str::to_owned));
+        corpus
+            .iter()
+            .find(|(m, _)| {
+                serde_json::from_slice::<serde_json::Value>(m)
+                    .is_ok_and(|m| named.as_deref().is_some_and(|n| m["scenario"] == n))
+            })
+            .map_or(&corpus[0].1, |(_, w)| w)
+    };
+    let (read, _) = fuzz("bundle-meta", &metas, true, |m| {
+        read_bundle(m, weights_for(m))
     });
-    fuzz(
-        "bundle-weights",
-        std::slice::from_ref(&weights),
-        false,
-        |w| {
-            mfsched_surrogate::Bundle::from_bytes(&meta, w)
-                .and_then(|b| b.checked(&scenario))
-                .is_ok()
-        },
-    );
+    assert!(read > 0, "some mutated metadata still reads");
+    let (read, _) = fuzz("bundle-weights", &weights, false, |w| {
+        corpus
+            .iter()
+            .find(|(_, cw)| cw.len() == w.len())
+            .is_some_and(|(m, _)| read_bundle(m, w))
+    });
+    assert!(read > 0, "some mutated weights still read");
 }
 
 #[test]
 fn fuzz_the_decision_log_reader() {
+    // The logs kept in the tree (written by earlier builds: a reader must
+    // take old logs) and one this build writes now.
+    let mut corpus = files(&fixtures("fuzz/corpus/declog"), "log");
     let dir = tempfile::tempdir().expect("temp dir");
     let config = crate::common::daemon_config(dir.path(), "paper-n3", 20, "active = \"hold\"", "");
     let out = crate::common::process::mfsched(&[
@@ -205,8 +279,12 @@ fn fuzz_the_decision_log_reader() {
         "{}",
         crate::common::process::stderr(&out)
     );
-    let log = std::fs::read(dir.path().join("decisions.log")).expect("log");
-    let (read, _) = fuzz("declog", &[log], false, |bytes| {
+    corpus.push(std::fs::read(dir.path().join("decisions.log")).expect("log"));
+    for (i, log) in corpus.iter().enumerate() {
+        let read = mfsched_daemon::parse_decision_log(log).expect("a corpus log reads");
+        assert!(!read.records.is_empty(), "corpus log {i} holds records");
+    }
+    let (read, _) = fuzz("declog", &corpus, false, |bytes| {
         mfsched_daemon::parse_decision_log(bytes).is_ok()
     });
     assert!(

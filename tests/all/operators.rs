@@ -684,3 +684,59 @@ fn a_failing_actuator_is_one_warn_line_then_one_recovery_line() {
         recovered[0]
     );
 }
+
+/// Issue 26, item 11: a request counter that goes down on every scrape (a
+/// server restarting in a loop, or a gauge named as a counter) is counted as
+/// a failed reading of that model and said in one `warn` line naming it,
+/// never one per scrape.
+#[test]
+fn a_counter_going_down_on_every_scrape_is_one_warn_line_per_model() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let page =
+        common::metrics_page(|n| format!("falling_requests_total {}\n", 1_000_000 - 10 * n as i64));
+    let mut workload =
+        "[workload]\nsource = \"prometheus\"\n\n[workload.prometheus]\npoll_ms = 100\ntimeout_ms = 80\n".to_owned();
+    let models: Vec<String> = mfsched_core::load_scenario("paper-n2")
+        .expect("bundled")
+        .problem
+        .models
+        .iter()
+        .map(|m| m.name.clone())
+        .collect();
+    for m in &models {
+        workload.push_str(&format!(
+            "\n[workload.prometheus.models.{m}]\nmetric = \"falling_requests_total\"\nlabel = \"\"\n\
+             scrape = \"http://{page}/metrics\"\nreference_rate = 10.0\n"
+        ));
+    }
+    let config = common::daemon_config(dir.path(), "paper-n2", 100, "active = \"hold\"", &workload);
+    let (child, err, addr) = process::start_daemon(&config);
+    let mut daemon = process::Killed(child);
+    let (lines, reader) = collect_lines(err);
+    let failures = |model: &str| {
+        let (_, page) = common::http(addr, "GET", "/metrics", None);
+        common::metric(
+            &page,
+            &format!("mfsched_load_read_failures_total{{model=\"{model}\"}}"),
+        )
+        .unwrap_or(0.0)
+    };
+    wait_until("every model's counter went down 3 times", || {
+        models.iter().all(|m| failures(m) >= 3.0)
+    });
+    assert!(terminate(&mut daemon.0).success());
+    reader.join().expect("the reader ends with the daemon");
+    let lines = lines.lock().expect("lines").clone();
+    for m in &models {
+        let about: Vec<&String> = lines
+            .iter()
+            .filter(|l| l.contains("went down") && l.contains(&format!("model={m}")))
+            .collect();
+        assert_eq!(about.len(), 1, "{m}: {lines:#?}");
+        assert!(
+            about[0].contains("WARN") && about[0].contains("falling_requests_total went down"),
+            "{}",
+            about[0]
+        );
+    }
+}

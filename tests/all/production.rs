@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::common;
+use super::common::{self, metric};
 use mfsched_core::WorkloadLevel;
 
 /// The simulated servers' trace step and the daemon's period.
@@ -73,14 +73,6 @@ fn now_ms() -> u64 {
 /// GET over plain HTTP, `None` if nothing answers.
 fn get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
     common::try_http(addr, "GET", path, None, &[]).ok()
-}
-
-/// A counter or gauge's value on a `/metrics` page (the first sample of that line).
-fn metric(page: &str, line_start: &str) -> Option<f64> {
-    page.lines()
-        .find(|l| l.starts_with(line_start))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
 }
 
 fn spawn(args: &[&str], log: &Path) -> Running {

@@ -6,6 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use crate::common::custom_section;
 use crate::common::process::{fails_in_one_line, mfsched, stderr, stdout};
 
 /// The hostile and incompatible test components crates/test-programs builds.
@@ -521,19 +522,6 @@ fn a_trap_is_reported_with_the_guests_last_words() {
             && errors[0].contains("this test plugin traps on purpose"),
         "{text}"
     );
-}
-
-/// A custom section (id 0): its name and bytes, sizes in unsigned LEB128.
-fn custom_section(name: &str, data: &[u8]) -> Vec<u8> {
-    use crate::common::leb128;
-    let mut payload = Vec::new();
-    leb128(name.len() as u64, &mut payload);
-    payload.extend_from_slice(name.as_bytes());
-    payload.extend_from_slice(data);
-    let mut section = vec![0];
-    leb128(payload.len() as u64, &mut section);
-    section.extend(payload);
-    section
 }
 
 /// Beside its hash, `plugins list` shows the version and authors a

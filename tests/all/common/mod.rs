@@ -151,3 +151,44 @@ pub fn leb128(mut n: u64, out: &mut Vec<u8>) {
         out.push(byte | 0x80);
     }
 }
+
+/// A custom section (id 0): its name and bytes, sizes in unsigned LEB128.
+pub fn custom_section(name: &str, data: &[u8]) -> Vec<u8> {
+    let mut payload = Vec::new();
+    leb128(name.len() as u64, &mut payload);
+    payload.extend_from_slice(name.as_bytes());
+    payload.extend_from_slice(data);
+    let mut section = vec![0];
+    leb128(payload.len() as u64, &mut section);
+    section.extend(payload);
+    section
+}
+
+/// A page standing in for servers' metrics (not a server): on its n-th
+/// connection it answers `page(n)` as `text/plain`, whatever was asked.
+pub fn metrics_page(page: impl Fn(usize) -> String + Send + 'static) -> SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    std::thread::spawn(move || {
+        for (n, stream) in listener.incoming().enumerate() {
+            let Ok(mut stream) = stream else { continue };
+            let mut buf = [0u8; 4096];
+            let _ = stream.read(&mut buf);
+            let body = page(n);
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    addr
+}
+
+/// A counter or gauge's value on a `/metrics` page (the first sample of that line).
+pub fn metric(page: &str, line_start: &str) -> Option<f64> {
+    page.lines()
+        .find(|l| l.starts_with(line_start))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
