@@ -1,24 +1,32 @@
 //! A bounded fuzz pass over the readers of outside files: scenarios, profile
-//! CSVs, model bundles and decision logs. Each target starts from a corpus
-//! kept in the tree (tests/fixtures/fuzz/README.md says which files) and
-//! applies seeded mutations (bit flips, cuts, splices, repeated stretches,
-//! hostile numbers). Every case must be read or refused with an error: no
-//! panic, no abort, no unbounded allocation (the limits of docs/limits.md
-//! hold).
+//! CSVs, model bundles and decision logs, run by proptest. Each target starts
+//! from a corpus kept in the tree (tests/fixtures/fuzz/README.md says which
+//! files); a case is one corpus input and one to four edits of it (bit flips,
+//! cuts, repeated stretches, deletions, bytes, hostile numbers). Every case
+//! must be read or refused with an error: no panic, no abort, no unbounded
+//! allocation (the limits of docs/limits.md hold). A failing case shrinks to
+//! a minimal one, and its seed is written to the target's
+//! `tests/fixtures/fuzz/<target>.proptest-regressions`, replayed first on
+//! every later run (commit it with the fix).
 //!
-//! Case `n` of a target is always the same input (its seed is `n`), so a
-//! finding replays by number. A target runs the regressions found so far
-//! (tests/fixtures/fuzz/regressions.txt: target and case number), then cases
-//! 0, 1, 2, … for `MFSCHED_FUZZ_SECONDS` (default 10; at least
-//! [`MIN_CASES`]), or exactly `MFSCHED_FUZZ_CASES` cases when that is set.
-//! How many ran is printed: `cargo test fuzz_ -- --nocapture`.
+//! The cases are seeded (batch k of a target always draws the same ones). A
+//! target runs batches for `MFSCHED_FUZZ_SECONDS` (default 10; at least
+//! [`MIN_CASES`] cases), or exactly `MFSCHED_FUZZ_CASES` cases when that is
+//! set. How many ran is printed: `cargo test fuzz_ -- --nocapture`.
 
 use mfsched_rng::Rng;
+use proptest::prelude::*;
+use proptest::sample::Index;
+use proptest::test_runner::{Config, FileFailurePersistence, RngAlgorithm, TestRng, TestRunner};
+use std::cell::Cell;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-/// The fewest mutated cases a target runs, however slow the machine.
+/// The fewest cases a target runs, however slow the machine.
 const MIN_CASES: u64 = 100;
+
+/// Cases per proptest run; a target runs batches until its bound.
+const BATCH: u64 = 256;
 
 /// When a target stops: after a fixed number of cases, or once its time is
 /// spent (and [`MIN_CASES`] ran).
@@ -38,10 +46,12 @@ impl Bound {
         }
     }
 
-    fn done(&self, cases: u64, started: Instant) -> bool {
+    /// How many cases the next batch runs (0: done).
+    fn next_batch(&self, cases: u64, started: Instant) -> u64 {
         match *self {
-            Self::Cases(n) => cases >= n,
-            Self::Time(t) => cases >= MIN_CASES && started.elapsed() >= t,
+            Self::Cases(n) => n.saturating_sub(cases).min(BATCH),
+            Self::Time(t) if cases >= MIN_CASES && started.elapsed() >= t => 0,
+            Self::Time(_) => BATCH,
         }
     }
 }
@@ -62,33 +72,86 @@ const HOSTILE_NUMBERS: &[&str] = &[
     "99999999999999999999",
 ];
 
-/// One mutation of `input`, chosen by `rng`.
-fn mutate(input: &[u8], rng: &mut Rng, text: bool) -> Vec<u8> {
+/// One edit of an input; positions are indices into it as it stands.
+#[derive(Debug, Clone)]
+enum Edit {
+    FlipBit {
+        at: Index,
+        bit: u8,
+    },
+    Cut {
+        at: Index,
+    },
+    /// The stretch of `len` bytes at `at`, repeated `times` more times.
+    Repeat {
+        at: Index,
+        len: u8,
+        times: u8,
+    },
+    Delete {
+        at: Index,
+        len: u8,
+    },
+    SetByte {
+        at: Index,
+        value: u8,
+    },
+    /// The number at or after `at` replaced with one of [`HOSTILE_NUMBERS`].
+    HostileNumber {
+        at: Index,
+        which: Index,
+    },
+}
+
+fn edit(text: bool) -> BoxedStrategy<Edit> {
+    let bytes = prop_oneof![
+        (any::<Index>(), 0u8..8).prop_map(|(at, bit)| Edit::FlipBit { at, bit }),
+        any::<Index>().prop_map(|at| Edit::Cut { at }),
+        (any::<Index>(), 1u8..64, 1u8..9).prop_map(|(at, len, times)| Edit::Repeat {
+            at,
+            len,
+            times
+        }),
+        (any::<Index>(), 1u8..32).prop_map(|(at, len)| Edit::Delete { at, len }),
+        (any::<Index>(), any::<u8>()).prop_map(|(at, value)| Edit::SetByte { at, value }),
+    ];
+    if text {
+        prop_oneof![
+            5 => bytes,
+            1 => (any::<Index>(), any::<Index>())
+                .prop_map(|(at, which)| Edit::HostileNumber { at, which }),
+        ]
+        .boxed()
+    } else {
+        bytes.boxed()
+    }
+}
+
+/// `input` with `edits` applied in order.
+fn apply(input: &[u8], edits: &[Edit]) -> Vec<u8> {
     let mut out = input.to_vec();
-    let rounds = 1 + rng.below(4);
-    for _ in 0..rounds {
+    for e in edits {
         if out.is_empty() {
             out.push(b'x');
         }
-        let len = out.len() as u64;
-        let at = rng.below(len) as usize;
-        match rng.below(if text { 6 } else { 5 }) {
-            0 => out[at] ^= 1 << rng.below(8),
-            1 => out.truncate(at),
-            2 => {
-                let end = (at + 1 + rng.below(64) as usize).min(out.len());
-                let stretch = out[at..end].to_vec();
-                for _ in 0..=rng.below(8) {
+        let len = out.len();
+        match e {
+            Edit::FlipBit { at, bit } => out[at.index(len)] ^= 1 << bit,
+            Edit::Cut { at } => out.truncate(at.index(len)),
+            Edit::Repeat { at, len: n, times } => {
+                let at = at.index(len);
+                let stretch = out[at..(at + usize::from(*n)).min(len)].to_vec();
+                for _ in 0..*times {
                     out.splice(at..at, stretch.iter().copied());
                 }
             }
-            3 => {
-                let end = (at + rng.below(32) as usize).min(out.len());
-                out.drain(at..end);
+            Edit::Delete { at, len: n } => {
+                let at = at.index(len);
+                out.drain(at..(at + usize::from(*n)).min(len));
             }
-            4 => out[at] = rng.below(256) as u8,
-            _ => {
-                // Replace the number at or after `at` with a hostile one.
+            Edit::SetByte { at, value } => out[at.index(len)] = *value,
+            Edit::HostileNumber { at, which } => {
+                let at = at.index(len);
                 let Some(start) = out[at..].iter().position(u8::is_ascii_digit) else {
                     continue;
                 };
@@ -97,7 +160,7 @@ fn mutate(input: &[u8], rng: &mut Rng, text: bool) -> Vec<u8> {
                     .iter()
                     .position(|b| !(b.is_ascii_digit() || *b == b'.'))
                     .map_or(out.len(), |e| start + e);
-                let n = HOSTILE_NUMBERS[rng.below(HOSTILE_NUMBERS.len() as u64) as usize];
+                let n = HOSTILE_NUMBERS[which.index(HOSTILE_NUMBERS.len())];
                 out.splice(start..end, n.bytes());
             }
         }
@@ -105,46 +168,71 @@ fn mutate(input: &[u8], rng: &mut Rng, text: bool) -> Vec<u8> {
     out
 }
 
-/// Runs `read` on the corpus, the regressions of `target` and the mutated
-/// cases [`Bound::from_env`] allows; returns (accepted, refused).
+/// Batch `batch` of `target`'s seed: the same cases on every run.
+fn seed(target: &str, batch: u64) -> [u8; 32] {
+    // FNV-1a of the target's name picks its stream.
+    let stream = target.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    let mut rng = Rng::derive(batch, stream);
+    let mut seed = [0u8; 32];
+    for chunk in seed.chunks_exact_mut(8) {
+        chunk.copy_from_slice(&rng.next_u64().to_le_bytes());
+    }
+    seed
+}
+
+/// Runs `read` on the corpus, then on edited corpus inputs in batches until
+/// [`Bound::from_env`]'s bound (the target's persisted failures first in
+/// each); returns (accepted, refused). A panic in `read` fails the test with
+/// the minimal input proptest shrank it to.
 fn fuzz(target: &str, corpus: &[Vec<u8>], text: bool, read: impl Fn(&[u8]) -> bool) -> (u64, u64) {
     assert!(!corpus.is_empty(), "{target}: an empty corpus");
-    let regressions: Vec<u64> = include_str!("../fixtures/fuzz/regressions.txt")
-        .lines()
-        .filter_map(|l| {
-            let (t, case) = l.split_once(' ')?;
-            (t == target).then(|| case.trim().parse().ok())?
-        })
-        .collect();
-    let (mut accepted, mut refused) = (0, 0);
-    let mut count = |ok: bool| if ok { accepted += 1 } else { refused += 1 };
+    let (accepted, refused) = (Cell::new(0u64), Cell::new(0u64));
+    let count = |ok: bool| {
+        let c = if ok { &accepted } else { &refused };
+        c.set(c.get() + 1);
+    };
     for input in corpus {
         count(read(input));
     }
-    let run = |case: u64| {
-        let mut rng = Rng::derive(case, 26);
-        let seed = &corpus[rng.below(corpus.len() as u64) as usize];
-        let input = mutate(seed, &mut rng, text);
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| read(&input))).unwrap_or_else(
-            |_| panic!("{target}: case {case} panicked (add `{target} {case}` to regressions.txt)"),
-        )
-    };
-    for &case in &regressions {
-        count(run(case));
-    }
+    let regressions: &'static str = Box::leak(
+        fixtures(&format!("fuzz/{target}.proptest-regressions"))
+            .to_str()
+            .expect("a UTF-8 path")
+            .to_owned()
+            .into_boxed_str(),
+    );
+    let strategy = (any::<Index>(), prop::collection::vec(edit(text), 1..=4));
     let (bound, started) = (Bound::from_env(), Instant::now());
-    let mut cases = 0;
-    while !bound.done(cases, started) {
-        count(run(cases));
-        cases += 1;
+    let (mut cases, mut batch) = (0, 0);
+    loop {
+        let n = bound.next_batch(cases, started);
+        if n == 0 {
+            break;
+        }
+        let mut config = Config::with_cases(n as u32);
+        config.failure_persistence = Some(Box::new(FileFailurePersistence::Direct(regressions)));
+        let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &seed(target, batch));
+        let mut runner = TestRunner::new_with_rng(config, rng);
+        let result = runner.run(&strategy, |(which, edits)| {
+            count(read(&apply(&corpus[which.index(corpus.len())], &edits)));
+            Ok(())
+        });
+        if let Err(e) = result {
+            panic!("{target}, batch {batch}: {e}");
+        }
+        cases += n;
+        batch += 1;
     }
     println!(
-        "fuzz {target}: {} corpus inputs, {} regressions, cases 0..{cases} in {:.1} s: {accepted} read, {refused} refused",
+        "fuzz {target}: {} corpus inputs, {cases} cases ({batch} batches) in {:.1} s: {} read, {} refused",
         corpus.len(),
-        regressions.len(),
-        started.elapsed().as_secs_f64()
+        started.elapsed().as_secs_f64(),
+        accepted.get(),
+        refused.get()
     );
-    (accepted, refused)
+    (accepted.get(), refused.get())
 }
 
 fn files(dir: &Path, ext: &str) -> Vec<Vec<u8>> {
