@@ -1848,3 +1848,52 @@ fn an_address_space_limit_falls_back_to_on_demand_instances() {
     );
     assert!(stdout(&out).contains("accepted"), "{}", stdout(&out));
 }
+
+/// Issue 27, online correction on the simulator: on a card whose throughputs
+/// are scaled away from the trained ones (seed 5: 40 % of the uncorrected
+/// ticks break a floor), the corrected loop breaks fewer floors; every row
+/// is written to results.json.
+#[test]
+fn repro_correction_breaks_fewer_floors_on_a_perturbed_card() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = mfsched(&[
+        "repro",
+        "correction",
+        "--policy",
+        "exhaustive",
+        "--ticks",
+        "40",
+        "--seeds",
+        "5",
+        "--out",
+        dir.path().to_str().expect("utf-8"),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("(mfsched simulator)"), "{text}");
+    let violations = |condition: &str| -> usize {
+        let row = text
+            .lines()
+            .find(|l| l.starts_with(&format!("| {condition} |")))
+            .unwrap_or_else(|| panic!("a row for {condition}: {text}"));
+        row.split('|')
+            .nth(5)
+            .and_then(|c| c.split_whitespace().next()?.parse().ok())
+            .unwrap_or_else(|| panic!("a count: {row}"))
+    };
+    let (uncorrected, corrected) = (
+        violations("perturbed card, uncorrected"),
+        violations("perturbed card, corrected"),
+    );
+    assert!(uncorrected > 0, "{text}");
+    assert!(corrected < uncorrected, "{text}");
+    let results: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(dir.path().join("results.json")).expect("results.json"),
+    )
+    .expect("JSON");
+    assert_eq!(
+        results["rows"].as_array().map(Vec::len),
+        Some(3),
+        "{results}"
+    );
+}

@@ -172,6 +172,7 @@ fn harness(
         shadows: shadows.iter().map(|s| s.to_string()).collect(),
         unknown_utilization: 0.5,
         downtime_as_cost: false,
+        correction: None,
         workload: WorkloadSource::Trace(
             mfsched_core::generate_trace("bursts", 50, 3)
                 .expect("trace")
@@ -349,6 +350,7 @@ async fn a_kept_configuration_under_a_floor_is_an_sla_violation_and_a_valid_answ
             shadows: vec!["test-round-robin".to_owned()],
             unknown_utilization: 0.5,
             downtime_as_cost: false,
+            correction: None,
             workload: WorkloadSource::Fixed(mfsched_core::WorkloadLevel::Medium),
         },
         problem.clone(),
@@ -655,6 +657,7 @@ async fn ticks_that_cannot_start_on_time_are_counted_as_missed() {
         shadows: vec![],
         unknown_utilization: 0.5,
         downtime_as_cost: false,
+        correction: None,
         workload: WorkloadSource::Fixed(mfsched_core::WorkloadLevel::Medium),
     };
     let sampler = StallingSampler {
@@ -754,6 +757,7 @@ async fn soak_with_plugin_files_replaced_while_running() {
         shadows: vec!["static-budget".to_owned()],
         unknown_utilization: 0.5,
         downtime_as_cost: false,
+        correction: None,
         workload: WorkloadSource::Trace(
             mfsched_core::generate_trace("mixed", 40, 5)
                 .expect("trace")
@@ -894,6 +898,7 @@ async fn the_tick_loop_keeps_going_under_an_api_flood_with_a_hostile_plugin() {
         shadows: vec!["turncoat".to_owned()],
         unknown_utilization: 0.5,
         downtime_as_cost: false,
+        correction: None,
         workload: WorkloadSource::Fixed(mfsched_core::WorkloadLevel::Burst),
     };
     let daemon = Daemon::new(

@@ -740,3 +740,91 @@ fn a_counter_going_down_on_every_scrape_is_one_warn_line_per_model() {
         );
     }
 }
+
+/// Issue 27, online correction: servers whose measured throughput is a
+/// fraction of what the surrogate predicts. The daemon corrects the running
+/// configurations' predictions toward the measurements (bounded), raises the
+/// drift gauge for every model, and says so in one `warn` line per model,
+/// never one per tick.
+#[test]
+fn measured_throughput_far_below_the_prediction_is_corrected_and_one_drift_line_per_model() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let start = Instant::now();
+    // Counters that grow with time: 10 requests/s and 0.01 tokens (or
+    // frames) per second, whatever the scrape times.
+    let page = common::metrics_page(move |_| {
+        let t = start.elapsed().as_secs_f64();
+        format!(
+            "slow_requests_total {}\nslow_tokens_total {}\n",
+            10.0 * t,
+            0.01 * t
+        )
+    });
+    let mut workload =
+        "[workload]\nsource = \"prometheus\"\n\n[workload.prometheus]\npoll_ms = 100\ntimeout_ms = 80\n"
+            .to_owned();
+    let models: Vec<String> = mfsched_core::load_scenario("paper-n2")
+        .expect("bundled")
+        .problem
+        .models
+        .iter()
+        .map(|m| m.name.clone())
+        .collect();
+    for m in &models {
+        workload.push_str(&format!(
+            "\n[workload.prometheus.models.{m}]\nmetric = \"slow_requests_total\"\nlabel = \"\"\n\
+             throughput_metric = \"slow_tokens_total\"\nscrape = \"http://{page}/metrics\"\nreference_rate = 10.0\n"
+        ));
+    }
+    let config = common::daemon_config(
+        dir.path(),
+        "paper-n2",
+        100,
+        "active = \"exhaustive\"",
+        &workload,
+    );
+    let (child, err, addr) = process::start_daemon(&config);
+    let mut daemon = process::Killed(child);
+    let (lines, reader) = collect_lines(err);
+    let gauge = |name: &str, model: &str| {
+        let (_, page) = common::http(addr, "GET", "/metrics", None);
+        common::metric(&page, &format!("{name}{{model=\"{model}\"}}"))
+    };
+    wait_until("every model drifts", || {
+        models
+            .iter()
+            .all(|m| gauge("mfsched_prediction_drift", m) == Some(1.0))
+    });
+    // Ticks go on after the alarm: it is not raised again.
+    let ticks = |page: &str| common::metric(page, "mfsched_ticks_total").unwrap_or(0.0);
+    let now = ticks(&common::http(addr, "GET", "/metrics", None).1);
+    wait_until("10 more ticks", || {
+        ticks(&common::http(addr, "GET", "/metrics", None).1) >= now + 10.0
+    });
+    for m in &models {
+        let factor = gauge("mfsched_prediction_correction", m).expect("a factor");
+        assert!((0.25..0.5).contains(&factor), "{m}: factor {factor}");
+        let ratio = gauge("mfsched_measured_over_predicted", m).expect("a ratio");
+        assert!(ratio < 0.5, "{m}: measured / predicted {ratio}");
+        assert_eq!(
+            gauge("mfsched_prediction_drift_alarms_total", m),
+            Some(1.0),
+            "{m}"
+        );
+    }
+    assert!(terminate(&mut daemon.0).success());
+    reader.join().expect("the reader ends with the daemon");
+    let lines = lines.lock().expect("lines").clone();
+    for m in &models {
+        let about: Vec<&String> = lines
+            .iter()
+            .filter(|l| l.contains("prediction drift") && l.contains(&format!("model={m}")))
+            .collect();
+        assert_eq!(about.len(), 1, "{m}: {lines:#?}");
+        assert!(
+            about[0].contains("WARN") && about[0].contains("decisions use corrected predictions"),
+            "{}",
+            about[0]
+        );
+    }
+}

@@ -10,6 +10,7 @@
 //! (`scenario::load` as [`load_scenario`], `profile::read_csv` as
 //! [`read_profile`], `traces::generate` as [`generate_trace`]).
 
+mod correction;
 mod digest;
 mod domain;
 mod fsutil;
@@ -20,6 +21,10 @@ mod stats;
 mod text;
 mod traces;
 
+/// Online correction of a predictor from measured throughput.
+pub use correction::{
+    Corrected, Correction, CorrectionConfig, DriftEdge, MAX_TRACKED_CONFIGS, ModelCorrection,
+};
 /// Files read with a bound and written atomically; outside text made printable;
 /// digests; statistics.
 pub use digest::{sha256_hex, short as short_digest};

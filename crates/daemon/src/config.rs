@@ -39,6 +39,10 @@ pub struct DaemonConfig {
     pub log: LogConfig,
     #[serde(default)]
     pub api: ApiConfig,
+    /// `[correction]`: the online correction of predictions from measured
+    /// throughput (on by default; it learns only where throughput is measured).
+    #[serde(default)]
+    pub correction: mfsched_core::CorrectionConfig,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -978,6 +982,9 @@ impl DaemonConfig {
         if self.tick.period_ms == 0 {
             bail!("loop.period_ms must be positive");
         }
+        self.correction
+            .check()
+            .map_err(|e| anyhow::anyhow!("correction.{e}"))?;
         if self.tick.deadline_ms == 0 || self.tick.deadline_ms >= self.tick.period_ms {
             bail!(
                 "loop.deadline_ms ({}) must be positive and shorter than loop.period_ms ({})",

@@ -10,13 +10,15 @@ use tokio::time::MissedTickBehavior;
 
 use super::actuator::Actuators;
 use super::declog::{DecisionLog, LoadRecord, ReconfigRecord, TickRecord, UtilityRecord};
-use super::history::History;
+use super::history::{History, Measured};
 use super::load::{LoadMonitor, LoadReading};
 use super::metrics::{Metrics, Role};
 use super::policies::PluginPolicies;
 use super::sampler::{Sample, Sampler};
 use super::streak::{Change, Streaks};
-use mfsched_core::{GpuState, Problem, ReconfigCosts, WorkloadLevel};
+use mfsched_core::{
+    Corrected, DriftEdge, GpuState, PredictError, Problem, ReconfigCosts, WorkloadLevel,
+};
 use mfsched_plugin_host::ComponentIdentity;
 use mfsched_plugin_host::wit;
 use mfsched_plugin_host::{
@@ -65,6 +67,10 @@ pub struct LoopSettings {
     /// Measured downtime, not the configured constants, as the
     /// reconfiguration cost (`actuator.downtime_as_cost`).
     pub downtime_as_cost: bool,
+    /// The predictor the policies are served, when it is corrected online:
+    /// every tick, before deciding, it learns from the throughput measured
+    /// for the running configuration (`[correction]`).
+    pub correction: Option<Arc<Corrected>>,
 }
 
 /// Measured downtime per model, split by what changed: the utility's
@@ -394,6 +400,10 @@ pub struct Daemon {
     decider: Option<Decider>,
     /// The last append failed (the next failure is not logged again).
     log_failing: bool,
+    /// The last correction step failed (logged once per run of failures).
+    correction_failing: bool,
+    /// Where the correction stood on the configuration that ran, for the history.
+    corrections: Vec<mfsched_core::ModelCorrection>,
     /// Each policy's run of failed ticks, for the log's one line per edge.
     streaks: Streaks,
     downtime: DowntimeBook,
@@ -443,6 +453,8 @@ impl Daemon {
             next_tick: first_tick,
             decider: Some(decider),
             log_failing: false,
+            correction_failing: false,
+            corrections: Vec::new(),
             streaks: Streaks::default(),
             downtime: DowntimeBook::default(),
             configured_costs,
@@ -529,6 +541,7 @@ impl Daemon {
         };
 
         let Roles { active, shadows } = read(&self.shared.roles).clone();
+        let (budget, started_at) = (self.settings.deadline, started.into_std());
         // The utility this tick is scored with, named on the dashboard and
         // recorded in the decision log when it changes.
         let (utility, scored_with) = {
@@ -550,14 +563,24 @@ impl Daemon {
             .take()
             .context("the decider is back after every tick")?;
         let problem = self.problem.clone();
-        let budget = self.settings.deadline.saturating_sub(started.elapsed());
-        let (decider, outcome) = tokio::task::spawn_blocking(move || {
+        let correction = self.settings.correction.clone();
+        let measured = load.measured_throughput.clone();
+        let (decider, outcome, learnt) = tokio::task::spawn_blocking(move || {
+            // What ran since the last tick corrects the predictions first, so
+            // this tick decides on them (one inference of one candidate).
+            let learnt = correction
+                .as_ref()
+                .map(|c| c.observe(&state, &problem.current, &measured));
+            let budget = budget.saturating_sub(started_at.elapsed());
             let outcome = decider.tick(&problem, &state, &active, &shadows, budget);
-            (decider, outcome)
+            (decider, outcome, learnt)
         })
         .await
         .context("the tick's decision")?;
         self.decider = Some(decider);
+        if let Some(learnt) = learnt {
+            self.corrected(tick, learnt);
+        }
         let active_record = PolicyRecord::from(&outcome.active);
         let shadows: Vec<PolicyRecord> = outcome.shadows.iter().map(PolicyRecord::from).collect();
         let components: Vec<(String, ComponentIdentity)> = std::iter::once(&outcome.active)
@@ -641,7 +664,10 @@ impl Daemon {
             &self.problem,
             &record,
             utility,
-            &load.measured_throughput,
+            Measured {
+                throughput: &load.measured_throughput,
+                corrections: &self.corrections,
+            },
             self.shared.deciding.reloads(),
             || self.shared.deciding.reload_events(),
         );
@@ -652,6 +678,59 @@ impl Daemon {
             .write()
             .unwrap_or_else(|p| p.into_inner()) = Instant::now();
         Ok(())
+    }
+
+    /// After the correction learnt from a tick: its gauges, and one log line
+    /// per edge of a model's drift or of a run of failed steps.
+    fn corrected(&mut self, tick: u64, learnt: Result<Vec<DriftEdge>, PredictError>) {
+        let Some(correction) = &self.settings.correction else {
+            return;
+        };
+        match learnt {
+            Ok(edges) => {
+                if std::mem::replace(&mut self.correction_failing, false) {
+                    tracing::info!(tick, "correction: learning from measured throughput again");
+                }
+                for edge in edges {
+                    match edge {
+                        DriftEdge::Started {
+                            model,
+                            ratio,
+                            bound,
+                        } => {
+                            let name = &self.problem.models[model].name;
+                            self.shared.metrics.drift_alarm(name);
+                            tracing::warn!(
+                                tick,
+                                model = %name,
+                                "prediction drift: measured throughput is {ratio:.2}× the surrogate's prediction (recent mean), beyond its held-out error (±{:.0} %); decisions use corrected predictions — retrain on this card (profile --live, train)",
+                                bound * 100.0
+                            );
+                        }
+                        DriftEdge::Stopped { model, ratio } => {
+                            tracing::info!(
+                                tick,
+                                model = %self.problem.models[model].name,
+                                "prediction drift over: measured throughput is {ratio:.2}× the prediction (recent mean)"
+                            );
+                        }
+                    }
+                }
+            }
+            Err(e) => {
+                if !std::mem::replace(&mut self.correction_failing, true) {
+                    tracing::warn!(
+                        tick,
+                        "correction: the running configuration could not be predicted ({}); predictions stay as last corrected",
+                        mfsched_core::error_chain(&e)
+                    );
+                }
+            }
+        }
+        self.corrections = correction.models(&self.problem.current);
+        self.shared
+            .metrics
+            .correction(&self.problem, &self.corrections);
     }
 
     /// One log line per edge of a policy's run of failures (never one per

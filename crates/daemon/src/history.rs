@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use super::declog::{PolicyRecord, TickRecord};
 use super::streak::{Change, Streaks};
 use mfsched_core::short_digest;
-use mfsched_core::{Problem, WorkloadLevel};
+use mfsched_core::{ModelCorrection, Problem, WorkloadLevel};
 use mfsched_plugin_host::ReloadCounts;
 use mfsched_plugin_host::{ReloadEvent, ReloadOutcome};
 
@@ -40,6 +40,11 @@ pub struct TickPoint {
     /// Per model, the throughput its server reported (none where the load
     /// source reads no throughput counter for it, or none recently).
     pub measured_throughput: Vec<Option<f64>>,
+    /// Per model, the online correction's factor on the configuration that
+    /// ran (none before the model's throughput was first measured, or with
+    /// the correction off), and whether the model drifts.
+    pub correction: Vec<Option<f64>>,
+    pub drifting: Vec<bool>,
     pub kept_last_valid: bool,
     pub missed_before: u64,
     /// The utility component every policy of the tick was scored with
@@ -48,6 +53,14 @@ pub struct TickPoint {
     pub utility: String,
     /// The active policy first, then the shadows in their configured order.
     pub policies: Vec<PolicyPoint>,
+}
+
+/// What the servers measured in a tick (per model; empty where nothing is
+/// measured), and where the online correction stood on what ran.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Measured<'a> {
+    pub throughput: &'a [Option<f64>],
+    pub corrections: &'a [ModelCorrection],
 }
 
 /// One policy's answer in a tick.
@@ -163,11 +176,11 @@ impl History {
         problem: &Problem,
         record: &TickRecord,
         utility: String,
-        measured_throughput: &[Option<f64>],
+        measured: Measured<'_>,
         reloads: ReloadCounts,
         recent_reloads: impl FnOnce() -> Vec<ReloadEvent>,
     ) {
-        let point = Arc::new(TickPoint::of(problem, record, utility, measured_throughput));
+        let point = Arc::new(TickPoint::of(problem, record, utility, measured));
         let new_reloads = {
             let seen = self.lock().reloads;
             let n = (reloads.loaded + reloads.rejected).saturating_sub(seen.loaded + seen.rejected);
@@ -302,7 +315,10 @@ impl TickPoint {
         problem: &Problem,
         record: &TickRecord,
         utility: String,
-        measured_throughput: &[Option<f64>],
+        Measured {
+            throughput: measured_throughput,
+            corrections,
+        }: Measured<'_>,
     ) -> Self {
         let policy = |r: &PolicyRecord| match &r.outcome {
             Ok(p) => PolicyPoint {
@@ -338,6 +354,15 @@ impl TickPoint {
                 .collect(),
             measured_throughput: (0..problem.models.len())
                 .map(|i| measured_throughput.get(i).copied().flatten())
+                .collect(),
+            correction: (0..problem.models.len())
+                .map(|i| {
+                    let c = corrections.get(i)?;
+                    (c.observations > 0).then_some(c.running_factor)
+                })
+                .collect(),
+            drifting: (0..problem.models.len())
+                .map(|i| corrections.get(i).is_some_and(|c| c.drifting))
                 .collect(),
             kept_last_valid: record.kept_last_valid,
             missed_before: record.missed_before,
@@ -378,6 +403,8 @@ mod tests {
                 load_forecast: None,
                 running: Vec::new(),
                 measured_throughput: Vec::new(),
+                correction: Vec::new(),
+                drifting: Vec::new(),
                 kept_last_valid: false,
                 missed_before: 0,
                 utility: "utility@abc".into(),
@@ -428,7 +455,7 @@ mod tests {
             &problem,
             &record(0),
             utility(),
-            &[],
+            Measured::default(),
             ReloadCounts::default(),
             Vec::new,
         );
@@ -482,10 +509,22 @@ mod tests {
                 ),
             ]
         };
-        history.record(&problem, &answered, utility(), &[], reloads, attempts);
-        history.record(&problem, &answered, utility(), &[], reloads, || {
-            unreachable!("the counters did not grow")
-        });
+        history.record(
+            &problem,
+            &answered,
+            utility(),
+            Measured::default(),
+            reloads,
+            attempts,
+        );
+        history.record(
+            &problem,
+            &answered,
+            utility(),
+            Measured::default(),
+            reloads,
+            || unreachable!("the counters did not grow"),
+        );
         let all = history.since(None, 0);
         let kinds: Vec<&str> = all.events.iter().map(|e| e.kind).collect();
         assert_eq!(

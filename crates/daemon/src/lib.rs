@@ -63,6 +63,7 @@ pub use sampler::{
 };
 
 use anyhow::{Context, Result, bail};
+use mfsched_core::{Corrected, Correction};
 use mfsched_surrogate::BackendChoice;
 use mfsched_surrogate::{ServeOptions, Served, serve};
 use std::net::SocketAddr;
@@ -200,8 +201,21 @@ pub async fn run(
         shadows: config.policy.shadows.clone(),
     };
     let Served {
-        predictor, problem, ..
+        predictor,
+        problem,
+        relative_error,
+        ..
     } = served;
+    // Decisions use predictions corrected from measured throughput (they stay
+    // the surrogate's until a model's throughput is measured).
+    let correction = config.correction.enabled.then(|| {
+        let correction = Correction::new(&problem, config.correction.clone(), &relative_error);
+        Arc::new(Corrected::new(predictor.clone(), &problem, correction))
+    });
+    let predictor = match &correction {
+        Some(c) => Arc::clone(c) as Arc<dyn mfsched_core::Predictor>,
+        None => predictor,
+    };
     let policies = build_policies(&config, &problem, predictor)?;
     if let Some(note) = note {
         tracing::warn!("{note}");
@@ -232,6 +246,7 @@ pub async fn run(
         unknown_utilization: config.sampler.unknown_utilization,
         workload,
         downtime_as_cost: config.actuator.downtime_as_cost,
+        correction,
     };
     let daemon = Daemon::new(
         settings,

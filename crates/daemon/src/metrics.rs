@@ -99,6 +99,10 @@ struct Inner {
     load_forecast: Option<f64>,
     /// The last tick's throughput each model's server reported, where it did.
     measured_throughput: BTreeMap<String, f64>,
+    /// Per model: the online correction of the running configuration
+    /// (factor, recent measured / predicted ratio, drifting).
+    correction: BTreeMap<String, mfsched_core::ModelCorrection>,
+    drift_alarms: BTreeMap<String, u64>,
 }
 
 #[derive(Debug, Default)]
@@ -254,6 +258,27 @@ impl Metrics {
             .zip(measured)
             .filter_map(|(m, t)| Some((m.name.clone(), (*t)?)))
             .collect();
+    }
+
+    /// Where the online correction stands for each model (see
+    /// `mfsched_core::Corrected`).
+    pub fn correction(&self, problem: &Problem, models: &[mfsched_core::ModelCorrection]) {
+        self.lock().correction = problem
+            .models
+            .iter()
+            .zip(models)
+            .filter(|(_, c)| c.observations > 0)
+            .map(|(m, c)| (m.name.clone(), *c))
+            .collect();
+    }
+
+    /// A model started drifting.
+    pub fn drift_alarm(&self, model: &str) {
+        *self
+            .lock()
+            .drift_alarms
+            .entry(model.to_owned())
+            .or_default() += 1;
     }
 
     pub fn load_fallback_ticks(&self, kind: &str) -> u64 {
@@ -615,6 +640,58 @@ impl Metrics {
                         "mfsched_measured_throughput{{model=\"{}\"}} {}",
                         escape_label_value(model),
                         number(*t)
+                    )
+                })
+                .collect(),
+        );
+        let per_model = |value: &dyn Fn(&mfsched_core::ModelCorrection) -> Option<f64>,
+                         name: &str| {
+            m.correction
+                .iter()
+                .filter_map(|(model, c)| {
+                    Some(format!(
+                        "{name}{{model=\"{}\"}} {}",
+                        escape_label_value(model),
+                        number(value(c)?)
+                    ))
+                })
+                .collect::<Vec<_>>()
+        };
+        section(
+            &mut out,
+            "mfsched_prediction_correction",
+            "gauge",
+            "The factor the online correction multiplies the running configuration's predictions by, per model (1: none).",
+            per_model(&|c| Some(c.running_factor), "mfsched_prediction_correction"),
+        );
+        section(
+            &mut out,
+            "mfsched_measured_over_predicted",
+            "gauge",
+            "The recent mean ratio of measured to (uncorrected) predicted throughput, per model.",
+            per_model(&|c| c.recent_ratio, "mfsched_measured_over_predicted"),
+        );
+        section(
+            &mut out,
+            "mfsched_prediction_drift",
+            "gauge",
+            "1 while a model's measurements disagree with the surrogate beyond twice its held-out error, else 0.",
+            per_model(
+                &|c| Some(f64::from(u8::from(c.drifting))),
+                "mfsched_prediction_drift",
+            ),
+        );
+        section(
+            &mut out,
+            "mfsched_prediction_drift_alarms_total",
+            "counter",
+            "Times a model started drifting.",
+            m.drift_alarms
+                .iter()
+                .map(|(model, n)| {
+                    format!(
+                        "mfsched_prediction_drift_alarms_total{{model=\"{}\"}} {n}",
+                        escape_label_value(model)
                     )
                 })
                 .collect(),

@@ -48,7 +48,11 @@ pub use bench::surrogate::{
     steps as surrogate_bench_steps,
 };
 pub use bench::{format_load_average, load_average};
-pub use eval::closed_loop::{Harness, PolicySpec, Summary};
+pub use eval::closed_loop::{Conditions, Harness, Perturbation, PolicySpec, Summary};
+/// The online correction on a perturbed simulated card.
+pub use eval::correction::{
+    CONDITIONS as CORRECTION_CONDITIONS, CorrectionResult, CorrectionRow, CorrectionStudy,
+};
 pub use eval::report::Comparison;
 /// Charts and pages.
 pub use html::page as html_page;

@@ -37,6 +37,10 @@ pub struct Served {
     /// SHA-256 of the MeanField bundle ([`crate::bundle::Bundle::digest`]);
     /// `None` for a stand-in predictor.
     pub bundle_sha256: Option<String>,
+    /// Per model, the surrogate's held-out relative error (the bundle's MAPE
+    /// / 100) where the bundle measured one: what an online correction's
+    /// drift alarm compares measurements with.
+    pub relative_error: Vec<Option<f64>>,
     /// The same surrogate under the other field, when the bundle supports it.
     other_field: Option<(Field, Arc<dyn Predictor>)>,
 }
@@ -53,6 +57,7 @@ impl Served {
     /// A predictor that is not the MeanField surrogate (a stand-in), served as is.
     pub fn other(predictor: Arc<dyn Predictor>, problem: Problem, name: &str) -> Self {
         Self {
+            relative_error: vec![None; problem.models.len()],
             predictor,
             problem,
             origin: name.to_owned(),
@@ -116,9 +121,16 @@ pub fn serve(scenario: &Scenario, options: ServeOptions<'_>) -> Result<Served> {
         ),
         (Field::CandidateAware, Err(e)) => return Err(e.context("the candidate-aware field")),
     };
+    let relative_error = bundle
+        .meta
+        .models
+        .iter()
+        .map(|m| m.metrics.mape_holdout.map(|mape| mape / 100.0))
+        .collect();
     Ok(Served {
         name: format!("{origin}, {}", predictor.field().label()),
         bundle_sha256,
+        relative_error,
         origin,
         predictor,
         problem,

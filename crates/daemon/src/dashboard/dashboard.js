@@ -213,6 +213,12 @@
       const short = typeof measured === "number" && model.floor > 0 && measured < model.floor;
       cell(row, typeof measured === "number" ? `${fmt(measured, 1)} ${model.unit}` : "not measured",
         typeof measured === "number" ? "num" + (short ? " bad" : "") : "");
+      // The online correction's factor on the running configuration; a model
+      // whose measurements left the bundle's error bound drifts.
+      const factor = last && last.correction ? last.correction[i] : null;
+      const drifting = Boolean(last && last.drifting && last.drifting[i]);
+      cell(row, typeof factor === "number" ? `×${fmt(factor, 2)}${drifting ? ", drifting" : ""}` : "none",
+        typeof factor === "number" ? "num" + (drifting ? " bad" : "") : "");
     });
   }
 

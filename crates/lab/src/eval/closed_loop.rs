@@ -13,17 +13,24 @@
 //!   the simulator's noise-free throughput (beyond the paper), with floors lifted
 //!   so a violation shows as a count instead of −∞;
 //! - SLA violations, predicted and realised, reconfigurations and latency.
+//!
+//! [`Conditions`] change the card under the loop: a [`Perturbation`] makes
+//! the simulated card give each model's configurations other throughputs than
+//! the ones the surrogate was trained on (a calibration the bundle never saw),
+//! and an online [`Correction`] lets the loop learn from what it measures, as
+//! the daemon does from its servers' counters.
 
 use crate::sim::Simulator;
 use anyhow::{Context, Result};
 use mfsched_core::Trace;
 use mfsched_core::mean;
 use mfsched_core::nearest_rank_sorted;
-use mfsched_core::{Field, Predictor, table_offsets};
+use mfsched_core::{Corrected, Correction, CorrectionConfig, Field, Predictor, table_offsets};
 use mfsched_core::{GpuState, JointConfig, Problem, WorkloadLevel};
 use mfsched_plugin_host::Scorer;
 use mfsched_plugin_host::wit;
 use mfsched_plugin_host::{Decider, LoadedPolicy, LoadedUtility, PluginEngine, Slot};
+use mfsched_rng::Rng;
 use serde::Serialize;
 use std::sync::Arc;
 use std::time::Instant;
@@ -48,6 +55,55 @@ impl std::fmt::Debug for PolicySpec {
             .field("field", &self.predictor.as_ref().map(|p| p.field().label()))
             .finish()
     }
+}
+
+/// A card that is not the one the surrogate learnt: every model's
+/// throughput in each configuration scaled by a seeded factor, e^(σ_m·z_m +
+/// σ_c·z_c) with z standard normal per model (z_m) and per configuration (z_c).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Perturbation {
+    /// Per model, per local configuration.
+    factors: Vec<Vec<f64>>,
+}
+
+impl Perturbation {
+    pub fn seeded(problem: &Problem, model_sigma: f64, config_sigma: f64, seed: u64) -> Self {
+        let mut rng = Rng::derive(seed, 27);
+        let factors = problem
+            .models
+            .iter()
+            .map(|m| {
+                let model = model_sigma * rng.normal();
+                (0..m.grid_size())
+                    .map(|_| (model + config_sigma * rng.normal()).exp())
+                    .collect()
+            })
+            .collect();
+        Self { factors }
+    }
+
+    /// `throughput` (per model, of `config`) as the perturbed card gives it.
+    fn apply(&self, config: &[u32], throughput: &mut [f64]) {
+        for ((t, &c), f) in throughput.iter_mut().zip(config).zip(&self.factors) {
+            *t *= f[c as usize];
+        }
+    }
+
+    /// Model `i`'s factors, one per local configuration.
+    pub fn factors(&self, i: usize) -> &[f64] {
+        &self.factors[i]
+    }
+}
+
+/// What the card does differently from the simulator the surrogate was
+/// trained on, and whether the loop corrects for it. The default: the
+/// simulator itself, no correction (the published closed loop).
+#[derive(Debug, Clone, Default)]
+pub struct Conditions {
+    pub perturbation: Option<Perturbation>,
+    /// Decisions use predictions corrected online from each tick's measured
+    /// throughput (the simulator's noisy measurement, perturbed alike).
+    pub correction: Option<CorrectionConfig>,
 }
 
 /// One tick of a closed-loop run.
@@ -244,12 +300,12 @@ impl Harness {
         Arc::clone(policy.predictor.as_ref().unwrap_or(&self.predictor))
     }
 
-    fn decider(&self, policy: &PolicySpec, seed: u64) -> Decider {
+    fn decider(&self, policy: &PolicySpec, predictor: Arc<dyn Predictor>, seed: u64) -> Decider {
         Decider::new(
             Arc::clone(&self.engine),
             Arc::new(Slot::new(Arc::clone(&policy.plugin))),
             Arc::new(Slot::new(Arc::clone(&self.utility))),
-            self.predictor_of(policy),
+            predictor,
             with_seed(&policy.params, seed),
         )
     }
@@ -264,15 +320,59 @@ impl Harness {
         shadows: &[PolicySpec],
         trace: &Trace,
         seed: u64,
+        on_tick: impl FnMut(),
+    ) -> Result<Vec<Run>> {
+        self.run_under(
+            &Conditions::default(),
+            active,
+            shadows,
+            trace,
+            seed,
+            on_tick,
+        )
+    }
+
+    /// [`Harness::run`] under `conditions`.
+    pub fn run_under(
+        &self,
+        conditions: &Conditions,
+        active: &PolicySpec,
+        shadows: &[PolicySpec],
+        trace: &Trace,
+        seed: u64,
         mut on_tick: impl FnMut(),
     ) -> Result<Vec<Run>> {
         let mut sim = Simulator::new(&self.problem, seed).context("starting the simulator")?;
         let specs: Vec<&PolicySpec> = std::iter::once(active).chain(shadows).collect();
-        let mut deciders: Vec<Decider> = specs.iter().map(|p| self.decider(p, seed)).collect();
+        // Under a correction, each distinct predictor is wrapped once, and
+        // every wrapper learns from what the active policy's choice measured.
+        let mut corrected: Vec<(Arc<dyn Predictor>, Arc<Corrected>)> = Vec::new();
+        let mut served = |raw: Arc<dyn Predictor>| -> Arc<dyn Predictor> {
+            let Some(config) = &conditions.correction else {
+                return raw;
+            };
+            if let Some((_, c)) = corrected.iter().find(|(r, _)| Arc::ptr_eq(r, &raw)) {
+                return Arc::clone(c) as Arc<dyn Predictor>;
+            }
+            let correction = Correction::new(&self.problem, config.clone(), &[]);
+            let c = Arc::new(Corrected::new(Arc::clone(&raw), &self.problem, correction));
+            corrected.push((raw, Arc::clone(&c)));
+            c
+        };
         // Each decider's gap is measured on its own predictor's landscape;
         // deciders sharing a predictor share one reference per tick.
         let predictors: Vec<Arc<dyn Predictor>> =
-            specs.iter().map(|p| self.predictor_of(p)).collect();
+            specs.iter().map(|p| served(self.predictor_of(p))).collect();
+        let mut deciders: Vec<Decider> = specs
+            .iter()
+            .zip(&predictors)
+            .map(|(p, predictor)| self.decider(p, Arc::clone(predictor), seed))
+            .collect();
+        let perturb = |config: &[u32], throughput: &mut Vec<f64>| {
+            if let Some(p) = &conditions.perturbation {
+                p.apply(config, throughput);
+            }
+        };
         let mut scorer = Scorer::new(Arc::clone(&self.engine), Arc::clone(&self.utility));
         let mut problem = self.problem.clone();
         let mut lifted = problem.clone();
@@ -287,7 +387,18 @@ impl Harness {
             })
             .collect();
         for (tick, &workload) in trace.levels.iter().enumerate() {
-            let state = sim.measure(&problem.current, workload, 1).state;
+            let mut measured = sim.measure(&problem.current, workload, 1);
+            let state = measured.state;
+            // What ran since the last tick, as its servers measured it.
+            if tick > 0 && !corrected.is_empty() {
+                perturb(&problem.current, &mut measured.throughput);
+                let measured: Vec<Option<f64>> =
+                    measured.throughput.iter().map(|&t| Some(t)).collect();
+                for (_, c) in &corrected {
+                    c.observe(&state, &problem.current, &measured)
+                        .context("the correction's prediction of the running configuration")?;
+                }
+            }
             let mut best: Vec<f64> = Vec::with_capacity(predictors.len());
             for (k, predictor) in predictors.iter().enumerate() {
                 let shared = (0..k).find(|&j| Arc::ptr_eq(&predictors[j], predictor));
@@ -305,7 +416,8 @@ impl Harness {
             for ((decider, run), &best) in deciders.iter_mut().zip(&mut runs).zip(&best) {
                 let report = decider.decide(&problem, &state);
                 let config = &report.applied.config;
-                let truth = sim.expected_throughput(config, workload);
+                let mut truth = sim.expected_throughput(config, workload);
+                perturb(config, &mut truth);
                 let index = problem
                     .space()
                     .index(config)

@@ -2,4 +2,5 @@
 //! comparison and the reproduction report.
 
 pub(crate) mod closed_loop;
+pub(crate) mod correction;
 pub(crate) mod report;

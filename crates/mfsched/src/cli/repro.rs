@@ -50,6 +50,9 @@ pub enum ReproWhat {
     /// The accuracy study: n* per N (R² ≥ 0.95) with learning curves, and the
     /// Joint MLP at N = 2.
     SampleComplexity(SampleComplexityArgs),
+    /// The online correction on a perturbed simulated card: realised utility
+    /// and floor violations without and with it.
+    Correction(super::eval::CorrectionArgs),
 }
 
 /// Table II's rows: (label, policy spec).
@@ -65,8 +68,10 @@ const TABLE2: [(&str, &str); 5] = [
 const QUICK_TICKS: usize = 10;
 
 pub fn repro(args: ReproArgs) -> Result<()> {
-    if let Some(ReproWhat::SampleComplexity(args)) = args.what {
-        return sample_complexity(args);
+    match args.what {
+        Some(ReproWhat::SampleComplexity(args)) => return sample_complexity(args),
+        Some(ReproWhat::Correction(args)) => return super::eval::correction(args),
+        None => {}
     }
     let (table1, table2) = (args.tables.contains(&1), args.tables.contains(&2));
     if let Some(t) = args.tables.iter().find(|t| !(1..=2).contains(*t)) {

@@ -1,0 +1,632 @@
+//! Online correction of a predictor from measured throughput.
+//!
+//! A surrogate trained on one card (or one calibration) meets another: the
+//! servers' own counters say what each model's configuration really gives.
+//! [`Corrected`] wraps the served predictor and multiplies each model's
+//! prediction by a factor learnt from those measurements, per model and per
+//! local configuration, so every decision (the policies' tables and joint
+//! predictions alike) sees the corrected numbers.
+//!
+//! The factor is the exponential of a shrunk mean of log residuals
+//! ln(measured / predicted):
+//!
+//! - per model, the mean over every configuration measured, shrunk toward 0
+//!   (no correction) with [`CorrectionConfig::model_prior`] pseudo-observations;
+//! - per configuration, that configuration's own mean, shrunk toward the
+//!   model's with [`CorrectionConfig::config_prior`] pseudo-observations, so a
+//!   configuration never run inherits its model's correction and one run often
+//!   gets its own;
+//! - older observations fade with a half-life of
+//!   [`CorrectionConfig::half_life`] observations of that model, so the factor
+//!   follows a drifting card;
+//! - each residual and each factor is clamped to ±ln [`CorrectionConfig::max_factor`]:
+//!   one wild reading moves a factor a bounded step, and no factor leaves
+//!   [1 / max, max].
+//!
+//! The memory is bounded: at most [`MAX_TRACKED_CONFIGS`] configurations per
+//! model keep their own mean (the least observed is forgotten first).
+//!
+//! A drift alarm per model compares the recent mean residual with the bundle's
+//! own held-out error: a model whose measurements disagree with the surrogate
+//! by more than that (in either direction) for [`CorrectionConfig::drift_after`]
+//! observations in a row is drifting ([`Correction::observe`] says when it
+//! starts and stops).
+
+use crate::domain::{GpuState, JointSpace, Problem};
+use crate::predict::{Field, InSpace, PredictError, Predictor, table_offsets};
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+/// The most configurations of one model that keep their own mean.
+pub const MAX_TRACKED_CONFIGS: usize = 4096;
+
+/// How the correction learns.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CorrectionConfig {
+    /// Whether decisions use corrected predictions (the daemon's
+    /// `[correction] enabled`; the correction learns only where a model's
+    /// throughput is measured, so with none measured nothing changes).
+    pub enabled: bool,
+    /// Pseudo-observations pulling a model's mean residual toward 0.
+    pub model_prior: f64,
+    /// Pseudo-observations pulling a configuration's mean toward its model's.
+    pub config_prior: f64,
+    /// Observations of a model after which an old one weighs half.
+    pub half_life: f64,
+    /// The largest factor (and the smallest, 1 / it).
+    pub max_factor: f64,
+    /// Consecutive observations beyond the error bound before a model drifts.
+    pub drift_after: u32,
+}
+
+impl Default for CorrectionConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            model_prior: 2.0,
+            config_prior: 3.0,
+            half_life: 50.0,
+            max_factor: 4.0,
+            drift_after: 5,
+        }
+    }
+}
+
+impl CorrectionConfig {
+    /// `Err` naming the first key out of range.
+    pub fn check(&self) -> Result<(), String> {
+        let positive = |v: f64| v.is_finite() && v > 0.0;
+        if !(self.model_prior.is_finite() && self.model_prior >= 0.0) {
+            return Err(format!("model_prior = {} must be ≥ 0", self.model_prior));
+        }
+        if !(self.config_prior.is_finite() && self.config_prior >= 0.0) {
+            return Err(format!("config_prior = {} must be ≥ 0", self.config_prior));
+        }
+        if !positive(self.half_life) {
+            return Err(format!("half_life = {} must be positive", self.half_life));
+        }
+        if !(self.max_factor.is_finite() && self.max_factor > 1.0) {
+            return Err(format!("max_factor = {} must be above 1", self.max_factor));
+        }
+        if self.drift_after == 0 {
+            return Err("drift_after must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+/// A decayed sum of residuals and its weight.
+#[derive(Debug, Clone, Copy, Default)]
+struct Mean {
+    sum: f64,
+    weight: f64,
+    /// The model's observation count when last updated (for lazy decay).
+    at: u64,
+}
+
+impl Mean {
+    fn decayed(&self, now: u64, decay: f64) -> (f64, f64) {
+        let k = decay.powf((now - self.at) as f64);
+        (self.sum * k, self.weight * k)
+    }
+
+    fn add(&mut self, r: f64, now: u64, decay: f64) {
+        let (sum, weight) = self.decayed(now, decay);
+        *self = Self {
+            sum: sum + r,
+            weight: weight + 1.0,
+            at: now,
+        };
+    }
+}
+
+/// One model's state.
+#[derive(Debug, Clone, Default)]
+struct ModelState {
+    observations: u64,
+    model: Mean,
+    configs: HashMap<u32, Mean>,
+    /// Consecutive observations beyond the bound (signed by direction).
+    beyond: u32,
+    drifting: bool,
+    /// The last residual observed (ln measured / predicted).
+    last_residual: Option<f64>,
+}
+
+/// What one model's correction stands at, for metrics and logs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ModelCorrection {
+    /// Observations taken so far.
+    pub observations: u64,
+    /// The factor the running configuration's predictions are multiplied by.
+    pub running_factor: f64,
+    /// The last measured / predicted ratio (before correction).
+    pub last_ratio: Option<f64>,
+    /// The recent mean measured / predicted ratio (the model-level mean, unshrunk).
+    pub recent_ratio: Option<f64>,
+    /// The ratio bound beyond which the model drifts (1 ± the bundle's error).
+    pub bound: f64,
+    pub drifting: bool,
+}
+
+/// A change of a model's drift state, reported by [`Correction::observe`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum DriftEdge {
+    /// The model's measurements left the error bound `bound` for
+    /// `observations` in a row; the recent mean ratio is `ratio`.
+    Started {
+        model: usize,
+        ratio: f64,
+        bound: f64,
+    },
+    /// They came back within it.
+    Stopped { model: usize, ratio: f64 },
+}
+
+/// The correction state: per model, per configuration.
+#[derive(Debug)]
+pub struct Correction {
+    config: CorrectionConfig,
+    decay: f64,
+    grid: Vec<usize>,
+    offsets: Vec<usize>,
+    /// The relative error within which a model is not drifting (from the
+    /// bundle's held-out MAPE), per model.
+    bounds: Vec<f64>,
+    models: Vec<ModelState>,
+    /// The factor of every table entry (model-major, as `predict_table`).
+    factors: Vec<f32>,
+    /// Whether every factor is 1 (nothing learnt): predictions pass unchanged.
+    identity: bool,
+    rejected: u64,
+    /// [`MAX_TRACKED_CONFIGS`] (smaller in the tests).
+    max_tracked: usize,
+}
+
+impl Correction {
+    /// A correction for `problem`'s models; `relative_error[i]` is model i's
+    /// held-out relative error (0.2 for a MAPE of 20 %), whose double bounds
+    /// the drift alarm (within [5 %, 100 %]; 40 % where it is unknown).
+    pub fn new(
+        problem: &Problem,
+        config: CorrectionConfig,
+        relative_error: &[Option<f64>],
+    ) -> Self {
+        let grid: Vec<usize> = problem.models.iter().map(|m| m.grid_size()).collect();
+        let offsets = table_offsets(problem);
+        let total = offsets.last().copied().unwrap_or(0);
+        let bounds = (0..grid.len())
+            .map(|i| match relative_error.get(i).copied().flatten() {
+                Some(e) if e.is_finite() && e > 0.0 => (2.0 * e).clamp(0.05, 1.0),
+                _ => 0.4,
+            })
+            .collect();
+        Self {
+            decay: 0.5f64.powf(1.0 / config.half_life),
+            config,
+            grid,
+            offsets,
+            bounds,
+            models: vec![ModelState::default(); problem.models.len()],
+            factors: vec![1.0; total],
+            identity: true,
+            rejected: 0,
+            max_tracked: MAX_TRACKED_CONFIGS,
+        }
+    }
+
+    fn limit(&self) -> f64 {
+        self.config.max_factor.ln()
+    }
+
+    /// The log factor of model `i`'s configuration `c` now.
+    fn log_factor(&self, i: usize, c: u32) -> f64 {
+        let m = &self.models[i];
+        let now = m.observations;
+        let (sum, weight) = m.model.decayed(now, self.decay);
+        let model_mean = sum / (weight + self.config.model_prior);
+        let (csum, cweight) = m
+            .configs
+            .get(&c)
+            .map_or((0.0, 0.0), |e| e.decayed(now, self.decay));
+        let k = self.config.config_prior;
+        let estimate = if cweight + k > 0.0 {
+            (csum + k * model_mean) / (cweight + k)
+        } else {
+            model_mean
+        };
+        estimate.clamp(-self.limit(), self.limit())
+    }
+
+    /// The factor of model `i`'s configuration `c`.
+    pub fn factor(&self, i: usize, c: u32) -> f64 {
+        self.log_factor(i, c).exp()
+    }
+
+    /// Learns from one tick: `running` ran, the surrogate predicted
+    /// `predicted` for it (uncorrected) and the servers measured `measured`
+    /// (`None` where a model's throughput is not measured). Readings that are
+    /// not positive and finite are counted and skipped. Returns the models
+    /// whose drift state changed.
+    pub fn observe(
+        &mut self,
+        running: &[u32],
+        predicted: &[f32],
+        measured: &[Option<f64>],
+    ) -> Vec<DriftEdge> {
+        let mut edges = Vec::new();
+        let limit = self.limit();
+        for i in 0..self.models.len() {
+            let (Some(&c), Some(&p), Some(Some(t))) =
+                (running.get(i), predicted.get(i), measured.get(i))
+            else {
+                continue;
+            };
+            let p = f64::from(p);
+            if !(p.is_finite() && p > 0.0 && t.is_finite() && *t > 0.0)
+                || c as usize >= self.grid[i]
+            {
+                self.rejected += 1;
+                continue;
+            }
+            let r = (t / p).ln().clamp(-limit, limit);
+            let decay = self.decay;
+            let m = &mut self.models[i];
+            m.observations += 1;
+            let now = m.observations;
+            m.model.add(r, now, decay);
+            if !m.configs.contains_key(&c) && m.configs.len() >= self.max_tracked {
+                let least = m
+                    .configs
+                    .iter()
+                    .min_by(|a, b| {
+                        a.1.decayed(now, decay)
+                            .1
+                            .total_cmp(&b.1.decayed(now, decay).1)
+                            .then(a.0.cmp(b.0))
+                    })
+                    .map(|(&k, _)| k);
+                if let Some(k) = least {
+                    m.configs.remove(&k);
+                }
+            }
+            m.configs.entry(c).or_default().add(r, now, decay);
+            m.last_residual = Some(r);
+            // The alarm looks at the recent (unshrunk) mean.
+            let (sum, weight) = m.model.decayed(now, decay);
+            let recent = sum / weight;
+            let bound = self.bounds[i];
+            let beyond = recent.abs() > (1.0 + bound).ln();
+            m.beyond = if beyond { m.beyond + 1 } else { 0 };
+            if !m.drifting && m.beyond >= self.config.drift_after {
+                m.drifting = true;
+                edges.push(DriftEdge::Started {
+                    model: i,
+                    ratio: recent.exp(),
+                    bound,
+                });
+            } else if m.drifting && !beyond {
+                m.drifting = false;
+                edges.push(DriftEdge::Stopped {
+                    model: i,
+                    ratio: recent.exp(),
+                });
+            }
+            self.refresh(i);
+        }
+        edges
+    }
+
+    /// Recomputes model `i`'s block of factors.
+    fn refresh(&mut self, i: usize) {
+        let block: Vec<f32> = (0..self.grid[i] as u32)
+            .map(|c| self.factor(i, c) as f32)
+            .collect();
+        self.factors[self.offsets[i]..self.offsets[i + 1]].copy_from_slice(&block);
+        self.identity = self.factors.iter().all(|&f| f == 1.0);
+    }
+
+    /// Readings skipped as not positive and finite.
+    pub fn rejected(&self) -> u64 {
+        self.rejected
+    }
+
+    /// Model `i`'s state, with the factor of its configuration `running`.
+    pub fn model(&self, i: usize, running: u32) -> ModelCorrection {
+        let m = &self.models[i];
+        let (sum, weight) = m.model.decayed(m.observations, self.decay);
+        ModelCorrection {
+            observations: m.observations,
+            running_factor: self.factor(i, running),
+            last_ratio: m.last_residual.map(f64::exp),
+            recent_ratio: (weight > 0.0).then(|| (sum / weight).exp()),
+            bound: self.bounds[i],
+            drifting: m.drifting,
+        }
+    }
+}
+
+/// A predictor whose predictions are multiplied by a [`Correction`]'s
+/// factors. The correction is shared: the tick's owner feeds it
+/// ([`Corrected::observe`]) while policies predict through it.
+pub struct Corrected {
+    inner: Arc<dyn Predictor>,
+    space: JointSpace,
+    correction: RwLock<Correction>,
+}
+
+impl std::fmt::Debug for Corrected {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Corrected").finish_non_exhaustive()
+    }
+}
+
+impl Corrected {
+    pub fn new(inner: Arc<dyn Predictor>, problem: &Problem, correction: Correction) -> Self {
+        Self {
+            inner,
+            space: problem.space(),
+            correction: RwLock::new(correction),
+        }
+    }
+
+    /// The predictor being corrected.
+    pub fn inner(&self) -> &Arc<dyn Predictor> {
+        &self.inner
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Correction> {
+        self.correction.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Learns from what ran: `running` under `state` (the state observed while
+    /// it ran), and the throughput measured per model. Returns the drift
+    /// edges; an uncorrected prediction that fails is returned as the error
+    /// and nothing is learnt.
+    pub fn observe(
+        &self,
+        state: &GpuState,
+        running: &[u32],
+        measured: &[Option<f64>],
+    ) -> Result<Vec<DriftEdge>, PredictError> {
+        if measured.iter().all(Option::is_none) {
+            return Ok(Vec::new());
+        }
+        let Some(index) = self.space.index(running) else {
+            return Err(PredictError::Mismatch(format!(
+                "the running configuration {running:?} is outside the joint space"
+            )));
+        };
+        let predicted = self.inner.predict_joint(state, running, &[index])?;
+        Ok(self
+            .correction
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .observe(running, &predicted, measured))
+    }
+
+    /// Every model's correction with its running configuration's factor.
+    pub fn models(&self, running: &[u32]) -> Vec<ModelCorrection> {
+        let c = self.read();
+        running
+            .iter()
+            .enumerate()
+            .map(|(i, &r)| c.model(i, r))
+            .collect()
+    }
+
+    /// Readings skipped as not positive and finite.
+    pub fn rejected(&self) -> u64 {
+        self.read().rejected()
+    }
+}
+
+impl Predictor for Corrected {
+    fn joint_size(&self) -> u64 {
+        self.inner.joint_size()
+    }
+
+    fn predict_table(&self, state: &GpuState) -> Result<Vec<f32>, PredictError> {
+        let mut table = self.inner.predict_table(state)?;
+        let c = self.read();
+        if !c.identity {
+            for (t, f) in table.iter_mut().zip(&c.factors) {
+                *t *= f;
+            }
+        }
+        Ok(table)
+    }
+
+    fn predict_in_space(
+        &self,
+        state: &GpuState,
+        running: &[u32],
+        candidates: InSpace<'_>,
+    ) -> Result<Vec<f32>, PredictError> {
+        let indices = candidates;
+        let mut out = self.inner.predict_in_space(state, running, candidates)?;
+        let c = self.read();
+        if c.identity {
+            return Ok(out);
+        }
+        let n = c.grid.len();
+        let mut locals = vec![0u32; n];
+        for (row, &index) in out.chunks_exact_mut(n).zip(indices.iter()) {
+            self.space.decode(index, &mut locals);
+            for ((t, &local), &offset) in row.iter_mut().zip(&locals).zip(&c.offsets) {
+                *t *= c.factors[offset + local as usize];
+            }
+        }
+        Ok(out)
+    }
+
+    fn field(&self) -> Field {
+        self.inner.field()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn paper_n2() -> Problem {
+        crate::scenario::load("paper-n2").expect("bundled").problem
+    }
+
+    /// A predictor that predicts 100 for everything.
+    struct Flat(u64, usize);
+
+    impl Predictor for Flat {
+        fn joint_size(&self) -> u64 {
+            self.0
+        }
+        fn predict_table(&self, _: &GpuState) -> Result<Vec<f32>, PredictError> {
+            Ok(vec![100.0; self.1])
+        }
+        fn predict_in_space(
+            &self,
+            _: &GpuState,
+            running: &[u32],
+            candidates: InSpace<'_>,
+        ) -> Result<Vec<f32>, PredictError> {
+            Ok(vec![100.0; candidates.len() * running.len()])
+        }
+    }
+
+    fn corrected(problem: &Problem) -> Corrected {
+        let total = *table_offsets(problem).last().expect("offsets");
+        let flat = Arc::new(Flat(problem.space().size(), total));
+        let correction = Correction::new(
+            problem,
+            CorrectionConfig::default(),
+            &[Some(0.1), Some(0.1)],
+        );
+        Corrected::new(flat, problem, correction)
+    }
+
+    fn state() -> GpuState {
+        GpuState {
+            workload: crate::domain::WorkloadLevel::Medium,
+            vram_used_mib: 1000.0,
+            utilization: 0.5,
+        }
+    }
+
+    /// With nothing measured the predictions pass unchanged; a model measured
+    /// at 60 % of its prediction converges there for the configuration that
+    /// ran, its other configurations follow part of the way (shrunk toward
+    /// the model's mean), and the model beside it is untouched.
+    #[test]
+    fn measurements_pull_the_running_configuration_and_shrink_the_rest() {
+        let problem = paper_n2();
+        let c = corrected(&problem);
+        let running = vec![0u32, 0];
+        let before = c.predict_table(&state()).expect("table");
+        assert!(before.iter().all(|&t| t == 100.0));
+        for _ in 0..40 {
+            c.observe(&state(), &running, &[Some(60.0), None])
+                .expect("observe");
+        }
+        let table = c.predict_table(&state()).expect("table");
+        let offsets = table_offsets(&problem);
+        assert!((table[0] - 60.0).abs() < 3.0, "{}", table[0]);
+        let other = table[1];
+        assert!(other < 100.0 && other >= table[0], "{other}");
+        assert!(table[offsets[1]..].iter().all(|&t| t == 100.0));
+        // The joint path agrees with the table.
+        let index = problem.space().index(&running).expect("in space");
+        let joint = c
+            .predict_joint(&state(), &running, &[index])
+            .expect("joint");
+        assert_eq!(joint, vec![table[0], 100.0]);
+    }
+
+    /// A reading of 1e300 or of −5 or NaN moves nothing past the bound;
+    /// factors stay within [1/4, 4].
+    #[test]
+    fn wild_readings_are_bounded_or_skipped() {
+        let problem = paper_n2();
+        let c = corrected(&problem);
+        let running = vec![1u32, 2];
+        for m in [Some(-5.0), Some(f64::NAN), Some(f64::INFINITY), Some(0.0)] {
+            c.observe(&state(), &running, &[m, m]).expect("observe");
+        }
+        assert_eq!(c.rejected(), 8);
+        for _ in 0..100 {
+            c.observe(&state(), &running, &[Some(1e300), Some(1e-300)])
+                .expect("observe");
+        }
+        let m = c.models(&running);
+        assert!(
+            m[0].running_factor <= 4.0 + 1e-9 && m[0].running_factor > 3.0,
+            "{m:?}"
+        );
+        assert!(
+            m[1].running_factor >= 0.25 - 1e-9 && m[1].running_factor < 0.34,
+            "{m:?}"
+        );
+    }
+
+    /// The alarm starts after `drift_after` observations beyond twice the
+    /// held-out error (10 % here: a 20 % bound), once, and stops once the
+    /// recent mean is back within it.
+    #[test]
+    fn drift_starts_after_consecutive_misses_and_stops_when_back() {
+        let problem = paper_n2();
+        let c = corrected(&problem);
+        let running = vec![0u32, 0];
+        let mut edges = Vec::new();
+        for _ in 0..10 {
+            edges.extend(
+                c.observe(&state(), &running, &[Some(150.0), Some(105.0)])
+                    .expect("observe"),
+            );
+        }
+        assert_eq!(edges.len(), 1, "{edges:?}");
+        assert!(
+            matches!(edges[0], DriftEdge::Started { model: 0, .. }),
+            "{edges:?}"
+        );
+        assert!(c.models(&running)[0].drifting);
+        assert!(!c.models(&running)[1].drifting);
+        let mut back = Vec::new();
+        for _ in 0..200 {
+            back.extend(
+                c.observe(&state(), &running, &[Some(100.0), Some(100.0)])
+                    .expect("observe"),
+            );
+        }
+        assert_eq!(back.len(), 1, "{back:?}");
+        assert!(
+            matches!(back[0], DriftEdge::Stopped { model: 0, .. }),
+            "{back:?}"
+        );
+    }
+
+    /// The configurations tracked per model are bounded.
+    #[test]
+    fn the_configurations_tracked_are_bounded() {
+        let problem = paper_n2();
+        let mut c = Correction::new(&problem, CorrectionConfig::default(), &[]);
+        c.max_tracked = 3;
+        let grid = problem.models[0].grid_size() as u32;
+        assert!(grid > 3);
+        for k in 0..grid {
+            c.observe(&[k, 0], &[100.0, 100.0], &[Some(90.0), None]);
+        }
+        assert_eq!(c.models[0].configs.len(), 3);
+        // The most recent configurations are the ones kept.
+        assert!(c.models[0].configs.contains_key(&(grid - 1)));
+    }
+
+    #[test]
+    fn nonsense_settings_are_refused_naming_the_key() {
+        let bad = CorrectionConfig {
+            max_factor: 1.0,
+            ..CorrectionConfig::default()
+        };
+        assert!(bad.check().expect_err("refused").contains("max_factor"));
+        assert!(CorrectionConfig::default().check().is_ok());
+    }
+}
