@@ -685,6 +685,58 @@ fn a_failing_actuator_is_one_warn_line_then_one_recovery_line() {
     );
 }
 
+/// paper-n2's model names.
+fn paper_n2_models() -> Vec<String> {
+    mfsched_core::load_scenario("paper-n2")
+        .expect("bundled")
+        .problem
+        .models
+        .iter()
+        .map(|m| m.name.clone())
+        .collect()
+}
+
+/// A `[workload]` reading every model of `models` from `page` (polled every
+/// 100 ms): its requests from `requests`, and its throughput from
+/// `throughput` where one is given.
+fn scraped_load(
+    page: SocketAddr,
+    models: &[String],
+    requests: &str,
+    throughput: Option<&str>,
+) -> String {
+    let mut workload =
+        "[workload]\nsource = \"prometheus\"\n\n[workload.prometheus]\npoll_ms = 100\ntimeout_ms = 80\n"
+            .to_owned();
+    for m in models {
+        workload.push_str(&format!(
+            "\n[workload.prometheus.models.{m}]\nmetric = \"{requests}\"\nlabel = \"\"\n\
+             scrape = \"http://{page}/metrics\"\nreference_rate = 10.0\n"
+        ));
+        if let Some(t) = throughput {
+            workload.push_str(&format!("throughput_metric = \"{t}\"\n"));
+        }
+    }
+    workload
+}
+
+/// Each of `models` has exactly one line among `lines` that mentions it and
+/// `about`: a `warn` line saying `says`.
+fn one_warn_line_per_model(lines: &[String], models: &[String], about: &str, says: &str) {
+    for m in models {
+        let found: Vec<&String> = lines
+            .iter()
+            .filter(|l| l.contains(about) && l.contains(&format!("model={m}")))
+            .collect();
+        assert_eq!(found.len(), 1, "{m}: {lines:#?}");
+        assert!(
+            found[0].contains("WARN") && found[0].contains(says),
+            "{}",
+            found[0]
+        );
+    }
+}
+
 /// Issue 26, item 11: a request counter that goes down on every scrape (a
 /// server restarting in a loop, or a gauge named as a counter) is counted as
 /// a failed reading of that model and said in one `warn` line naming it,
@@ -694,21 +746,8 @@ fn a_counter_going_down_on_every_scrape_is_one_warn_line_per_model() {
     let dir = tempfile::tempdir().expect("temp dir");
     let page =
         common::metrics_page(|n| format!("falling_requests_total {}\n", 1_000_000 - 10 * n as i64));
-    let mut workload =
-        "[workload]\nsource = \"prometheus\"\n\n[workload.prometheus]\npoll_ms = 100\ntimeout_ms = 80\n".to_owned();
-    let models: Vec<String> = mfsched_core::load_scenario("paper-n2")
-        .expect("bundled")
-        .problem
-        .models
-        .iter()
-        .map(|m| m.name.clone())
-        .collect();
-    for m in &models {
-        workload.push_str(&format!(
-            "\n[workload.prometheus.models.{m}]\nmetric = \"falling_requests_total\"\nlabel = \"\"\n\
-             scrape = \"http://{page}/metrics\"\nreference_rate = 10.0\n"
-        ));
-    }
+    let models = paper_n2_models();
+    let workload = scraped_load(page, &models, "falling_requests_total", None);
     let config = common::daemon_config(dir.path(), "paper-n2", 100, "active = \"hold\"", &workload);
     let (child, err, addr) = process::start_daemon(&config);
     let mut daemon = process::Killed(child);
@@ -727,18 +766,12 @@ fn a_counter_going_down_on_every_scrape_is_one_warn_line_per_model() {
     assert!(terminate(&mut daemon.0).success());
     reader.join().expect("the reader ends with the daemon");
     let lines = lines.lock().expect("lines").clone();
-    for m in &models {
-        let about: Vec<&String> = lines
-            .iter()
-            .filter(|l| l.contains("went down") && l.contains(&format!("model={m}")))
-            .collect();
-        assert_eq!(about.len(), 1, "{m}: {lines:#?}");
-        assert!(
-            about[0].contains("WARN") && about[0].contains("falling_requests_total went down"),
-            "{}",
-            about[0]
-        );
-    }
+    one_warn_line_per_model(
+        &lines,
+        &models,
+        "went down",
+        "falling_requests_total went down",
+    );
 }
 
 /// Issue 27, online correction: servers whose measured throughput is a
@@ -760,22 +793,13 @@ fn measured_throughput_far_below_the_prediction_is_corrected_and_one_drift_line_
             0.01 * t
         )
     });
-    let mut workload =
-        "[workload]\nsource = \"prometheus\"\n\n[workload.prometheus]\npoll_ms = 100\ntimeout_ms = 80\n"
-            .to_owned();
-    let models: Vec<String> = mfsched_core::load_scenario("paper-n2")
-        .expect("bundled")
-        .problem
-        .models
-        .iter()
-        .map(|m| m.name.clone())
-        .collect();
-    for m in &models {
-        workload.push_str(&format!(
-            "\n[workload.prometheus.models.{m}]\nmetric = \"slow_requests_total\"\nlabel = \"\"\n\
-             throughput_metric = \"slow_tokens_total\"\nscrape = \"http://{page}/metrics\"\nreference_rate = 10.0\n"
-        ));
-    }
+    let models = paper_n2_models();
+    let workload = scraped_load(
+        page,
+        &models,
+        "slow_requests_total",
+        Some("slow_tokens_total"),
+    );
     let config = common::daemon_config(
         dir.path(),
         "paper-n2",
@@ -815,16 +839,10 @@ fn measured_throughput_far_below_the_prediction_is_corrected_and_one_drift_line_
     assert!(terminate(&mut daemon.0).success());
     reader.join().expect("the reader ends with the daemon");
     let lines = lines.lock().expect("lines").clone();
-    for m in &models {
-        let about: Vec<&String> = lines
-            .iter()
-            .filter(|l| l.contains("prediction drift") && l.contains(&format!("model={m}")))
-            .collect();
-        assert_eq!(about.len(), 1, "{m}: {lines:#?}");
-        assert!(
-            about[0].contains("WARN") && about[0].contains("decisions use corrected predictions"),
-            "{}",
-            about[0]
-        );
-    }
+    one_warn_line_per_model(
+        &lines,
+        &models,
+        "prediction drift",
+        "decisions use corrected predictions",
+    );
 }
