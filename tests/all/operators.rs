@@ -846,3 +846,76 @@ fn measured_throughput_far_below_the_prediction_is_corrected_and_one_drift_line_
         "decisions use corrected predictions",
     );
 }
+
+/// Issue 27, online correction in the decision log: a daemon whose servers
+/// measure a fraction of the predicted throughput corrects its predictions
+/// and, under a constant load and state, moves off the configuration it
+/// measured (uncorrected it would hold it); the log records what was
+/// measured and how it corrected, so `replay --policy` of the policy that ran
+/// reproduces every decision.
+#[test]
+fn replay_corrects_as_the_daemon_did() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let start = Instant::now();
+    let page = common::metrics_page(move |_| {
+        let t = start.elapsed().as_secs_f64();
+        format!(
+            "slow_requests_total {}\nslow_tokens_total {}\n",
+            10.0 * t,
+            0.01 * t
+        )
+    });
+    let models = paper_n2_models();
+    let workload = scraped_load(
+        page,
+        &models,
+        "slow_requests_total",
+        Some("slow_tokens_total"),
+    );
+    let config = common::daemon_config(
+        dir.path(),
+        "paper-n2",
+        100,
+        "active = \"exhaustive\"",
+        &workload,
+    );
+    let (child, err, addr) = process::start_daemon(&config);
+    let mut daemon = process::Killed(child);
+    let (_lines, reader) = collect_lines(err);
+    let log = dir.path().join("decisions.log");
+    wait_until(
+        "the correction moved the daemon off its first configuration",
+        || {
+            let (_, page) = common::http(addr, "GET", "/metrics", None);
+            common::metric(&page, "mfsched_ticks_total").unwrap_or(0.0) >= 20.0
+                && mfsched_daemon::read_decision_log(&log).is_ok_and(|l| {
+                    l.records
+                        .iter()
+                        .skip(1)
+                        .any(|r| !r.changed_models.is_empty())
+                })
+        },
+    );
+    assert!(terminate(&mut daemon.0).success());
+    reader.join().expect("the reader ends with the daemon");
+    let contents = mfsched_daemon::read_decision_log(&log).expect("log");
+    assert!(
+        contents
+            .measured
+            .iter()
+            .any(|m| m.correction.is_some() && m.throughput.iter().all(Option::is_some)),
+        "{:?}",
+        contents.measured
+    );
+    let out = mfsched(&[
+        "replay",
+        log.to_str().expect("utf-8"),
+        "--policy",
+        "exhaustive",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let r: serde_json::Value = serde_json::from_str(&process::stdout(&out)).expect("JSON");
+    assert_eq!(r["policies"][0]["differ_from_ran"], 0, "{r}");
+    assert!(r["ticks"].as_u64() >= Some(20), "{r}");
+}

@@ -332,6 +332,14 @@ impl Correction {
         self.rejected
     }
 
+    /// Forgets everything learnt (a new run starts from the surrogate).
+    pub fn reset(&mut self) {
+        self.models = vec![ModelState::default(); self.models.len()];
+        self.factors.fill(1.0);
+        self.identity = true;
+        self.rejected = 0;
+    }
+
     /// Model `i`'s state, with the factor of its configuration `running`.
     pub fn model(&self, i: usize, running: u32) -> ModelCorrection {
         let m = &self.models[i];
@@ -404,6 +412,19 @@ impl Corrected {
             .write()
             .unwrap_or_else(|p| p.into_inner())
             .observe(running, &predicted, measured))
+    }
+
+    /// How it learns.
+    pub fn config(&self) -> CorrectionConfig {
+        self.read().config.clone()
+    }
+
+    /// Forgets everything learnt (see [`Correction::reset`]).
+    pub fn reset(&self) {
+        self.correction
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .reset();
     }
 
     /// Every model's correction with its running configuration's factor.

@@ -9,7 +9,9 @@ use tokio::sync::watch;
 use tokio::time::MissedTickBehavior;
 
 use super::actuator::Actuators;
-use super::declog::{DecisionLog, LoadRecord, ReconfigRecord, TickRecord, UtilityRecord};
+use super::declog::{
+    DecisionLog, LoadRecord, MeasuredRecord, ReconfigRecord, TickRecord, UtilityRecord,
+};
 use super::history::{History, Measured};
 use super::load::{LoadMonitor, LoadReading};
 use super::metrics::{Metrics, Role};
@@ -646,6 +648,16 @@ impl Daemon {
                 reconfigurations
                     .iter()
                     .try_for_each(|r| self.log.append_reconfig(r))
+            })
+            .and_then(|()| {
+                if !load.measured_throughput.iter().any(Option::is_some) {
+                    return Ok(());
+                }
+                self.log.append_measured(&MeasuredRecord {
+                    tick,
+                    throughput: load.measured_throughput.clone(),
+                    correction: self.settings.correction.as_ref().map(|c| c.config()),
+                })
             })
             .and_then(|()| self.log.append(&record));
         match written {

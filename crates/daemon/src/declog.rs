@@ -69,6 +69,9 @@ pub enum Entry {
     /// After `Reconfig`, for the same reason: a log without one names its
     /// utility only in its run records.
     Utility(UtilityRecord),
+    /// Last, for the same reason: a log without one measured nothing (or
+    /// predates the correction).
+    Measured(MeasuredRecord),
 }
 
 /// [`Entry`] as it is written, borrowed: the same variants in the same order,
@@ -80,6 +83,20 @@ enum EntryRef<'a> {
     Component(&'a ComponentRecord),
     Reconfig(&'a ReconfigRecord),
     Utility(&'a UtilityRecord),
+    Measured(&'a MeasuredRecord),
+}
+
+/// What the servers measured for the configuration that ran before tick
+/// `tick` decided (its record's `previous`), and the online correction that
+/// learnt from it, when one did: `replay --policy` corrects as the daemon
+/// did. Written before the tick's record, when a model's throughput is measured.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MeasuredRecord {
+    pub tick: u64,
+    /// Per model, its server's throughput (none where not measured).
+    pub throughput: Vec<Option<f64>>,
+    /// The correction's settings (`None`: the daemon decided uncorrected).
+    pub correction: Option<mfsched_core::CorrectionConfig>,
 }
 
 /// One reconfiguration a v2-repository or process actuator finished: how long
@@ -293,6 +310,8 @@ pub struct LogContents {
     /// Each change of the utility the ticks were scored with, in log order
     /// (none in logs written before they were recorded).
     pub utilities: Vec<UtilityRecord>,
+    /// What was measured before each tick that measured anything, in log order.
+    pub measured: Vec<MeasuredRecord>,
     /// Corrupt stretches between intact records.
     pub skipped: Vec<Skipped>,
     pub torn: Option<TornTail>,
@@ -318,6 +337,11 @@ impl LogContents {
             .rev()
             .find(|(first, _)| *first <= i)
             .map(|(_, run)| run)
+    }
+
+    /// What was measured before tick `tick` decided, when the log records it.
+    pub fn measured_of(&self, tick: u64) -> Option<&MeasuredRecord> {
+        self.measured.iter().rev().find(|m| m.tick == tick)
     }
 
     /// The utility tick `tick` was scored with, when the log records it.
@@ -397,6 +421,7 @@ pub fn parse(bytes: &[u8]) -> Result<LogContents> {
     let mut components = Vec::new();
     let mut reconfigurations = Vec::new();
     let mut utilities = Vec::new();
+    let mut measured = Vec::new();
     let mut skipped = Vec::new();
     let mut at = MAGIC.len();
     let budget = (bytes.len() as u64).saturating_add(RESYNC_WORK_BYTES);
@@ -414,6 +439,7 @@ pub fn parse(bytes: &[u8]) -> Result<LogContents> {
                     Entry::Component(c) => components.push(c),
                     Entry::Reconfig(r) => reconfigurations.push(r),
                     Entry::Utility(u) => utilities.push(u),
+                    Entry::Measured(m) => measured.push(m),
                 }
                 at += len;
             }
@@ -473,6 +499,7 @@ pub fn parse(bytes: &[u8]) -> Result<LogContents> {
         components,
         reconfigurations,
         utilities,
+        measured,
         skipped,
         torn,
     })
@@ -521,6 +548,7 @@ fn parse_v1(bytes: &[u8]) -> LogContents {
         components: Vec::new(),
         reconfigurations: Vec::new(),
         utilities: Vec::new(),
+        measured: Vec::new(),
         skipped: Vec::new(),
         torn,
     }
@@ -843,6 +871,11 @@ impl DecisionLog {
     /// Records a finished reconfiguration.
     pub fn append_reconfig(&mut self, record: &ReconfigRecord) -> Result<()> {
         self.write(&EntryRef::Reconfig(record))
+    }
+
+    /// Records what was measured before the next tick decided.
+    pub fn append_measured(&mut self, record: &MeasuredRecord) -> Result<()> {
+        self.write(&EntryRef::Measured(record))
     }
 
     /// Records what the ticks that follow are decided with (once per daemon start).

@@ -47,8 +47,9 @@ pub use config::{
 pub use daemon::{Daemon, Deciding, LoopSettings, WorkloadSource};
 /// The append-only decision log and its replay.
 pub use declog::{
-    ComponentRecord, DecisionLog, LogContents, ReconfigRecord, Recovery as LogRecovery, RunRecord,
-    TickRecord, parse as parse_decision_log, read as read_decision_log,
+    ComponentRecord, DecisionLog, LogContents, MeasuredRecord, ReconfigRecord,
+    Recovery as LogRecovery, RunRecord, TickRecord, parse as parse_decision_log,
+    read as read_decision_log,
 };
 /// The load the servers see, and the small HTTP client and metrics-page reader
 /// the load source scrapes with (the lab's live profiling reads the same way).

@@ -13,7 +13,7 @@ use super::eval::parse_policy;
 use super::plugins::{PluginOpts, policy_params};
 use mfsched_core::printable;
 use mfsched_core::write_atomically;
-use mfsched_core::{JointConfig, Problem};
+use mfsched_core::{Corrected, Correction, CorrectionConfig, JointConfig, Predictor, Problem};
 use mfsched_daemon::{ComponentRecord, LogContents, RunRecord, TickRecord};
 use mfsched_plugin_host::OUTPUT_NAME_BYTES;
 use mfsched_plugin_host::{Decider, Registry};
@@ -211,6 +211,31 @@ fn counterfactual(args: &ReplayArgs, contents: &LogContents) -> Result<()> {
         ),
         None => utility,
     };
+    // Corrected as the daemon was: the settings its measurements recorded,
+    // learnt afresh at each daemon start, fed each tick's measurements before
+    // the tick is decided again.
+    let corrections: Vec<&CorrectionConfig> = ticks
+        .iter()
+        .filter_map(|(_, r)| contents.measured_of(r.tick)?.correction.as_ref())
+        .collect();
+    if corrections.windows(2).any(|w| w[0] != w[1]) {
+        bail!(
+            "{}: the ticks were corrected with different [correction] settings; replay one daemon set-up at a time",
+            args.log.display()
+        );
+    }
+    let corrected = corrections.first().map(|&config| {
+        let correction = Correction::new(&served.problem, config.clone(), &served.relative_error);
+        Arc::new(Corrected::new(
+            Arc::clone(&served.predictor),
+            &served.problem,
+            correction,
+        ))
+    });
+    let predictor: Arc<dyn Predictor> = match &corrected {
+        Some(c) => Arc::clone(c) as Arc<dyn Predictor>,
+        None => Arc::clone(&served.predictor),
+    };
     let registry = Registry::default();
     let mut deciders = Vec::with_capacity(args.policies.len());
     let mut replayed_components = Vec::with_capacity(args.policies.len());
@@ -231,7 +256,7 @@ fn counterfactual(args: &ReplayArgs, contents: &LogContents) -> Result<()> {
                 Arc::clone(&engine),
                 registry.policy_slot(Arc::clone(&policy)),
                 registry.utility_slot(Arc::clone(&utility)),
-                Arc::clone(&served.predictor),
+                Arc::clone(&predictor),
                 params,
             ),
         ));
@@ -256,7 +281,8 @@ fn counterfactual(args: &ReplayArgs, contents: &LogContents) -> Result<()> {
         })
         .collect();
     let mut decisions = Vec::with_capacity(ticks.len());
-    for (n, &(_, r)) in ticks.iter().enumerate() {
+    let mut run_start = None;
+    for (n, &(i, r)) in ticks.iter().enumerate() {
         let previous = r.previous.clone().unwrap_or_default();
         if previous.len() != problem.models.len() {
             bail!(
@@ -267,6 +293,21 @@ fn counterfactual(args: &ReplayArgs, contents: &LogContents) -> Result<()> {
             );
         }
         problem.current.clone_from(&previous);
+        if let Some(c) = &corrected {
+            let start = contents
+                .runs
+                .iter()
+                .rev()
+                .find(|(first, _)| *first <= i)
+                .map(|(first, _)| *first);
+            if std::mem::replace(&mut run_start, start) != start {
+                c.reset();
+            }
+            if let Some(m) = contents.measured_of(r.tick) {
+                c.observe(&r.state, &previous, &m.throughput)
+                    .with_context(|| format!("tick {}: the correction's prediction", r.tick))?;
+            }
+        }
         let ran_joint = r.active.outcome.as_ref().ok().map(|p| p.joint.clone());
         match &r.active.outcome {
             Ok(_) => ran.decided += 1,
