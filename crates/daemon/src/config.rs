@@ -1160,6 +1160,21 @@ mod tests {
         assert!(c.sampler.allow_fallback);
         assert_eq!(c.api.listen, default_listen());
         assert!(c.api.listen.ip().is_loopback());
+        assert_eq!(c.correction, mfsched_core::CorrectionConfig::default());
+    }
+
+    #[test]
+    fn nonsense_correction_settings_are_refused_naming_the_key() {
+        let base = "scenario = \"paper-n2\"\n[policy]\nactive = \"hold\"\n[log]\npath = \"l\"\n";
+        let err = DaemonConfig::parse(&format!("{base}[correction]\nhalf_life = -1.0\n"))
+            .expect_err("refused");
+        assert!(
+            err.to_string().contains("correction.half_life = -1"),
+            "{err}"
+        );
+        let err = DaemonConfig::parse(&format!("{base}[correction]\nhalf_lif = 3.0\n"))
+            .expect_err("refused");
+        assert!(err.to_string().contains("half_lif"), "{err}");
     }
 
     #[test]
