@@ -86,8 +86,13 @@ impl CorrectionConfig {
         if !positive(self.half_life) {
             return Err(format!("half_life = {} must be positive", self.half_life));
         }
-        if !(self.max_factor.is_finite() && self.max_factor > 1.0) {
-            return Err(format!("max_factor = {} must be above 1", self.max_factor));
+        // Past 1000 a corrected prediction stops meaning anything (and an f32
+        // prediction times e^709 is infinite).
+        if !(self.max_factor > 1.0 && self.max_factor <= 1000.0) {
+            return Err(format!(
+                "max_factor = {} must be above 1 and at most 1000",
+                self.max_factor
+            ));
         }
         if self.drift_after == 0 {
             return Err("drift_after must be at least 1".into());
@@ -648,6 +653,11 @@ mod tests {
             ..CorrectionConfig::default()
         };
         assert!(bad.check().expect_err("refused").contains("max_factor"));
+        let huge = CorrectionConfig {
+            max_factor: 1e308,
+            ..CorrectionConfig::default()
+        };
+        assert!(huge.check().expect_err("refused").contains("at most 1000"));
         assert!(CorrectionConfig::default().check().is_ok());
     }
 }
