@@ -230,6 +230,77 @@ fn a_configuration_that_cannot_decide_is_refused_at_start_up_naming_the_key() {
     assert!(out.status.success(), "{}", stderr(&out));
 }
 
+/// `POST /v1/policies/active`, as the issue 29 trial found it: making a
+/// shadow active promotes it out of the shadows in one step (one log line),
+/// and a policy that cannot decide with the daemon's utility (exact beside a
+/// utility that is not additive) is refused with 409 naming why, the active
+/// policy staying, as a start-up with it is refused.
+#[test]
+fn a_shadow_made_active_is_promoted_and_one_that_cannot_decide_is_refused() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir(&plugins).expect("plugin dir");
+    std::fs::copy(test_plugin("fairness"), plugins.join("fairness.wasm")).expect("copy");
+    let config = common::daemon_config(
+        dir.path(),
+        "paper-n2",
+        200,
+        "active = \"ga\"\nshadows = [\"exhaustive\"]\nutility = \"fairness\"\nplugin_dir = \"plugins\"",
+        "",
+    );
+    let (child, err, addr) = process::start_daemon(&config);
+    let mut daemon = process::Killed(child);
+    let (lines, reader) = collect_lines(err);
+    let (auth, token) = bearer();
+    let activate = |policy: &str| {
+        common::http_with(
+            addr,
+            "POST",
+            "/v1/policies/active",
+            Some(&format!(r#"{{"policy":"{policy}"}}"#)),
+            &[(auth, &token)],
+        )
+    };
+    let policies = || {
+        let (status, body) = common::http(addr, "GET", "/v1/policies", None);
+        assert_eq!(status, 200, "{body}");
+        serde_json::from_str::<serde_json::Value>(&body).expect("JSON")
+    };
+    let (status, body) = activate("exact");
+    assert_eq!(status, 409, "{body}");
+    assert!(
+        body.contains("policy 'exact' cannot decide") && body.contains("additive"),
+        "{body}"
+    );
+    assert_eq!(policies()["active"], "ga");
+    let (status, body) = activate("exhaustive");
+    assert_eq!(status, 200, "{body}");
+    let now = policies();
+    assert_eq!(now["active"], "exhaustive", "{now}");
+    assert_eq!(now["shadows"], serde_json::json!([]), "{now}");
+    wait_until("a tick decided by exhaustive alone", || {
+        history(addr)["ticks"].as_array().is_some_and(|t| {
+            t.last().is_some_and(|t| {
+                t["policies"].as_array().is_some_and(|p| p.len() == 1)
+                    && t["policies"][0]["policy"] == "exhaustive"
+            })
+        })
+    });
+    assert!(terminate(&mut daemon.0).success());
+    reader.join().expect("the reader ends with the daemon");
+    let lines = lines.lock().expect("lines").clone();
+    let switches: Vec<&String> = lines
+        .iter()
+        .filter(|l| l.contains("active policy:"))
+        .collect();
+    assert_eq!(switches.len(), 1, "{lines:#?}");
+    assert!(
+        switches[0].contains("ga → exhaustive, promoted from the shadows"),
+        "{}",
+        switches[0]
+    );
+}
+
 /// `POST` and `DELETE /v1/policies/shadows`: with the token only, a shadow
 /// is asked from the next tick on and recorded in each tick's record, the
 /// change is one log line and a history event, and a removed shadow stays in
@@ -344,7 +415,7 @@ fn readme_curls() -> Vec<String> {
 
 /// Every `curl` of the README works as written against a running daemon
 /// (with its port): the JSON content type is there, and without it the API
-/// answers 415.
+/// answers 415 with a JSON refusal saying what to send.
 #[test]
 fn the_readme_api_examples_work_as_written() {
     let curls = readme_curls();
@@ -385,6 +456,23 @@ fn the_readme_api_examples_work_as_written() {
     }
     let bare = curls[0].replace("-H 'Content-Type: application/json'", "");
     assert_eq!(run(&bare), "415", "{bare}");
+    // The refusal is JSON like every other, and says what to send.
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "{} -s",
+            bare.replace("127.0.0.1:9464", &addr.to_string())
+        ))
+        .env("MFSCHED_API_TOKEN", common::TOKEN)
+        .output()
+        .expect("sh runs");
+    let refusal: serde_json::Value = serde_json::from_slice(&out.stdout).expect("a JSON refusal");
+    assert!(
+        refusal["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("send the header Content-Type: application/json")),
+        "{refusal}"
+    );
     let (status, policies) = common::http(addr, "GET", "/v1/policies", None);
     assert_eq!(status, 200);
     let policies: serde_json::Value = serde_json::from_str(&policies).expect("JSON");

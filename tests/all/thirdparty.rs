@@ -690,6 +690,11 @@ fn a_utility_from_the_template_builds_passes_check_decides_with_exact_and_ga_and
     ]);
     assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
     assert!(stdout(&out).contains("terms: additive"), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("ok    parameters: throughput-weight=1.0 (checked with 0.25)"),
+        "{}",
+        stdout(&out)
+    );
     let out = mfsched(&[
         "plugins",
         "check",
@@ -764,14 +769,40 @@ fn a_utility_from_the_template_builds_passes_check_decides_with_exact_and_ga_and
         "{err}"
     );
 
-    // In a running daemon under exact, with the parameter set in the
-    // configuration (a TOML number): a new build of the utility is
-    // hot-swapped in with the same parameters; the embedded utility, which
-    // declares none, is refused in its place.
+    // A daemon given a value the utility refuses does not start, the
+    // refusal naming policy.utility_params (before, a plugin policy's
+    // self-check failed on it first and was blamed in its own name).
     let plugins = dir.path().join("plugins");
     std::fs::create_dir(&plugins).expect("plugin dir");
     let file = plugins.join("my_utility.wasm");
     std::fs::copy(&component, &file).expect("copy");
+    let refused = crate::common::daemon_config(
+        dir.path(),
+        "paper-n3",
+        300,
+        "active = \"ga\"\nutility = \"my_utility\"\nutility_params = { throughput-weight = 2 }\nplugin_dir = \"plugins\"",
+        "",
+    );
+    let out = mfsched(&[
+        "--log-level",
+        "error",
+        "run",
+        "--config",
+        path_str(&refused),
+        "--max-ticks",
+        "1",
+    ]);
+    let line = fails_in_one_line(&out, "an out-of-range utility parameter");
+    assert!(
+        line.contains("policy.utility_params (throughput-weight=2): utility 'my_utility' cannot score with them")
+            && line.contains("must be in [0, 1], got 2"),
+        "{line}"
+    );
+
+    // In a running daemon under exact, with the parameter set in the
+    // configuration (a TOML number): a new build of the utility is
+    // hot-swapped in with the same parameters; the embedded utility, which
+    // declares none, is refused in its place.
     let config = crate::common::daemon_config(
         dir.path(),
         "paper-n3",

@@ -22,6 +22,7 @@
 //! tick loop's threads.
 
 use anyhow::{Result, bail};
+use axum::extract::rejection::JsonRejection;
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{Method, StatusCode, header};
 use axum::middleware::{self, Next};
@@ -515,7 +516,62 @@ struct SetActive {
     policy: String,
 }
 
-async fn set_active(State(shared): State<Arc<Shared>>, Json(body): Json<SetActive>) -> Response {
+/// A request body that is not the JSON asked for, refused as every other
+/// refusal is (`{"error": …}`), with what to send instead.
+fn bad_body(rejection: JsonRejection) -> Response {
+    let hint = match &rejection {
+        JsonRejection::MissingJsonContentType(_) => {
+            ": send the header Content-Type: application/json"
+        }
+        _ => ": the body is {\"policy\": \"NAME\"}",
+    };
+    refuse(
+        rejection.status(),
+        &format!("{}{hint}", rejection.body_text()),
+    )
+}
+
+async fn set_active(
+    State(shared): State<Arc<Shared>>,
+    body: Result<Json<SetActive>, JsonRejection>,
+) -> Response {
+    let body = match body {
+        Ok(Json(body)) => body,
+        Err(rejection) => return bad_body(rejection),
+    };
+    if let Err(error) = shared.loaded(&body.policy) {
+        return (StatusCode::BAD_REQUEST, Json(json!({ "error": error }))).into_response();
+    }
+    // A policy that cannot decide at all (exact with a utility that is not
+    // additive) is refused here as a start-up with it is, not left failing.
+    let trial = {
+        let (shared, policy) = (Arc::clone(&shared), body.policy.clone());
+        tokio::task::spawn_blocking(move || {
+            shared
+                .deciding
+                .trial(&policy, &shared.problem, shared.deadline)
+        })
+        .await
+    };
+    match trial {
+        Ok(Ok(())) => {}
+        Ok(Err(failure)) => {
+            let error = format!(
+                "policy '{}' cannot decide: {}; the active policy stays",
+                body.policy,
+                mfsched_core::printable(&failure.of_the_policy(), 300)
+            );
+            return (StatusCode::CONFLICT, Json(json!({ "error": error }))).into_response();
+        }
+        Err(e) => {
+            let error = format!("the trial decision did not finish: {e}");
+            return (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                Json(json!({ "error": error })),
+            )
+                .into_response();
+        }
+    }
     match shared.set_active(&body.policy) {
         Ok(()) => Json(json!({ "active": body.policy })).into_response(),
         Err(error) => (StatusCode::BAD_REQUEST, Json(json!({ "error": error }))).into_response(),
@@ -530,7 +586,14 @@ struct ShadowChange {
 
 /// `POST /v1/policies/shadows` (`{"policy": "name"}`): decided beside the
 /// active policy from the next tick on; answers the shadows now.
-async fn add_shadow(State(shared): State<Arc<Shared>>, Json(body): Json<ShadowChange>) -> Response {
+async fn add_shadow(
+    State(shared): State<Arc<Shared>>,
+    body: Result<Json<ShadowChange>, JsonRejection>,
+) -> Response {
+    let body = match body {
+        Ok(Json(body)) => body,
+        Err(rejection) => return bad_body(rejection),
+    };
     match shared.add_shadow(&body.policy) {
         Ok(shadows) => Json(json!({ "shadows": shadows })).into_response(),
         Err(error) => refuse(StatusCode::BAD_REQUEST, &error),
@@ -541,8 +604,12 @@ async fn add_shadow(State(shared): State<Arc<Shared>>, Json(body): Json<ShadowCh
 /// from the next tick on; answers the shadows now.
 async fn remove_shadow(
     State(shared): State<Arc<Shared>>,
-    Json(body): Json<ShadowChange>,
+    body: Result<Json<ShadowChange>, JsonRejection>,
 ) -> Response {
+    let body = match body {
+        Ok(Json(body)) => body,
+        Err(rejection) => return bad_body(rejection),
+    };
     match shared.remove_shadow(&body.policy) {
         Ok(shadows) => Json(json!({ "shadows": shadows })).into_response(),
         Err(error) => refuse(StatusCode::NOT_FOUND, &error),

@@ -188,6 +188,45 @@ impl Deciding {
             .unwrap_or_default()
     }
 
+    /// One decision of `policy` alone at the default state (blocking: off
+    /// the async runtime): the failure that says it cannot decide at all
+    /// (it refuses, traps, misuses the host, its utility fails, …), or
+    /// `Ok` when it decides or misses only for the moment (a deadline, a
+    /// rejected answer, a prediction the host could not serve).
+    pub fn trial(
+        &self,
+        policy: &str,
+        problem: &Problem,
+        deadline: Duration,
+    ) -> Result<(), mfsched_plugin_host::PluginFailure> {
+        use mfsched_plugin_host::{DecisionFailure, PluginFailure};
+        let mut decider = self.decider(policy, 0);
+        let state = mfsched_plugin_host::default_state(problem);
+        match decider
+            .tick(problem, &state, policy, &[], deadline)
+            .active
+            .result
+        {
+            Err(DecisionFailure::Plugin(
+                f @ (PluginFailure::Refused(_)
+                | PluginFailure::Trap(_)
+                | PluginFailure::Misuse(_)
+                | PluginFailure::Utility(_)
+                | PluginFailure::Instantiate(_)
+                | PluginFailure::Memory { .. }
+                | PluginFailure::Unknown(_)),
+            )) => Err(f),
+            Err(other) => {
+                tracing::warn!(
+                    "policy '{policy}': its trial decision was not used ({}); taken anyway",
+                    mfsched_core::printable(&other.to_string(), 300)
+                );
+                Ok(())
+            }
+            Ok(_) => Ok(()),
+        }
+    }
+
     /// The decider of the daemon's ticks: every policy on a thread of its
     /// own (a hung native policy costs a thread, never the tick), numbered
     /// from `first_tick`, its checkpoint the one hot reload checks on.
@@ -213,6 +252,8 @@ pub struct Shared {
     pub deciding: Deciding,
     pub problem: Problem,
     pub period: Duration,
+    /// A tick's deadline (a trial decision before a switch gets the same).
+    pub deadline: Duration,
     /// What the dashboard charts (bounded).
     pub history: History,
     /// The active policy and the shadows, under one lock so a switch and a
@@ -248,21 +289,32 @@ impl Shared {
         read(&self.last_at).elapsed()
     }
 
-    /// Makes `policy` the active one from the next tick on.
+    /// Makes `policy` the active one from the next tick on. A shadow is
+    /// promoted: it leaves the shadows in the same step (the end of an online
+    /// A/B), and the policy it replaces stops being asked.
     pub fn set_active(&self, policy: &str) -> Result<(), String> {
         self.loaded(policy)?;
-        let from = {
+        let (from, promoted) = {
             let mut roles = write(&self.roles);
-            if roles.shadows.iter().any(|s| s == policy) {
-                return Err(format!(
-                    "policy '{policy}' runs as a shadow; remove it from the shadows first"
-                ));
+            let shadow = roles.shadows.iter().position(|s| s == policy);
+            if let Some(at) = shadow {
+                roles.shadows.remove(at);
             }
-            std::mem::replace(&mut roles.active, policy.to_owned())
+            (
+                std::mem::replace(&mut roles.active, policy.to_owned()),
+                shadow.is_some(),
+            )
         };
         self.metrics.policy_swapped();
         if from != policy {
-            tracing::info!("active policy: {from} → {policy} (through the API)");
+            if promoted {
+                tracing::info!(
+                    "active policy: {from} → {policy}, promoted from the shadows (through the API)"
+                );
+                self.history.shadow_changed(unix_ms_now(), policy, false);
+            } else {
+                tracing::info!("active policy: {from} → {policy} (through the API)");
+            }
             self.history.switched(unix_ms_now(), &from, policy);
         }
         Ok(())
@@ -314,7 +366,7 @@ impl Shared {
 
     /// `Ok` when a policy of that name is loaded; else the error naming the
     /// loaded ones (the name escaped and cut: it comes from a request).
-    fn loaded(&self, policy: &str) -> Result<(), String> {
+    pub(crate) fn loaded(&self, policy: &str) -> Result<(), String> {
         let available = self.deciding.policies.policies();
         if available.iter().any(|p| p == policy) {
             return Ok(());
@@ -437,6 +489,7 @@ impl Daemon {
             deciding,
             problem: problem.clone(),
             period: settings.period,
+            deadline: settings.deadline,
             history: History::new(unix_ms_now()),
             roles: RwLock::new(Roles {
                 active: settings.active.clone(),

@@ -224,6 +224,24 @@ pub async fn run(
     let deciding = Deciding::plugins(policies);
     // Refused before anything is written: a configuration that cannot decide.
     can_decide(&deciding, &problem, &config).await?;
+    tracing::info!(
+        "deciding every {} ms (deadline {} ms): active {}, shadows [{}], sampler {}, plugin_dir {}, correction {}; switches and shadows changed through the API last until the daemon stops",
+        config.tick.period_ms,
+        config.tick.deadline_ms,
+        config.policy.active,
+        config.policy.shadows.join(", "),
+        format!("{:?}", config.sampler.kind).to_lowercase(),
+        config
+            .policy
+            .plugin_dir
+            .as_deref()
+            .map_or_else(|| "none".to_owned(), mfsched_core::printable_path),
+        if config.correction.enabled {
+            "on"
+        } else {
+            "off"
+        }
+    );
     // Refused before anything runs: an unguarded API off loopback.
     let guard = api::Guard::from_config(&config.api)?;
     let metrics = Arc::new(Metrics::default());
@@ -322,36 +340,17 @@ async fn can_decide(
     problem: &mfsched_core::Problem,
     config: &DaemonConfig,
 ) -> Result<()> {
-    use mfsched_plugin_host::{DecisionFailure, PluginFailure};
+    use mfsched_plugin_host::PluginFailure;
     let active = config.policy.active.clone();
     daemon::check_loaded(deciding.policies.as_ref(), &active, &config.policy.shadows)?;
-    let mut decider = deciding.decider(&active, 0);
-    let (problem, policy) = (problem.clone(), active.clone());
+    let (deciding, problem, policy) = (deciding.clone(), problem.clone(), active.clone());
     let deadline = config.tick.deadline();
-    let outcome = tokio::task::spawn_blocking(move || {
-        let state = mfsched_plugin_host::default_state(&problem);
-        decider.tick(&problem, &state, &policy, &[], deadline)
-    })
-    .await
-    .context("the start-up decision")?;
-    let failure = match outcome.active.result {
-        Ok(_) => return Ok(()),
-        Err(DecisionFailure::Plugin(
-            f @ (PluginFailure::Refused(_)
-            | PluginFailure::Trap(_)
-            | PluginFailure::Misuse(_)
-            | PluginFailure::Utility(_)
-            | PluginFailure::Instantiate(_)
-            | PluginFailure::Memory { .. }
-            | PluginFailure::Unknown(_)),
-        )) => f,
-        Err(other) => {
-            tracing::warn!(
-                "policy.active = '{active}': its start-up decision was not used ({}); starting anyway",
-                mfsched_core::printable(&other.to_string(), 300)
-            );
-            return Ok(());
-        }
+    let Err(failure) =
+        tokio::task::spawn_blocking(move || deciding.trial(&policy, &problem, deadline))
+            .await
+            .context("the start-up decision")?
+    else {
+        return Ok(());
     };
     // A utility's refusal may be its parameters' doing: name them too.
     let params = match (&failure, config.policy.utility_params.is_empty()) {

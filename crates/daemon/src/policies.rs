@@ -2,7 +2,7 @@
 //! `NAME.wasm` files of the plugin directory, hot-reloaded while the daemon
 //! runs) beside the built-in `hold`, all deciding through the one pipeline.
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -159,12 +159,14 @@ fn load_and_check(
         params,
         checkpoint,
     } = inputs;
+    let utility_name = utility;
     let loaded = resolve_utility(engine, utility, dir)
         .with_context(|| format!("policy.utility = '{utility}'"))?;
     let configured = loaded
         .configured(utility_params.to_vec())
         .map_err(|e| anyhow::anyhow!("policy.utility_params: {e}"))?;
-    let utility = registry.utility_slot(Arc::new(configured));
+    let configured = Arc::new(configured);
+    let utility = registry.utility_slot(Arc::clone(&configured));
     // Embedded policies (a NAME.wasm in `dir` overrides one), then the
     // other files of `dir`.
     let mut candidates: Vec<(String, Result<Loaded>)> = embedded_plugin_names()
@@ -194,6 +196,27 @@ fn load_and_check(
             params: params.to_vec(),
         },
     };
+    // The utility first, with its parameters: a utility that cannot score
+    // would fail every policy's self-check below, each blamed in its name.
+    if let Err(why) = reload_self_check(
+        &reload_context,
+        &Loaded::Utility(configured),
+        &reload_context.fallback,
+    ) {
+        let given: Vec<String> = utility_params
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        if given.is_empty() {
+            bail!(
+                "policy.utility = '{utility_name}' cannot score the running configuration: {why}"
+            );
+        }
+        bail!(
+            "policy.utility_params ({}): utility '{utility_name}' cannot score with them: {why}",
+            given.join(" ")
+        );
+    }
     let mut notes = Vec::new();
     for (name, loaded) in candidates {
         match loaded {

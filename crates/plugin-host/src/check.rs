@@ -107,8 +107,13 @@ pub fn check_file(inputs: &CheckInputs<'_>, path: &Path) -> Vec<Finding> {
 }
 
 /// The finding on a component's parameter schema: every name once, listed
-/// with its default (`none` says what an empty schema means for its world).
-fn schema_finding(params: &[registry::ParamInfo], none: &str) -> Finding {
+/// with its default and, where `--param` gave one, the value it is checked
+/// with (`none` says what an empty schema means for its world).
+fn schema_finding(
+    params: &[registry::ParamInfo],
+    none: &str,
+    given: &[(String, String)],
+) -> Finding {
     let mut names: Vec<&str> = params.iter().map(|p| p.name.as_str()).collect();
     names.sort_unstable();
     let duplicate = names.windows(2).find(|w| w[0] == w[1]).map(|w| w[0]);
@@ -119,7 +124,10 @@ fn schema_finding(params: &[registry::ParamInfo], none: &str) -> Finding {
     }
     let listed: Vec<String> = params
         .iter()
-        .map(|p| format!("{}={}", p.name, p.default_value))
+        .map(|p| match given.iter().find(|(k, _)| *k == p.name) {
+            Some((_, v)) => format!("{}={} (checked with {v})", p.name, p.default_value),
+            None => format!("{}={}", p.name, p.default_value),
+        })
         .collect();
     Finding::ok(format!(
         "parameters: {}",
@@ -132,7 +140,11 @@ fn schema_finding(params: &[registry::ParamInfo], none: &str) -> Finding {
 }
 
 fn check_policy(inputs: &CheckInputs<'_>, policy: Arc<LoadedPolicy>, out: &mut Vec<Finding>) {
-    out.push(schema_finding(&policy.info.params, "none besides seed"));
+    out.push(schema_finding(
+        &policy.info.params,
+        "none besides seed",
+        &inputs.params,
+    ));
     let utility = match registry::resolve_utility(&inputs.engine, "utility", None) {
         Ok(u) => u,
         Err(e) => {
@@ -250,7 +262,7 @@ fn run_once(
 /// A utility must score feasible candidates with finite values, exclude a
 /// VRAM-infeasible one with −∞, and steer a real search to a valid decision.
 fn check_utility(inputs: &CheckInputs<'_>, utility: Arc<LoadedUtility>, out: &mut Vec<Finding>) {
-    out.push(schema_finding(&utility.info.params, "none"));
+    out.push(schema_finding(&utility.info.params, "none", &inputs.params));
     // The parameters given (`--param`, `seed` aside: a utility gets none) are
     // the utility's; the rest run at their declared defaults.
     let given: Vec<(String, String)> = inputs

@@ -30,6 +30,18 @@ pub enum PluginFailure {
     Host(String),
 }
 
+impl PluginFailure {
+    /// The failure said of a policy's call: "the policy ran past its
+    /// deadline", but "the utility component the policy called failed: …",
+    /// whose cause is the utility's, not the policy's.
+    pub fn of_the_policy(&self) -> String {
+        match self {
+            Self::Utility(why) => format!("the utility component the policy called failed: {why}"),
+            other => format!("the policy {other}"),
+        }
+    }
+}
+
 /// A candidate outside the joint space is the policy's misuse of `predict`;
 /// any other prediction failure is the host's.
 fn predict_reason(e: &PredictError) -> String {

@@ -239,7 +239,7 @@ fn with_stderr_tail(failure: PluginFailure, capture: &OutputCapture) -> PluginFa
 /// Why a policy's answer was not used.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum DecisionFailure {
-    #[error("the policy {0}")]
+    #[error("{}", .0.of_the_policy())]
     Plugin(PluginFailure),
     #[error("the decision was rejected: {0}")]
     Rejected(Rejection),

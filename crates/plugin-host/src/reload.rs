@@ -240,7 +240,7 @@ fn push(log: &Mutex<History>, event: ReloadEvent) {
         ReloadOutcome::Rejected { reason, running } => {
             h.rejected += 1;
             let kept = if *running {
-                "the running plugin stays"
+                "the running plugin stays (until a restart, which loads the file as it is on disk)"
             } else {
                 "no plugin of that name runs, none is added"
             };
@@ -378,7 +378,7 @@ pub fn self_check(ctx: &ReloadContext, loaded: &Loaded, check: &Checkpoint) -> R
                 Decider::with_source(pipeline, source, &p.info.name, check.params.clone());
             match decider.decide(&check.problem, &check.state).active.result {
                 Ok(_) => Ok(()),
-                Err(DecisionFailure::Plugin(f)) => Err(format!("the policy {f}")),
+                Err(DecisionFailure::Plugin(f)) => Err(f.of_the_policy()),
                 Err(DecisionFailure::Rejected(r)) => Err(format!("its decision was rejected: {r}")),
             }
         }

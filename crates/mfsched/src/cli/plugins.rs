@@ -502,6 +502,7 @@ fn new_crate(
     sdk: Option<PathBuf>,
 ) -> Result<()> {
     let dir = dir.unwrap_or_else(|| PathBuf::from(name));
+    let given = sdk.is_some();
     let sdk = match sdk {
         None => TemplateSdk::default_source(kind),
         Some(path) => {
@@ -520,7 +521,14 @@ fn new_crate(
     for path in &written {
         println!("wrote {}", path.display());
     }
-    println!("the crate depends on the SDK at {sdk}");
+    println!(
+        "the crate depends on the SDK at {sdk}{}",
+        if given {
+            ""
+        } else {
+            " (the checkout this mfsched was built from; --sdk DIR for another)"
+        }
+    );
     let component = template_component_path(name);
     println!();
     println!("next:");
@@ -530,7 +538,7 @@ fn new_crate(
     match kind {
         TemplateKind::Policy => {
             println!("  mfsched plugins test {}", component.display());
-            println!("  mfsched ab --a {} --b ga", component.display());
+            println!("  mfsched ab --a {} --b ga --ticks 40", component.display());
         }
         TemplateKind::Utility => {
             for policy in ["exact", "ga"] {

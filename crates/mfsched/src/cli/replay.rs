@@ -202,7 +202,17 @@ fn counterfactual(args: &ReplayArgs, contents: &LogContents) -> Result<()> {
             contents.records[first].tick
         );
     }
-    let utility = resolve_utility(&engine, &run.utility, dir)?;
+    let utility = resolve_utility(&engine, &run.utility, dir).with_context(|| {
+        format!(
+            "the utility the log was scored with, '{}'{}",
+            printable(&run.utility, OUTPUT_NAME_BYTES),
+            if dir.is_none() {
+                ": a component from the daemon's plugin_dir is found with --plugin-dir DIR"
+            } else {
+                ""
+            }
+        )
+    })?;
     let utility = match recorded {
         Some(u) => Arc::new(
             utility
