@@ -92,7 +92,7 @@ pub struct PolicyConfig {
     /// The utility component the policies optimise (resolved by the plugin host).
     #[serde(default)]
     pub utility: Option<String>,
-    /// The utility's parameters (`{ throughput-weight = "0.5" }`), checked
+    /// The utility's parameters (`{ throughput-weight = 0.5 }`: a TOML number or string), checked
     /// at start-up against what it declares; a hot-swapped build of the same
     /// utility gets them too.
     #[serde(default)]
