@@ -1006,4 +1006,13 @@ fn replay_corrects_as_the_daemon_did() {
     let r: serde_json::Value = serde_json::from_str(&process::stdout(&out)).expect("JSON");
     assert_eq!(r["policies"][0]["differ_from_ran"], 0, "{r}");
     assert!(r["ticks"].as_u64() >= Some(20), "{r}");
+    // The report says it replayed the correction, and what scored the rows.
+    assert_eq!(r["corrected"], true, "{r}");
+    assert_eq!(r["ran"]["label"], "ran (exhaustive)", "{r}");
+    assert!(
+        r["scored_with"]
+            .as_str()
+            .is_some_and(|u| u.starts_with("utility@")),
+        "{r}"
+    );
 }

@@ -118,6 +118,11 @@ struct Results {
     bundle_sha256: Option<String>,
     field: String,
     seed: u64,
+    /// The utility every row is scored with, as the log recorded it
+    /// (`name@hash`, its parameters in brackets), and whether the corrected
+    /// predictions of the online correction were replayed.
+    scored_with: String,
+    corrected: bool,
     ticks: usize,
     skipped_without_previous: usize,
     ran: Totals,
@@ -276,7 +281,22 @@ fn counterfactual(args: &ReplayArgs, contents: &LogContents) -> Result<()> {
         });
     }
     let mut problem = served.problem.clone();
-    let ran_label = format!("ran ({})", run.active);
+    // Every policy that was active in the replayed ticks, in order of first
+    // appearance (a switch through the API changes it mid-log).
+    let mut actives: Vec<&str> = Vec::new();
+    for (_, r) in &ticks {
+        if !actives.contains(&r.active.policy.as_str()) {
+            actives.push(&r.active.policy);
+        }
+    }
+    let ran_label = format!(
+        "ran ({})",
+        actives
+            .iter()
+            .map(|p| printable(p, OUTPUT_NAME_BYTES))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
     let mut ran = Totals {
         label: ran_label,
         ..Totals::default()
@@ -374,6 +394,20 @@ fn counterfactual(args: &ReplayArgs, contents: &LogContents) -> Result<()> {
         bundle_sha256: run.bundle_sha256.clone(),
         field: run.field.label().to_owned(),
         seed: run.seed,
+        scored_with: {
+            let label = format!(
+                "{}@{}",
+                utility.info.name,
+                mfsched_core::short_digest(&utility.info.sha256)
+            );
+            let params = utility.params_text();
+            if params.is_empty() {
+                label
+            } else {
+                format!("{label} ({params})")
+            }
+        },
+        corrected: corrected.is_some(),
         ticks: ticks.len(),
         skipped_without_previous: skipped,
         ran,
@@ -409,15 +443,21 @@ fn markdown(r: &Results, predictor: &str) -> String {
     writeln!(
         out,
         "{} recorded ticks decided again on the recorded state and running configuration \
-         ({} skipped: no recorded configuration). Scenario {}, {predictor}, bundle {}, seed {}. \
-         Utilities are predicted, by the same surrogate for every row.",
+         ({} skipped: no recorded configuration). Scenario {}, {predictor}{}, bundle {}, seed {}, \
+         scored with {}. Utilities are predicted, by the same surrogate for every row.",
         r.ticks,
         r.skipped_without_previous,
         r.scenario,
+        if r.corrected {
+            ", corrected online as the daemon corrected it"
+        } else {
+            ""
+        },
         r.bundle_sha256
             .as_deref()
             .map_or("(none)", mfsched_core::short_digest),
-        r.seed
+        r.seed,
+        r.scored_with
     )
     .ok();
     writeln!(out).ok();
