@@ -136,12 +136,22 @@ pub fn summary(contents: &LogContents) -> String {
     // utility it was scored with (`[uN]`, listed below) when there are several.
     let segments: Vec<Option<usize>> = records.iter().map(|r| segment(contents, r.tick)).collect();
     let several = segments.iter().any(|s| *s != segments[0]);
-    let mut stats: BTreeMap<(String, &'static str, Option<usize>), PolicyStats> = BTreeMap::new();
+    // Builds are not merged either: a policy answered by several components
+    // (hot-swapped) has a row per build (`@hash`), the ticks that failed
+    // before any build answered in a row of their own (`@?`).
+    type Key = (String, &'static str, Option<usize>, Option<String>);
+    let mut stats: BTreeMap<Key, PolicyStats> = BTreeMap::new();
     for (r, &seg) in records.iter().zip(&segments) {
         let all =
             std::iter::once((&r.active, "active")).chain(r.shadows.iter().map(|s| (s, "shadow")));
         for (p, role) in all {
-            let s = stats.entry((p.policy.clone(), role, seg)).or_default();
+            let build = p
+                .component
+                .as_deref()
+                .map(|c| mfsched_core::short_digest(c).to_owned());
+            let s = stats
+                .entry((p.policy.clone(), role, seg, build))
+                .or_default();
             s.latencies_us.push(p.latency_us);
             match &p.outcome {
                 Ok(prop) => {
@@ -166,7 +176,16 @@ pub fn summary(contents: &LogContents) -> String {
         "policy", "role", "decisions", "failed", "p50 us", "p99 us", "mean util"
     )
     .ok();
-    for ((policy, role, seg), s) in stats {
+    let mut builds: BTreeMap<&str, std::collections::BTreeSet<&Option<String>>> = BTreeMap::new();
+    for (policy, _, _, build) in stats.keys() {
+        builds.entry(policy).or_default().insert(build);
+    }
+    let several_builds: Vec<String> = builds
+        .iter()
+        .filter(|(_, b)| b.len() > 1)
+        .map(|(p, _)| (*p).to_owned())
+        .collect();
+    for ((policy, role, seg, build), s) in stats {
         let failed: u64 = s.failures.values().sum();
         let util = if s.utility_n > 0 {
             format!("{:.4}", s.utility_sum / s.utility_n as f64)
@@ -180,7 +199,11 @@ pub fn summary(contents: &LogContents) -> String {
                 s.non_finite_utility
             ));
         }
+        let shown_build = several_builds.contains(&policy);
         let mut policy = printable(&policy, OUTPUT_NAME_BYTES);
+        if shown_build {
+            policy.push_str(&format!("@{}", build.as_deref().unwrap_or("?")));
+        }
         if several {
             policy.push_str(&seg.map_or_else(|| " [u?]".to_owned(), |i| format!(" [u{}]", i + 1)));
         }
@@ -220,4 +243,47 @@ pub fn summary(contents: &LogContents) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::declog::tests::record;
+
+    /// A policy hot-swapped between two builds has a row per build, so the
+    /// one that failed is told from the one that answered; a policy that one
+    /// build answered keeps its plain row.
+    #[test]
+    fn the_summary_splits_a_policy_by_the_builds_that_answered() {
+        let good = record(0);
+        let mut failed = record(1);
+        failed.active.component = Some("cd".repeat(32));
+        failed.active.outcome = Err(mfsched_plugin_host::Failure {
+            kind: mfsched_plugin_host::FailureKind::Error,
+            message: "no".into(),
+        });
+        let contents = LogContents {
+            records: vec![good, failed],
+            runs: Vec::new(),
+            components: Vec::new(),
+            reconfigurations: Vec::new(),
+            utilities: Vec::new(),
+            measured: Vec::new(),
+            skipped: Vec::new(),
+            torn: None,
+        };
+        let text = summary(&contents);
+        let row = |prefix: &str| {
+            text.lines()
+                .find(|l| l.starts_with(prefix))
+                .unwrap_or_else(|| panic!("a row {prefix}: {text}"))
+                .to_owned()
+        };
+        assert!(
+            row("hold@abababababab").contains("        1         0"),
+            "{text}"
+        );
+        assert!(row("hold@cdcdcdcdcdcd").contains("error=1"), "{text}");
+        assert!(row("other ").contains("deadline=2"), "{text}");
+    }
 }

@@ -98,11 +98,12 @@ pub fn run(args: &TestArgs<'_>) -> Result<()> {
         scenario.name,
     );
     println!(
-        "{} runs per state, the policy's clocks {:.6} s further ahead in each; latency budget {} ms, deadline {} ms",
+        "{} runs per state, the policy's clocks {:.6} s further ahead in each; latency budget {} ms, deadline {} ms; scored with {}",
         args.runs,
         HARNESS_CLOCK_STEP.as_secs_f64(),
         budget.as_millis(),
-        args.opts.deadline_ms
+        args.opts.deadline_ms,
+        utility.label()
     );
     let inputs = HarnessInputs {
         engine,
