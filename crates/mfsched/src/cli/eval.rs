@@ -20,8 +20,9 @@ use std::sync::Arc;
 /// What every comparison command shares.
 #[derive(Debug, Args)]
 pub struct EvalOpts {
-    /// The bundled scenario (models and card) or a scenario .toml file.
-    #[arg(long, default_value = "paper-n5")]
+    /// The bundled scenario (models and card) or a scenario .toml file
+    /// (`--scenario` as in the other commands).
+    #[arg(long, visible_alias = "scenario", default_value = "paper-n5")]
     problem: String,
     /// Dynamic workload scenarios: `all` or a comma-separated list of
     /// steady, step-up, step-down, ramp, periodic, bursts, random-walk, mixed.
@@ -298,8 +299,8 @@ pub fn ab(args: AbArgs) -> Result<()> {
     ];
     let cmp = compare(&e.problem, &e.plugins, &e.utility, &loops, &traces, e.seed)?;
     println!(
-        "A/B on the {} — {label_a} vs {label_b}, seed {}",
-        cmp.device, e.seed
+        "A/B on the {} — {label_a} vs {label_b} on {}, seed {}",
+        cmp.device, cmp.scenario, e.seed
     );
     print!("{}", cmp.summary_table());
     if let Some(table) = cmp.b_versus_a() {
@@ -456,7 +457,7 @@ pub struct CorrectionArgs {
     #[arg(long, default_value_t = 0.1)]
     config_sigma: f64,
     /// The bundled scenario (models and card) or a scenario .toml file.
-    #[arg(long, default_value = "paper-n3")]
+    #[arg(long, visible_alias = "scenario", default_value = "paper-n3")]
     problem: String,
     /// Decision ticks per run.
     #[arg(long, default_value_t = DEFAULT_TRACE_TICKS)]
