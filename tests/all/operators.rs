@@ -147,6 +147,22 @@ fn a_policy_failing_every_tick_is_one_warn_line_then_one_recovery_line() {
     );
 }
 
+/// `dir/mfsched.toml` for paper-n2 ticking every `period_ms`, with `policy`
+/// (the `[policy]` body, `plugin_dir = "plugins"` added) and the `fairness`
+/// test utility (not additive) in `dir/plugins`.
+fn with_fairness(dir: &Path, period_ms: u64, policy: &str) -> PathBuf {
+    let plugins = dir.join("plugins");
+    std::fs::create_dir_all(&plugins).expect("plugin dir");
+    std::fs::copy(test_plugin("fairness"), plugins.join("fairness.wasm")).expect("copy");
+    common::daemon_config(
+        dir,
+        "paper-n2",
+        period_ms,
+        &format!("{policy}\nplugin_dir = \"plugins\""),
+        "",
+    )
+}
+
 /// Configurations that cannot decide stop `mfsched run` before it writes
 /// anything, in one line naming the key: exact with a utility that is not
 /// additive, an unknown policy (active or shadow), an unknown utility, a
@@ -210,16 +226,7 @@ fn a_configuration_that_cannot_decide_is_refused_at_start_up_naming_the_key() {
         );
     }
     let dir = tempfile::tempdir().expect("temp dir");
-    let plugins = dir.path().join("plugins");
-    std::fs::create_dir(&plugins).expect("plugin dir");
-    std::fs::copy(test_plugin("fairness"), plugins.join("fairness.wasm")).expect("copy");
-    let config = common::daemon_config(
-        dir.path(),
-        "paper-n2",
-        400,
-        "active = \"ga\"\nutility = \"fairness\"\nplugin_dir = \"plugins\"",
-        "",
-    );
+    let config = with_fairness(dir.path(), 400, "active = \"ga\"\nutility = \"fairness\"");
     let out = mfsched(&[
         "run",
         "--config",
@@ -238,15 +245,10 @@ fn a_configuration_that_cannot_decide_is_refused_at_start_up_naming_the_key() {
 #[test]
 fn a_shadow_made_active_is_promoted_and_one_that_cannot_decide_is_refused() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let plugins = dir.path().join("plugins");
-    std::fs::create_dir(&plugins).expect("plugin dir");
-    std::fs::copy(test_plugin("fairness"), plugins.join("fairness.wasm")).expect("copy");
-    let config = common::daemon_config(
+    let config = with_fairness(
         dir.path(),
-        "paper-n2",
         200,
-        "active = \"ga\"\nshadows = [\"exhaustive\"]\nutility = \"fairness\"\nplugin_dir = \"plugins\"",
-        "",
+        "active = \"ga\"\nshadows = [\"exhaustive\"]\nutility = \"fairness\"",
     );
     let (child, err, addr) = process::start_daemon(&config);
     let mut daemon = process::Killed(child);
@@ -862,17 +864,20 @@ fn a_counter_going_down_on_every_scrape_is_one_warn_line_per_model() {
     );
 }
 
-/// Issue 27, online correction: servers whose measured throughput is a
-/// fraction of what the surrogate predicts. The daemon corrects the running
-/// configurations' predictions toward the measurements (bounded), raises the
-/// drift gauge for every model, and says so in one `warn` line per model,
-/// never one per tick.
-#[test]
-fn measured_throughput_far_below_the_prediction_is_corrected_and_one_drift_line_per_model() {
-    let dir = tempfile::tempdir().expect("temp dir");
+/// exhaustive deciding paper-n2 every 100 ms in `dir`, every model's load
+/// and throughput scraped from a page whose counters grow with time: 10
+/// requests/s (a high load) and 0.01 tokens or frames per second, a
+/// fraction of anything the surrogate predicts. Returns the models, the
+/// API's address, the daemon and its stderr.
+fn slow_servers(
+    dir: &Path,
+) -> (
+    Vec<String>,
+    SocketAddr,
+    process::Killed,
+    std::io::BufReader<std::process::ChildStderr>,
+) {
     let start = Instant::now();
-    // Counters that grow with time: 10 requests/s and 0.01 tokens (or
-    // frames) per second, whatever the scrape times.
     let page = common::metrics_page(move |_| {
         let t = start.elapsed().as_secs_f64();
         format!(
@@ -888,15 +893,20 @@ fn measured_throughput_far_below_the_prediction_is_corrected_and_one_drift_line_
         "slow_requests_total",
         Some("slow_tokens_total"),
     );
-    let config = common::daemon_config(
-        dir.path(),
-        "paper-n2",
-        100,
-        "active = \"exhaustive\"",
-        &workload,
-    );
+    let config = common::daemon_config(dir, "paper-n2", 100, "active = \"exhaustive\"", &workload);
     let (child, err, addr) = process::start_daemon(&config);
-    let mut daemon = process::Killed(child);
+    (models, addr, process::Killed(child), err)
+}
+
+/// Issue 27, online correction: servers whose measured throughput is a
+/// fraction of what the surrogate predicts. The daemon corrects the running
+/// configurations' predictions toward the measurements (bounded), raises the
+/// drift gauge for every model, and says so in one `warn` line per model,
+/// never one per tick.
+#[test]
+fn measured_throughput_far_below_the_prediction_is_corrected_and_one_drift_line_per_model() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (models, addr, mut daemon, err) = slow_servers(dir.path());
     let (lines, reader) = collect_lines(err);
     let gauge = |name: &str, model: &str| {
         let (_, page) = common::http(addr, "GET", "/metrics", None);
@@ -944,31 +954,7 @@ fn measured_throughput_far_below_the_prediction_is_corrected_and_one_drift_line_
 #[test]
 fn replay_corrects_as_the_daemon_did() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let start = Instant::now();
-    let page = common::metrics_page(move |_| {
-        let t = start.elapsed().as_secs_f64();
-        format!(
-            "slow_requests_total {}\nslow_tokens_total {}\n",
-            10.0 * t,
-            0.01 * t
-        )
-    });
-    let models = paper_n2_models();
-    let workload = scraped_load(
-        page,
-        &models,
-        "slow_requests_total",
-        Some("slow_tokens_total"),
-    );
-    let config = common::daemon_config(
-        dir.path(),
-        "paper-n2",
-        100,
-        "active = \"exhaustive\"",
-        &workload,
-    );
-    let (child, err, addr) = process::start_daemon(&config);
-    let mut daemon = process::Killed(child);
+    let (_, addr, mut daemon, err) = slow_servers(dir.path());
     let (_lines, reader) = collect_lines(err);
     let log = dir.path().join("decisions.log");
     wait_until(

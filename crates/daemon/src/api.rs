@@ -516,29 +516,40 @@ struct SetActive {
     policy: String,
 }
 
-/// A request body that is not the JSON asked for, refused as every other
-/// refusal is (`{"error": …}`), with what to send instead.
-fn bad_body(rejection: JsonRejection) -> Response {
-    let hint = match &rejection {
-        JsonRejection::MissingJsonContentType(_) => {
-            ": send the header Content-Type: application/json"
+/// A JSON request body; one that is not the JSON asked for is refused as
+/// every other refusal is (`{"error": …}`), saying what to send instead.
+struct ApiJson<T>(T);
+
+impl<S, T> axum::extract::FromRequest<S> for ApiJson<T>
+where
+    Json<T>: axum::extract::FromRequest<S, Rejection = JsonRejection>,
+    S: Send + Sync,
+{
+    type Rejection = Response;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        match Json::<T>::from_request(req, state).await {
+            Ok(Json(body)) => Ok(Self(body)),
+            Err(rejection) => {
+                let hint = match &rejection {
+                    JsonRejection::MissingJsonContentType(_) => {
+                        ": send the header Content-Type: application/json"
+                    }
+                    _ => ": the body is {\"policy\": \"NAME\"}",
+                };
+                Err(refuse(
+                    rejection.status(),
+                    &format!("{}{hint}", rejection.body_text()),
+                ))
+            }
         }
-        _ => ": the body is {\"policy\": \"NAME\"}",
-    };
-    refuse(
-        rejection.status(),
-        &format!("{}{hint}", rejection.body_text()),
-    )
+    }
 }
 
 async fn set_active(
     State(shared): State<Arc<Shared>>,
-    body: Result<Json<SetActive>, JsonRejection>,
+    ApiJson(body): ApiJson<SetActive>,
 ) -> Response {
-    let body = match body {
-        Ok(Json(body)) => body,
-        Err(rejection) => return bad_body(rejection),
-    };
     if let Err(error) = shared.loaded(&body.policy) {
         return (StatusCode::BAD_REQUEST, Json(json!({ "error": error }))).into_response();
     }
@@ -588,12 +599,8 @@ struct ShadowChange {
 /// active policy from the next tick on; answers the shadows now.
 async fn add_shadow(
     State(shared): State<Arc<Shared>>,
-    body: Result<Json<ShadowChange>, JsonRejection>,
+    ApiJson(body): ApiJson<ShadowChange>,
 ) -> Response {
-    let body = match body {
-        Ok(Json(body)) => body,
-        Err(rejection) => return bad_body(rejection),
-    };
     match shared.add_shadow(&body.policy) {
         Ok(shadows) => Json(json!({ "shadows": shadows })).into_response(),
         Err(error) => refuse(StatusCode::BAD_REQUEST, &error),
@@ -604,12 +611,8 @@ async fn add_shadow(
 /// from the next tick on; answers the shadows now.
 async fn remove_shadow(
     State(shared): State<Arc<Shared>>,
-    body: Result<Json<ShadowChange>, JsonRejection>,
+    ApiJson(body): ApiJson<ShadowChange>,
 ) -> Response {
-    let body = match body {
-        Ok(Json(body)) => body,
-        Err(rejection) => return bad_body(rejection),
-    };
     match shared.remove_shadow(&body.policy) {
         Ok(shadows) => Json(json!({ "shadows": shadows })).into_response(),
         Err(error) => refuse(StatusCode::NOT_FOUND, &error),
