@@ -123,6 +123,10 @@ impl DowntimeBook {
     }
 }
 
+/// Trial decisions a policy may fail before it is refused as one that
+/// cannot decide (at start-up, or as the API's new active policy).
+const TRIALS: usize = 3;
+
 /// What decides: the policies, the one pipeline they decide through, the
 /// parameters every policy gets, and (for plugin components) where they were
 /// loaded, which says what each declares and how often it was reloaded.
@@ -188,11 +192,13 @@ impl Deciding {
             .unwrap_or_default()
     }
 
-    /// One decision of `policy` alone at the default state (blocking: off
-    /// the async runtime): the failure that says it cannot decide at all
-    /// (it refuses, traps, misuses the host, its utility fails, …), or
-    /// `Ok` when it decides or misses only for the moment (a deadline, a
-    /// rejected answer, a prediction the host could not serve).
+    /// Trial decisions of `policy` alone at the default state (blocking: off
+    /// the async runtime): the failure that says it cannot decide at all (it
+    /// refuses, traps, misuses the host, its utility fails, …) on each of
+    /// [`TRIALS`] tries, or `Ok` once it decides or misses only for the
+    /// moment (a deadline, a rejected answer, a prediction the host could not
+    /// serve). A policy that fails now and then passes; one that can never
+    /// decide (exact beside a utility that is not additive) does not.
     pub fn trial(
         &self,
         policy: &str,
@@ -202,29 +208,33 @@ impl Deciding {
         use mfsched_plugin_host::{DecisionFailure, PluginFailure};
         let mut decider = self.decider(policy, 0);
         let state = mfsched_plugin_host::default_state(problem);
-        match decider
-            .tick(problem, &state, policy, &[], deadline)
-            .active
-            .result
-        {
-            Err(DecisionFailure::Plugin(
-                f @ (PluginFailure::Refused(_)
-                | PluginFailure::Trap(_)
-                | PluginFailure::Misuse(_)
-                | PluginFailure::Utility(_)
-                | PluginFailure::Instantiate(_)
-                | PluginFailure::Memory { .. }
-                | PluginFailure::Unknown(_)),
-            )) => Err(f),
-            Err(other) => {
-                tracing::warn!(
-                    "policy '{policy}': its trial decision was not used ({}); taken anyway",
-                    mfsched_core::printable(&other.to_string(), 300)
-                );
-                Ok(())
+        let mut last = None;
+        for _ in 0..TRIALS {
+            match decider
+                .tick(problem, &state, policy, &[], deadline)
+                .active
+                .result
+            {
+                Err(DecisionFailure::Plugin(
+                    f @ (PluginFailure::Refused(_)
+                    | PluginFailure::Trap(_)
+                    | PluginFailure::Misuse(_)
+                    | PluginFailure::Utility(_)
+                    | PluginFailure::Instantiate(_)
+                    | PluginFailure::Memory { .. }
+                    | PluginFailure::Unknown(_)),
+                )) => last = Some(f),
+                Err(other) => {
+                    tracing::warn!(
+                        "policy '{policy}': its trial decision was not used ({}); taken anyway",
+                        mfsched_core::printable(&other.to_string(), 300)
+                    );
+                    return Ok(());
+                }
+                Ok(_) => return Ok(()),
             }
-            Ok(_) => Ok(()),
         }
+        last.map_or(Ok(()), Err)
     }
 
     /// The decider of the daemon's ticks: every policy on a thread of its
