@@ -132,11 +132,9 @@ struct ModelState {
     observations: u64,
     model: Mean,
     configs: HashMap<u32, Mean>,
-    /// Consecutive observations beyond the bound (signed by direction).
+    /// Consecutive observations whose recent mean was beyond the bound.
     beyond: u32,
     drifting: bool,
-    /// The last residual observed (ln measured / predicted).
-    last_residual: Option<f64>,
 }
 
 /// What one model's correction stands at, for metrics and logs.
@@ -146,12 +144,8 @@ pub struct ModelCorrection {
     pub observations: u64,
     /// The factor the running configuration's predictions are multiplied by.
     pub running_factor: f64,
-    /// The last measured / predicted ratio (before correction).
-    pub last_ratio: Option<f64>,
     /// The recent mean measured / predicted ratio (the model-level mean, unshrunk).
     pub recent_ratio: Option<f64>,
-    /// The ratio bound beyond which the model drifts (1 ± the bundle's error).
-    pub bound: f64,
     pub drifting: bool,
 }
 
@@ -182,8 +176,6 @@ pub struct Correction {
     models: Vec<ModelState>,
     /// The factor of every table entry (model-major, as `predict_table`).
     factors: Vec<f32>,
-    /// Whether every factor is 1 (nothing learnt): predictions pass unchanged.
-    identity: bool,
     rejected: u64,
     /// [`MAX_TRACKED_CONFIGS`] (smaller in the tests).
     max_tracked: usize,
@@ -215,7 +207,6 @@ impl Correction {
             bounds,
             models: vec![ModelState::default(); problem.models.len()],
             factors: vec![1.0; total],
-            identity: true,
             rejected: 0,
             max_tracked: MAX_TRACKED_CONFIGS,
         }
@@ -297,7 +288,6 @@ impl Correction {
                 }
             }
             m.configs.entry(c).or_default().add(r, now, decay);
-            m.last_residual = Some(r);
             // The alarm looks at the recent (unshrunk) mean.
             let (sum, weight) = m.model.decayed(now, decay);
             let recent = sum / weight;
@@ -329,7 +319,12 @@ impl Correction {
             .map(|c| self.factor(i, c) as f32)
             .collect();
         self.factors[self.offsets[i]..self.offsets[i + 1]].copy_from_slice(&block);
-        self.identity = self.factors.iter().all(|&f| f == 1.0);
+    }
+
+    /// Whether nothing was learnt yet: every factor is 1 and predictions
+    /// pass unchanged.
+    fn is_identity(&self) -> bool {
+        self.models.iter().all(|m| m.observations == 0)
     }
 
     /// Readings skipped as not positive and finite.
@@ -341,7 +336,6 @@ impl Correction {
     pub fn reset(&mut self) {
         self.models = vec![ModelState::default(); self.models.len()];
         self.factors.fill(1.0);
-        self.identity = true;
         self.rejected = 0;
     }
 
@@ -352,9 +346,7 @@ impl Correction {
         ModelCorrection {
             observations: m.observations,
             running_factor: self.factor(i, running),
-            last_ratio: m.last_residual.map(f64::exp),
             recent_ratio: (weight > 0.0).then(|| (sum / weight).exp()),
-            bound: self.bounds[i],
             drifting: m.drifting,
         }
     }
@@ -382,11 +374,6 @@ impl Corrected {
             space: problem.space(),
             correction: RwLock::new(correction),
         }
-    }
-
-    /// The predictor being corrected.
-    pub fn inner(&self) -> &Arc<dyn Predictor> {
-        &self.inner
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Correction> {
@@ -456,7 +443,7 @@ impl Predictor for Corrected {
     fn predict_table(&self, state: &GpuState) -> Result<Vec<f32>, PredictError> {
         let mut table = self.inner.predict_table(state)?;
         let c = self.read();
-        if !c.identity {
+        if !c.is_identity() {
             for (t, f) in table.iter_mut().zip(&c.factors) {
                 *t *= f;
             }
@@ -473,7 +460,7 @@ impl Predictor for Corrected {
         let indices = candidates;
         let mut out = self.inner.predict_in_space(state, running, candidates)?;
         let c = self.read();
-        if c.identity {
+        if c.is_identity() {
             return Ok(out);
         }
         let n = c.grid.len();

@@ -298,7 +298,7 @@ impl std::fmt::Display for Skipped {
     }
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct LogContents {
     pub records: Vec<TickRecord>,
     /// Each daemon start: the index in `records` of its first tick, and what it decided with.
@@ -544,13 +544,8 @@ fn parse_v1(bytes: &[u8]) -> LogContents {
     };
     LogContents {
         records,
-        runs: Vec::new(),
-        components: Vec::new(),
-        reconfigurations: Vec::new(),
-        utilities: Vec::new(),
-        measured: Vec::new(),
-        skipped: Vec::new(),
         torn,
+        ..LogContents::default()
     }
 }
 

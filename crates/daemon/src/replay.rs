@@ -264,13 +264,7 @@ mod tests {
         });
         let contents = LogContents {
             records: vec![good, failed],
-            runs: Vec::new(),
-            components: Vec::new(),
-            reconfigurations: Vec::new(),
-            utilities: Vec::new(),
-            measured: Vec::new(),
-            skipped: Vec::new(),
-            torn: None,
+            ..LogContents::default()
         };
         let text = summary(&contents);
         let row = |prefix: &str| {
