@@ -1871,29 +1871,38 @@ fn repro_correction_breaks_fewer_floors_on_a_perturbed_card() {
     assert!(out.status.success(), "{}", stderr(&out));
     let text = stdout(&out);
     assert!(text.contains("(mfsched simulator)"), "{text}");
-    let violations = |condition: &str| -> usize {
+    // Every condition twice: floors on the point prediction, then on the
+    // conformal lower bound (the default --floor-miss-rate 0.05).
+    let violations = |condition: &str, floors: &str| -> usize {
         let row = text
             .lines()
-            .find(|l| l.starts_with(&format!("| {condition} |")))
-            .unwrap_or_else(|| panic!("a row for {condition}: {text}"));
+            .find(|l| l.starts_with(&format!("| {condition} | {floors} |")))
+            .unwrap_or_else(|| panic!("a row for {condition}, {floors}: {text}"));
         row.split('|')
-            .nth(5)
+            .nth(6)
             .and_then(|c| c.split_whitespace().next()?.parse().ok())
             .unwrap_or_else(|| panic!("a count: {row}"))
     };
+    let point = "on the point prediction";
     let (uncorrected, corrected) = (
-        violations("perturbed card, uncorrected"),
-        violations("perturbed card, corrected"),
+        violations("perturbed card, uncorrected", point),
+        violations("perturbed card, corrected", point),
     );
     assert!(uncorrected > 0, "{text}");
     assert!(corrected < uncorrected, "{text}");
+    // Margins hold floors the point prediction breaks on the trained card.
+    let margins = "conformal, α 0.05";
+    assert!(
+        violations("trained card", margins) <= violations("trained card", point),
+        "{text}"
+    );
     let results: serde_json::Value = serde_json::from_slice(
         &std::fs::read(dir.path().join("results.json")).expect("results.json"),
     )
     .expect("JSON");
     assert_eq!(
         results["rows"].as_array().map(Vec::len),
-        Some(3),
+        Some(6),
         "{results}"
     );
 }

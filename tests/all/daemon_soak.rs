@@ -173,6 +173,7 @@ fn harness(
         unknown_utilization: 0.5,
         downtime_as_cost: false,
         correction: None,
+        floors: mfsched_core::Floors::point(problem.sla_floors.clone()),
         workload: WorkloadSource::Trace(
             mfsched_core::generate_trace("bursts", 50, 3)
                 .expect("trace")
@@ -351,6 +352,7 @@ async fn a_kept_configuration_under_a_floor_is_an_sla_violation_and_a_valid_answ
             unknown_utilization: 0.5,
             downtime_as_cost: false,
             correction: None,
+            floors: mfsched_core::Floors::point(problem.sla_floors.clone()),
             workload: WorkloadSource::Fixed(mfsched_core::WorkloadLevel::Medium),
         },
         problem.clone(),
@@ -658,6 +660,7 @@ async fn ticks_that_cannot_start_on_time_are_counted_as_missed() {
         unknown_utilization: 0.5,
         downtime_as_cost: false,
         correction: None,
+        floors: mfsched_core::Floors::point(problem.sla_floors.clone()),
         workload: WorkloadSource::Fixed(mfsched_core::WorkloadLevel::Medium),
     };
     let sampler = StallingSampler {
@@ -758,6 +761,7 @@ async fn soak_with_plugin_files_replaced_while_running() {
         unknown_utilization: 0.5,
         downtime_as_cost: false,
         correction: None,
+        floors: mfsched_core::Floors::point(problem.sla_floors.clone()),
         workload: WorkloadSource::Trace(
             mfsched_core::generate_trace("mixed", 40, 5)
                 .expect("trace")
@@ -899,6 +903,7 @@ async fn the_tick_loop_keeps_going_under_an_api_flood_with_a_hostile_plugin() {
         unknown_utilization: 0.5,
         downtime_as_cost: false,
         correction: None,
+        floors: mfsched_core::Floors::point(problem.sla_floors.clone()),
         workload: WorkloadSource::Fixed(mfsched_core::WorkloadLevel::Burst),
     };
     let daemon = Daemon::new(

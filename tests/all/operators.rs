@@ -945,6 +945,63 @@ fn measured_throughput_far_below_the_prediction_is_corrected_and_one_drift_line_
     );
 }
 
+/// Issue 27, calibrated floors: by default decisions hold each floor on the
+/// split-conformal lower bound of the prediction from the bundle's held-out
+/// ratios (`[floors] miss_rate = 0.05`). The daemon exports both floors,
+/// shows both on the API, counts the ticks its servers
+/// measured under a declared floor (these servers are under every one), and
+/// records the floors in its log.
+#[test]
+fn floors_are_enforced_on_the_conformal_bound_and_measured_misses_are_counted() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (models, addr, mut daemon, err) = slow_servers(dir.path());
+    let (_lines, reader) = collect_lines(err);
+    let floor = |page: &str, model: &str, kind: &str| {
+        common::metric(
+            page,
+            &format!("mfsched_sla_floor{{model=\"{model}\",kind=\"{kind}\"}}"),
+        )
+        .unwrap_or_else(|| panic!("{model} {kind} floor:\n{page}"))
+    };
+    let misses = |page: &str, model: &str| {
+        common::metric(
+            page,
+            &format!("mfsched_measured_floor_misses_total{{model=\"{model}\"}}"),
+        )
+        .unwrap_or(0.0)
+    };
+    wait_until("every model measured under its floor 5 times", || {
+        let (_, page) = common::http(addr, "GET", "/metrics", None);
+        models.iter().all(|m| misses(&page, m) >= 5.0)
+    });
+    let (_, page) = common::http(addr, "GET", "/metrics", None);
+    let (_, history) = common::http(addr, "GET", "/v1/history", None);
+    let history: serde_json::Value = serde_json::from_str(&history).expect("JSON");
+    for (i, m) in models.iter().enumerate() {
+        let (declared, enforced) = (floor(&page, m, "declared"), floor(&page, m, "enforced"));
+        assert!(
+            declared > 0.0 && enforced > declared,
+            "{m}: {declared} → {enforced}"
+        );
+        // The margin of a surrogate with R² ≈ 0.99: a few per cent.
+        assert!(enforced < 1.5 * declared, "{m}: {declared} → {enforced}");
+        let api = &history["models"][i];
+        assert_eq!(api["floor"].as_f64(), Some(declared), "{api}");
+        assert_eq!(api["enforced_floor"].as_f64(), Some(enforced), "{api}");
+    }
+    assert!(terminate(&mut daemon.0).success());
+    reader.join().expect("the reader ends with the daemon");
+    let contents =
+        mfsched_daemon::read_decision_log(&dir.path().join("decisions.log")).expect("log");
+    assert_eq!(contents.floors.len(), 1, "{:?}", contents.floors);
+    let (first, record) = &contents.floors[0];
+    assert_eq!((*first, record.miss_rate), (0, Some(0.05)));
+    for (i, m) in models.iter().enumerate() {
+        assert_eq!(record.declared[i], floor(&page, m, "declared"), "{m}");
+        assert_eq!(record.enforced[i], floor(&page, m, "enforced"), "{m}");
+    }
+}
+
 /// Issue 27, online correction in the decision log: a daemon whose servers
 /// measure a fraction of the predicted throughput corrects its predictions
 /// and, under a constant load and state, moves off the configuration it
@@ -995,6 +1052,22 @@ fn replay_corrects_as_the_daemon_did() {
     // The report says it replayed the correction, and what scored the rows.
     assert_eq!(r["corrected"], true, "{r}");
     assert_eq!(r["ran"]["label"], "ran (exhaustive)", "{r}");
+    // Decided again under the floors the daemon enforced (else decisions
+    // would differ), and what ran measured under its declared floors.
+    assert_eq!(
+        r["floors"], "conformal, α 0.05 (as the log recorded)",
+        "{r}"
+    );
+    // These servers are under every floor: every tick that measured misses.
+    assert_eq!(
+        r["ran"]["measured_floor_misses"].as_u64(),
+        Some(contents.measured.len() as u64),
+        "{r}"
+    );
+    assert_eq!(
+        r["policies"][0]["measured_floor_misses"],
+        serde_json::Value::Null
+    );
     assert!(
         r["scored_with"]
             .as_str()

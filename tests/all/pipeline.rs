@@ -187,6 +187,7 @@ fn the_daemon_rejects_each_invalid_answer_on_every_tick_and_applies_nothing_inva
             unknown_utilization: 0.5,
             downtime_as_cost: false,
             correction: None,
+            floors: mfsched_core::Floors::point(served.problem.sla_floors.clone()),
             workload: WorkloadSource::Fixed(mfsched_core::WorkloadLevel::Medium),
         };
         let deciding = Deciding::new(

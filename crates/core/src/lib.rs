@@ -13,6 +13,7 @@
 mod correction;
 mod digest;
 mod domain;
+mod floors;
 mod fsutil;
 mod predict;
 mod profile;
@@ -32,6 +33,10 @@ pub use digest::{sha256_hex, short as short_digest};
 pub use domain::{
     GpuState, Infeasible, JointConfig, JointSpace, Knob, KnobEncoding, KnobSetting, KnobValue,
     LocalConfig, Model, Problem, ReconfigCosts, ThroughputRange, WorkloadLevel,
+};
+/// SLA floors as declared and as decisions enforce them (split-conformal margins).
+pub use floors::{
+    DEFAULT_MISS_RATE as DEFAULT_FLOOR_MISS_RATE, FloorMargin, Floors, MIN_LOWER_RATIO,
 };
 pub use fsutil::{
     MAX_CONFIG_BYTES, kind_of as file_kind, read_capped, read_capped_to_string, write_atomically,

@@ -642,8 +642,10 @@ async fn history(State(shared): State<Arc<Shared>>, req: Request) -> Response {
         .problem
         .models
         .iter()
-        .zip(&shared.problem.sla_floors)
-        .map(|(m, floor)| json!({ "name": m.name, "unit": m.unit, "floor": floor }))
+        .zip(shared.floors.declared.iter().zip(&shared.problem.sla_floors))
+        .map(|(m, (floor, enforced))| {
+            json!({ "name": m.name, "unit": m.unit, "floor": floor, "enforced_floor": enforced })
+        })
         .collect();
     Json(json!({
         "run_started_ms": shared.history.run_started_ms,

@@ -43,6 +43,35 @@ pub struct DaemonConfig {
     /// throughput (on by default; it learns only where throughput is measured).
     #[serde(default)]
     pub correction: mfsched_core::CorrectionConfig,
+    /// `[floors]`: how decisions enforce the SLA floors.
+    #[serde(default)]
+    pub floors: FloorsConfig,
+}
+
+/// `[floors]`: decisions hold each floor on a split-conformal lower bound of
+/// the prediction, so that measured throughput misses it in at most a share
+/// `miss_rate` of ticks where the surrogate errs as it did on the bundle's
+/// held-out rows (`mfsched_core::Floors`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FloorsConfig {
+    /// α in [0, 0.5]; 0: floors on the point prediction.
+    pub miss_rate: f64,
+}
+
+impl Default for FloorsConfig {
+    fn default() -> Self {
+        Self {
+            miss_rate: mfsched_core::DEFAULT_FLOOR_MISS_RATE,
+        }
+    }
+}
+
+impl FloorsConfig {
+    /// The miss rate margins are taken at; `None` for point floors.
+    pub fn margins_at(&self) -> Option<f64> {
+        (self.miss_rate > 0.0).then_some(self.miss_rate)
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -985,6 +1014,12 @@ impl DaemonConfig {
         self.correction
             .check()
             .map_err(|e| anyhow::anyhow!("correction.{e}"))?;
+        let alpha = self.floors.miss_rate;
+        if !(alpha.is_finite() && (0.0..=0.5).contains(&alpha)) {
+            bail!(
+                "floors.miss_rate = {alpha}: use a share in [0, 0.5] (0: floors on the point prediction)"
+            );
+        }
         if self.tick.deadline_ms == 0 || self.tick.deadline_ms >= self.tick.period_ms {
             bail!(
                 "loop.deadline_ms ({}) must be positive and shorter than loop.period_ms ({})",
@@ -1161,6 +1196,20 @@ mod tests {
         assert_eq!(c.api.listen, default_listen());
         assert!(c.api.listen.ip().is_loopback());
         assert_eq!(c.correction, mfsched_core::CorrectionConfig::default());
+        assert_eq!(c.floors, FloorsConfig::default());
+        assert_eq!(c.floors.margins_at(), Some(0.05));
+    }
+
+    #[test]
+    fn floor_miss_rates_outside_zero_to_a_half_are_refused_naming_the_key() {
+        let base = "scenario = \"paper-n2\"\n[policy]\nactive = \"hold\"\n[log]\npath = \"l\"\n";
+        for bad in ["0.7", "-0.1", "nan"] {
+            let err = DaemonConfig::parse(&format!("{base}[floors]\nmiss_rate = {bad}\n"))
+                .expect_err("refused");
+            assert!(err.to_string().contains("floors.miss_rate"), "{bad}: {err}");
+        }
+        let c = DaemonConfig::parse(&format!("{base}[floors]\nmiss_rate = 0\n")).expect("valid");
+        assert_eq!(c.floors.margins_at(), None);
     }
 
     #[test]

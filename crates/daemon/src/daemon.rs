@@ -73,6 +73,9 @@ pub struct LoopSettings {
     /// every tick, before deciding, it learns from the throughput measured
     /// for the running configuration (`[correction]`).
     pub correction: Option<Arc<Corrected>>,
+    /// The floors as declared (what measured throughput is held to) and as
+    /// the problem's `sla_floors` enforce them (`[floors]`).
+    pub floors: mfsched_core::Floors,
 }
 
 /// Measured downtime per model, split by what changed: the utility's
@@ -260,7 +263,10 @@ impl Deciding {
 pub struct Shared {
     pub metrics: Arc<Metrics>,
     pub deciding: Deciding,
+    /// The problem decisions are checked on (its `sla_floors` the enforced ones).
     pub problem: Problem,
+    /// The floors as declared and enforced.
+    pub floors: mfsched_core::Floors,
     pub period: Duration,
     /// A tick's deadline (a trial decision before a switch gets the same).
     pub deadline: Duration,
@@ -498,6 +504,7 @@ impl Daemon {
             metrics,
             deciding,
             problem: problem.clone(),
+            floors: settings.floors.clone(),
             period: settings.period,
             deadline: settings.deadline,
             history: History::new(unix_ms_now()),
@@ -586,6 +593,10 @@ impl Daemon {
         self.shared
             .metrics
             .measured_throughput(&self.problem, &load.measured_throughput);
+        self.shared.metrics.measured_floor_misses(
+            &self.problem,
+            &self.settings.floors.misses(&load.measured_throughput),
+        );
         let workload = load.level;
         let sample = self
             .sampler

@@ -72,6 +72,9 @@ pub enum Entry {
     /// Last, for the same reason: a log without one measured nothing (or
     /// predates the correction).
     Measured(MeasuredRecord),
+    /// Last, for the same reason: a log without one enforced its floors on
+    /// the point prediction.
+    Floors(FloorsRecord),
 }
 
 /// [`Entry`] as it is written, borrowed: the same variants in the same order,
@@ -84,6 +87,19 @@ enum EntryRef<'a> {
     Reconfig(&'a ReconfigRecord),
     Utility(&'a UtilityRecord),
     Measured(&'a MeasuredRecord),
+    Floors(&'a FloorsRecord),
+}
+
+/// How the ticks that follow (until the next daemon start) enforced their
+/// floors: written once per start, after its [`RunRecord`], so `replay
+/// --policy` decides under the same floors.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FloorsRecord {
+    /// The `[floors] miss_rate` the margins were taken at (`None`: point floors).
+    pub miss_rate: Option<f64>,
+    /// Per model: the declared floor, and the one decisions were checked with.
+    pub declared: Vec<f64>,
+    pub enforced: Vec<f64>,
 }
 
 /// What the servers measured for the configuration that ran before tick
@@ -312,6 +328,9 @@ pub struct LogContents {
     pub utilities: Vec<UtilityRecord>,
     /// What was measured before each tick that measured anything, in log order.
     pub measured: Vec<MeasuredRecord>,
+    /// Each daemon start's floors: the index in `records` of its first tick,
+    /// and how they were enforced (none in logs written before they were).
+    pub floors: Vec<(usize, FloorsRecord)>,
     /// Corrupt stretches between intact records.
     pub skipped: Vec<Skipped>,
     pub torn: Option<TornTail>,
@@ -337,6 +356,16 @@ impl LogContents {
             .rev()
             .find(|(first, _)| *first <= i)
             .map(|(_, run)| run)
+    }
+
+    /// How the daemon that wrote record `i` enforced its floors, when the
+    /// log records it.
+    pub fn floors_of(&self, i: usize) -> Option<&FloorsRecord> {
+        self.floors
+            .iter()
+            .rev()
+            .find(|(first, _)| *first <= i)
+            .map(|(_, f)| f)
     }
 
     /// What was measured before tick `tick` decided, when the log records it.
@@ -422,6 +451,7 @@ pub fn parse(bytes: &[u8]) -> Result<LogContents> {
     let mut reconfigurations = Vec::new();
     let mut utilities = Vec::new();
     let mut measured = Vec::new();
+    let mut floors = Vec::new();
     let mut skipped = Vec::new();
     let mut at = MAGIC.len();
     let budget = (bytes.len() as u64).saturating_add(RESYNC_WORK_BYTES);
@@ -440,6 +470,7 @@ pub fn parse(bytes: &[u8]) -> Result<LogContents> {
                     Entry::Reconfig(r) => reconfigurations.push(r),
                     Entry::Utility(u) => utilities.push(u),
                     Entry::Measured(m) => measured.push(m),
+                    Entry::Floors(f) => floors.push((records.len(), f)),
                 }
                 at += len;
             }
@@ -500,6 +531,7 @@ pub fn parse(bytes: &[u8]) -> Result<LogContents> {
         reconfigurations,
         utilities,
         measured,
+        floors,
         skipped,
         torn,
     })
@@ -871,6 +903,12 @@ impl DecisionLog {
     /// Records what was measured before the next tick decided.
     pub fn append_measured(&mut self, record: &MeasuredRecord) -> Result<()> {
         self.write(&EntryRef::Measured(record))
+    }
+
+    /// Records how the ticks that follow enforce their floors (once per
+    /// daemon start, after its run record).
+    pub fn append_floors(&mut self, record: &FloorsRecord) -> Result<()> {
+        self.write(&EntryRef::Floors(record))
     }
 
     /// Records what the ticks that follow are decided with (once per daemon start).

@@ -47,7 +47,7 @@ pub use config::{
 pub use daemon::{Daemon, Deciding, LoopSettings, WorkloadSource};
 /// The append-only decision log and its replay.
 pub use declog::{
-    ComponentRecord, DecisionLog, LogContents, MeasuredRecord, ReconfigRecord,
+    ComponentRecord, DecisionLog, FloorsRecord, LogContents, MeasuredRecord, ReconfigRecord,
     Recovery as LogRecovery, RunRecord, TickRecord, parse as parse_decision_log,
     read as read_decision_log,
 };
@@ -147,6 +147,21 @@ pub fn workload_source(
     })
 }
 
+/// How the floors are enforced, for the start-up line: "conformal α 0.05
+/// (llama3b 12.0 → 13.1, …)" or "on the point prediction".
+fn floors_text(problem: &mfsched_core::Problem, floors: &mfsched_core::Floors) -> String {
+    let Some(alpha) = floors.miss_rate else {
+        return "on the point prediction".to_owned();
+    };
+    let raised: Vec<String> = problem
+        .models
+        .iter()
+        .zip(floors.declared.iter().zip(&problem.sla_floors))
+        .map(|(m, (d, e))| format!("{} {d:.1} → {e:.1}", m.name))
+        .collect();
+    format!("conformal α {alpha} ({})", raised.join(", "))
+}
+
 /// Runs the daemon until SIGINT/SIGTERM (or `max_ticks`). Must run inside tokio.
 /// Progress and notices are logged (`tracing`), one line each.
 /// `simulated_gpu` is the simulated card for `sampler.kind = "sim"` (the
@@ -201,12 +216,29 @@ pub async fn run(
         active: config.policy.active.clone(),
         shadows: config.policy.shadows.clone(),
     };
+    // Decisions hold each floor on a lower bound of the prediction; what
+    // the servers measure is held to the declared floor.
+    let floors = served.floors(config.floors.margins_at());
+    if let Some(alpha) = floors.miss_rate {
+        let uncalibrated: Vec<&str> = floors
+            .uncalibrated()
+            .iter()
+            .map(|&i| served.problem.models[i].name.as_str())
+            .collect();
+        if !uncalibrated.is_empty() {
+            tracing::warn!(
+                "floors.miss_rate = {alpha}: the bundle keeps no held-out ratios for {}, whose floors stay on the point prediction; retrain the bundle (mfsched train) for margins",
+                uncalibrated.join(", ")
+            );
+        }
+    }
     let Served {
         predictor,
-        problem,
+        mut problem,
         relative_error,
         ..
     } = served;
+    problem.sla_floors = floors.enforced().to_vec();
     // Decisions use predictions corrected from measured throughput (they stay
     // the surrogate's until a model's throughput is measured).
     let correction = config.correction.enabled.then(|| {
@@ -225,7 +257,7 @@ pub async fn run(
     // Refused before anything is written: a configuration that cannot decide.
     can_decide(&deciding, &problem, &config).await?;
     tracing::info!(
-        "deciding every {} ms (deadline {} ms): active {}, shadows [{}], sampler {}, plugin_dir {}, correction {}; switches and shadows changed through the API last until the daemon stops",
+        "deciding every {} ms (deadline {} ms): active {}, shadows [{}], sampler {}, plugin_dir {}, correction {}, floors {}; switches and shadows changed through the API last until the daemon stops",
         config.tick.period_ms,
         config.tick.deadline_ms,
         config.policy.active,
@@ -240,7 +272,8 @@ pub async fn run(
             "on"
         } else {
             "off"
-        }
+        },
+        floors_text(&problem, &floors)
     );
     // Refused before anything runs: an unguarded API off loopback.
     let guard = api::Guard::from_config(&config.api)?;
@@ -255,6 +288,12 @@ pub async fn run(
         tracing::warn!("decision log {}: {note}", config.log.path.display());
     }
     log.append_run(&run_record)?;
+    log.append_floors(&FloorsRecord {
+        miss_rate: floors.miss_rate,
+        declared: floors.declared.clone(),
+        enforced: problem.sla_floors.clone(),
+    })?;
+    metrics.floors(&problem, &floors);
     // What the driven servers run is brought up once the start is sure.
     actuators.bring_up(&problem);
     let settings = LoopSettings {
@@ -266,6 +305,7 @@ pub async fn run(
         workload,
         downtime_as_cost: config.actuator.downtime_as_cost,
         correction,
+        floors,
     };
     let daemon = Daemon::new(
         settings,

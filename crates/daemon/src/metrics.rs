@@ -103,6 +103,10 @@ struct Inner {
     /// (factor, recent measured / predicted ratio, drifting).
     correction: BTreeMap<String, mfsched_core::ModelCorrection>,
     drift_alarms: BTreeMap<String, u64>,
+    /// Per model: its floor as declared and as decisions enforce it.
+    floors: Vec<(String, f64, f64)>,
+    /// Per model: ticks whose measured throughput was under its declared floor.
+    measured_floor_misses: BTreeMap<String, u64>,
 }
 
 #[derive(Debug, Default)]
@@ -258,6 +262,26 @@ impl Metrics {
             .zip(measured)
             .filter_map(|(m, t)| Some((m.name.clone(), (*t)?)))
             .collect();
+    }
+
+    /// Every model's floor, declared and enforced (set once at start-up).
+    pub fn floors(&self, problem: &Problem, floors: &mfsched_core::Floors) {
+        self.lock().floors = problem
+            .models
+            .iter()
+            .zip(floors.declared.iter().zip(floors.enforced()))
+            .map(|(m, (&declared, &enforced))| (m.name.clone(), declared, enforced))
+            .collect();
+    }
+
+    /// A tick measured these models under their declared floors.
+    pub fn measured_floor_misses(&self, problem: &Problem, models: &[usize]) {
+        let mut m = self.lock();
+        for &i in models {
+            *m.measured_floor_misses
+                .entry(problem.models[i].name.clone())
+                .or_default() += 1;
+        }
     }
 
     /// Where the online correction stands for each model (see
@@ -640,6 +664,43 @@ impl Metrics {
                         "mfsched_measured_throughput{{model=\"{}\"}} {}",
                         escape_label_value(model),
                         number(*t)
+                    )
+                })
+                .collect(),
+        );
+        section(
+            &mut out,
+            "mfsched_sla_floor",
+            "gauge",
+            "A model's throughput floor: as declared (kind=\"declared\", what measurements are held to) and as decisions enforce it on the prediction (kind=\"enforced\": raised by the split-conformal margin of [floors] miss_rate).",
+            m.floors
+                .iter()
+                .flat_map(|(model, declared, enforced)| {
+                    let model = escape_label_value(model);
+                    [
+                        format!(
+                            "mfsched_sla_floor{{model=\"{model}\",kind=\"declared\"}} {}",
+                            number(*declared)
+                        ),
+                        format!(
+                            "mfsched_sla_floor{{model=\"{model}\",kind=\"enforced\"}} {}",
+                            number(*enforced)
+                        ),
+                    ]
+                })
+                .collect(),
+        );
+        section(
+            &mut out,
+            "mfsched_measured_floor_misses_total",
+            "counter",
+            "Ticks whose measured throughput (what ran since the tick before) was under the model's declared floor.",
+            m.measured_floor_misses
+                .iter()
+                .map(|(model, n)| {
+                    format!(
+                        "mfsched_measured_floor_misses_total{{model=\"{}\"}} {n}",
+                        escape_label_value(model)
                     )
                 })
                 .collect(),

@@ -145,6 +145,12 @@ pub struct Metrics {
     /// MAPE (%) of the throughput on the held-out rows (absent in older bundles).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mape_holdout: Option<f64>,
+    /// Measured / predicted throughput on each held-out row, ascending: what
+    /// the split-conformal margin of the model's floor is taken from
+    /// (`mfsched_core::Floors`). Absent in older bundles and where nothing was
+    /// held out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holdout_ratios: Option<Vec<f32>>,
 }
 
 impl Metrics {
@@ -156,6 +162,26 @@ impl Metrics {
     /// The held-out R² of the slowdown to three decimals, or `-`.
     pub fn r2_slowdown_text(&self) -> String {
         Self::text(self.r2_slowdown_holdout, 3)
+    }
+
+    /// What the split-conformal margin at miss rate `alpha` does to the
+    /// model's floor: "×1.08 (q̂ 0.926)", "×1.00" where the margin is 1, or
+    /// `-` without held-out ratios; "short" where too few rows were held out
+    /// for the guarantee.
+    pub fn floor_margin_text(&self, alpha: f64) -> String {
+        let Some(m) = self
+            .holdout_ratios
+            .as_deref()
+            .and_then(|r| mfsched_core::FloorMargin::conformal(r, alpha))
+        else {
+            return "-".to_owned();
+        };
+        format!(
+            "×{:.2} (q̂ {:.3}){}",
+            m.factor(),
+            m.ratio,
+            if m.short { ", short" } else { "" }
+        )
     }
 
     /// The held-out MAPE (%) to one decimal, or `-`.
@@ -251,6 +277,17 @@ impl Bundle {
                         r.max
                     );
                 }
+            }
+            if let Some(ratios) = &m.metrics.holdout_ratios
+                && (ratios.len() > m.metrics.holdout_rows
+                    || ratios.iter().any(|r| !(r.is_finite() && *r >= 0.0)))
+            {
+                bail!(
+                    "model '{}': metrics.holdout_ratios must hold at most holdout_rows ({}) numbers ≥ 0, got {} (or a value that is not); {REMEDY}",
+                    m.name,
+                    m.metrics.holdout_rows,
+                    ratios.len()
+                );
             }
             match (&m.solo_throughput, meta.target.needs_solo()) {
                 (None, true) => bail!(
@@ -744,6 +781,32 @@ mod tests {
     }
 
     #[test]
+    fn held_out_ratios_are_kept_and_nonsense_ones_are_refused_naming_the_model() {
+        let bundle = shipped("paper-n2");
+        for m in &bundle.meta.models {
+            let ratios = m.metrics.holdout_ratios.as_ref().expect("kept");
+            assert_eq!(ratios.len(), m.metrics.holdout_rows, "{}", m.name);
+            assert!(ratios.windows(2).all(|w| w[0] <= w[1]), "ascending");
+            assert!(m.metrics.floor_margin_text(0.05).starts_with('×'));
+        }
+        let (_, weights) = bundle.encode().expect("encodes");
+        for (what, ratios) in [
+            ("negative", vec![0.9, -0.5]),
+            ("more than held out", vec![1.0; 131]),
+        ] {
+            let mut meta = bundle.meta.clone();
+            meta.models[1].metrics.holdout_ratios = Some(ratios);
+            let json = serde_json::to_vec(&meta).expect("json");
+            let err = Bundle::from_bytes(&json, &weights).expect_err(what);
+            assert!(
+                err.to_string()
+                    .contains("model 'yolo-a': metrics.holdout_ratios"),
+                "{what}: {err}"
+            );
+        }
+    }
+
+    #[test]
     fn a_bundle_for_other_models_is_refused() {
         let err = shipped("paper-n2")
             .check_against(&load_scenario("paper-n3").expect("bundled"))
@@ -764,12 +827,23 @@ mod tests {
         );
     }
 
-    /// A version 1 bundle (the shipped ones) reads as an absolute-target bundle
-    /// without an embedded scenario; a relative bundle without its solo table
-    /// is refused.
+    /// A version 1 bundle (as the shipped ones were before they kept held-out
+    /// ratios) reads as an absolute-target bundle without an embedded
+    /// scenario; a relative bundle without its solo table is refused.
     #[test]
     fn version_1_reads_as_absolute_and_relative_needs_its_solo_table() {
-        let bundle = shipped("paper-n2");
+        let shipped = shipped("paper-n2");
+        let weights = std::fs::read(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/paper-n2/weights.safetensors"),
+        )
+        .expect("shipped weights");
+        let mut v1 = serde_json::to_value(&shipped.meta).expect("json");
+        let fields = v1.as_object_mut().expect("an object");
+        fields.insert("format_version".into(), 1.into());
+        fields.remove("scenario_toml");
+        fields.remove("target");
+        let bundle = Bundle::from_bytes(&serde_json::to_vec(&v1).expect("json"), &weights)
+            .expect("version 1 reads");
         assert_eq!(bundle.meta.format_version, 1);
         assert_eq!(bundle.meta.target, Target::Absolute);
         assert!(bundle.meta.scenario_toml.is_none());
@@ -778,10 +852,6 @@ mod tests {
         let mut meta = bundle.meta.clone();
         meta.target = Target::RelativeToSolo;
         let json = serde_json::to_vec(&meta).expect("json");
-        let weights = std::fs::read(
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/paper-n2/weights.safetensors"),
-        )
-        .expect("shipped weights");
         let err = Bundle::from_bytes(&json, &weights).expect_err("no solo table");
         assert!(
             err.to_string().contains(

@@ -5,7 +5,7 @@
 use anyhow::{Result, bail};
 use mfsched_core::Problem;
 use mfsched_core::Scenario;
-use mfsched_core::{Field, Predictor};
+use mfsched_core::{Field, Floors, Predictor};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -41,6 +41,9 @@ pub struct Served {
     /// / 100) where the bundle measured one: what an online correction's
     /// drift alarm compares measurements with.
     pub relative_error: Vec<Option<f64>>,
+    /// Per model, measured / predicted throughput on the bundle's held-out
+    /// rows, where it kept them: what [`Served::floors`] takes margins from.
+    pub held_out_ratios: Vec<Option<Vec<f32>>>,
     /// The same surrogate under the other field, when the bundle supports it.
     other_field: Option<(Field, Arc<dyn Predictor>)>,
 }
@@ -58,12 +61,25 @@ impl Served {
     pub fn other(predictor: Arc<dyn Predictor>, problem: Problem, name: &str) -> Self {
         Self {
             relative_error: vec![None; problem.models.len()],
+            held_out_ratios: vec![None; problem.models.len()],
             predictor,
             problem,
             origin: name.to_owned(),
             name: name.to_owned(),
             bundle_sha256: None,
             other_field: None,
+        }
+    }
+
+    /// The problem's floors as declared, enforced on the split-conformal lower
+    /// bound at `miss_rate` (`None`: on the point prediction). A model whose
+    /// bundle kept no held-out ratios keeps its floor on the point prediction
+    /// ([`Floors::uncalibrated`] names it).
+    pub fn floors(&self, miss_rate: Option<f64>) -> Floors {
+        let declared = self.problem.sla_floors.clone();
+        match miss_rate {
+            Some(alpha) => Floors::conformal(declared, &self.held_out_ratios, alpha),
+            None => Floors::point(declared),
         }
     }
 
@@ -127,7 +143,14 @@ pub fn serve(scenario: &Scenario, options: ServeOptions<'_>) -> Result<Served> {
         .iter()
         .map(|m| m.metrics.mape_holdout.map(|mape| mape / 100.0))
         .collect();
+    let held_out_ratios = bundle
+        .meta
+        .models
+        .iter()
+        .map(|m| m.metrics.holdout_ratios.clone())
+        .collect();
     Ok(Served {
+        held_out_ratios,
         name: format!("{origin}, {}", predictor.field().label()),
         bundle_sha256,
         relative_error,

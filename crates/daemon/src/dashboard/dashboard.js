@@ -206,9 +206,14 @@
       cell(row, model.name);
       cell(row, last ? last.running[i] || "—" : "—");
       const predicted = active && active.throughput ? active.throughput[i] : null;
-      const under = typeof predicted === "number" && model.floor > 0 && predicted < model.floor;
+      // Predictions are held to the enforced floor (the declared one raised
+      // by its conformal margin), measurements to the declared one.
+      const enforced = typeof model.enforced_floor === "number" ? model.enforced_floor : model.floor;
+      const under = typeof predicted === "number" && enforced > 0 && predicted < enforced;
       cell(row, `${fmt(predicted, 1)} ${model.unit}`, "num" + (under ? " bad" : ""));
-      cell(row, model.floor > 0 ? `${fmt(model.floor, 1)} ${model.unit}` : "none", "num");
+      cell(row, model.floor > 0
+        ? `${fmt(model.floor, 1)} ${model.unit}` + (enforced > model.floor ? ` (enforced ${fmt(enforced, 1)})` : "")
+        : "none", "num");
       const measured = last && last.measured_throughput ? last.measured_throughput[i] : null;
       const short = typeof measured === "number" && model.floor > 0 && measured < model.floor;
       cell(row, typeof measured === "number" ? `${fmt(measured, 1)} ${model.unit}` : "not measured",
@@ -327,6 +332,9 @@
       const measured = ticks.map((t) => (t.measured_throughput ? t.measured_throughput[i] : null));
       if (measured.some((v) => typeof v === "number")) lines.push(series("measured", measured));
       if (model.floor > 0) lines.push(series("floor", ticks.map(() => model.floor), { dash: true }));
+      if (model.enforced_floor > model.floor) {
+        lines.push(series("enforced floor", ticks.map(() => model.enforced_floor), { dash: true }));
+      }
       drawChart(holder.children[i].querySelector("canvas"), lines, { min: 0 });
     });
   }

@@ -17,15 +17,18 @@
 //! [`Conditions`] change the card under the loop: a [`Perturbation`] makes
 //! the simulated card give each model's configurations other throughputs than
 //! the ones the surrogate was trained on (a calibration the bundle never saw),
-//! and an online [`Correction`] lets the loop learn from what it measures, as
-//! the daemon does from its servers' counters.
+//! an online [`Correction`] lets the loop learn from what it measures, as
+//! the daemon does from its servers' counters, and [`Floors`] with margins
+//! make decisions hold each floor on a lower bound of the prediction.
 
 use crate::sim::Simulator;
 use anyhow::{Context, Result};
 use mfsched_core::Trace;
 use mfsched_core::mean;
 use mfsched_core::nearest_rank_sorted;
-use mfsched_core::{Corrected, Correction, CorrectionConfig, Field, Predictor, table_offsets};
+use mfsched_core::{
+    Corrected, Correction, CorrectionConfig, Field, Floors, Predictor, table_offsets,
+};
 use mfsched_core::{GpuState, JointConfig, Problem, WorkloadLevel};
 use mfsched_plugin_host::Scorer;
 use mfsched_plugin_host::wit;
@@ -104,6 +107,10 @@ pub struct Conditions {
     /// Decisions use predictions corrected online from each tick's measured
     /// throughput (the simulator's noisy measurement, perturbed alike).
     pub correction: Option<CorrectionConfig>,
+    /// The floors decisions enforce (raised by split-conformal margins, say);
+    /// realised violations are still counted against the declared ones.
+    /// `None`: the problem's floors, on the point prediction.
+    pub floors: Option<Floors>,
 }
 
 /// One tick of a closed-loop run.
@@ -374,7 +381,11 @@ impl Harness {
             }
         };
         let mut scorer = Scorer::new(Arc::clone(&self.engine), Arc::clone(&self.utility));
+        let declared = self.problem.sla_floors.clone();
         let mut problem = self.problem.clone();
+        if let Some(floors) = &conditions.floors {
+            problem.sla_floors = floors.enforced().to_vec();
+        }
         let mut lifted = problem.clone();
         lifted.sla_floors.iter_mut().for_each(|f| *f = 0.0);
         let mut runs: Vec<Run> = std::iter::once(active.label.clone())
@@ -429,7 +440,6 @@ impl Harness {
                     .map_err(|e| {
                         anyhow::anyhow!("the utility failed on the realised throughput: {e}")
                     })?[0];
-                let floors = &problem.sla_floors;
                 let failure = report.failure().map(ToString::to_string);
                 run.ticks.push(TickRecord {
                     tick,
@@ -439,7 +449,7 @@ impl Harness {
                     best_predicted_utility: best,
                     realised_utility: realised,
                     predicted_sla_violation: !report.floors_missed(&problem).is_empty(),
-                    realised_sla_violation: truth.iter().zip(floors).any(|(&t, &f)| t < f),
+                    realised_sla_violation: truth.iter().zip(&declared).any(|(&t, &f)| t < f),
                     reconfigured: *config != problem.current,
                     latency_ms: report.latency.as_secs_f64() * 1e3,
                     candidates_evaluated: report.active.candidates_evaluated,

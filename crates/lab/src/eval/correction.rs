@@ -1,12 +1,14 @@
-//! The online correction measured on the simulator: one policy's closed loop
-//! on a card perturbed away from the one its surrogate learnt, with and
-//! without the correction, beside the unperturbed card for reference.
-//! Realised utility and floor violations are scored on the perturbed card's
-//! own (noise-free) throughput.
+//! The surrogate's error on the closed loop, measured on the simulator: one
+//! policy's closed loop on a card perturbed away from the one its surrogate
+//! learnt, with and without the online correction, beside the unperturbed
+//! card for reference; each condition with floors enforced on the point
+//! prediction and, where asked, on the split-conformal lower bound.
+//! Realised utility and floor violations are scored on the (perturbed) card's
+//! own noise-free throughput, against the declared floors.
 
 use super::closed_loop::{Conditions, Harness, Perturbation, PolicySpec, Summary};
 use anyhow::Result;
-use mfsched_core::{CorrectionConfig, Trace};
+use mfsched_core::{CorrectionConfig, Floors, Trace};
 use serde::Serialize;
 use std::fmt::Write as _;
 
@@ -19,6 +21,8 @@ pub struct CorrectionStudy {
     pub config_sigma: f64,
     pub seeds: Vec<u64>,
     pub correction: CorrectionConfig,
+    /// Floors with margins: every condition is run again enforcing them.
+    pub margins: Option<Floors>,
 }
 
 /// The three conditions, in report order.
@@ -32,6 +36,8 @@ pub const CONDITIONS: [&str; 3] = [
 #[derive(Debug, Clone, Serialize)]
 pub struct CorrectionRow {
     pub condition: &'static str,
+    /// How its decisions enforced the floors ([`Floors::label`]).
+    pub floors: String,
     pub seed: u64,
     pub summary: Summary,
 }
@@ -71,20 +77,31 @@ impl CorrectionStudy {
                 Conditions::default(),
                 Conditions {
                     perturbation: Some(perturbation.clone()),
-                    correction: None,
+                    ..Conditions::default()
                 },
                 Conditions {
                     perturbation: Some(perturbation),
                     correction: Some(self.correction.clone()),
+                    ..Conditions::default()
                 },
             ];
-            for (name, c) in CONDITIONS.iter().zip(&conditions) {
-                let runs = harness.run_under(c, policy, &[], trace, seed, &mut on_tick)?;
-                rows.push(CorrectionRow {
-                    condition: name,
-                    seed,
-                    summary: Summary::of(&runs[0].ticks),
-                });
+            for (name, c) in CONDITIONS.iter().zip(conditions) {
+                for floors in self.floor_variants() {
+                    let label = floors
+                        .as_ref()
+                        .map_or_else(|| Floors::point(Vec::new()).label(), Floors::label);
+                    let c = Conditions {
+                        floors,
+                        ..c.clone()
+                    };
+                    let runs = harness.run_under(&c, policy, &[], trace, seed, &mut on_tick)?;
+                    rows.push(CorrectionRow {
+                        condition: name,
+                        floors: label,
+                        seed,
+                        summary: Summary::of(&runs[0].ticks),
+                    });
+                }
             }
         }
         Ok(CorrectionResult {
@@ -97,19 +114,42 @@ impl CorrectionStudy {
     }
 }
 
+impl CorrectionStudy {
+    /// How many runs each condition makes per seed.
+    pub fn runs_per_condition(&self) -> usize {
+        self.floor_variants().len()
+    }
+
+    /// Point floors, then the margins where the study has them.
+    fn floor_variants(&self) -> Vec<Option<Floors>> {
+        std::iter::once(None)
+            .chain(self.margins.clone().map(Some))
+            .collect()
+    }
+}
+
 impl CorrectionResult {
     /// Per condition, over every seed: mean realised utility, the ticks whose
     /// applied configuration broke a floor on the card (realised) and those
     /// the decision believed would (predicted), reconfigurations.
     pub fn table(&self) -> String {
         let mut t = String::from(
-            "| condition | seeds | ticks | mean realised utility | realised floor violations | predicted floor violations | reconfigurations |\n|---|---|---|---|---|---|---|\n",
+            "| condition | floors | seeds | ticks | mean realised utility | realised floor violations | predicted floor violations | failed decisions | reconfigurations |\n|---|---|---|---|---|---|---|---|---|\n",
         );
-        for condition in CONDITIONS {
+        let mut floors: Vec<&str> = Vec::new();
+        for r in &self.rows {
+            if !floors.contains(&r.floors.as_str()) {
+                floors.push(&r.floors);
+            }
+        }
+        for (condition, floors) in CONDITIONS
+            .iter()
+            .flat_map(|c| floors.iter().map(move |f| (*c, *f)))
+        {
             let rows: Vec<&CorrectionRow> = self
                 .rows
                 .iter()
-                .filter(|r| r.condition == condition)
+                .filter(|r| r.condition == condition && r.floors == floors)
                 .collect();
             let ticks: usize = rows.iter().map(|r| r.summary.ticks).sum();
             let utility = rows
@@ -123,10 +163,11 @@ impl CorrectionResult {
                 .map(|r| r.summary.predicted_sla_violations)
                 .sum();
             let reconfigurations: usize = rows.iter().map(|r| r.summary.reconfigurations).sum();
+            let failures: usize = rows.iter().map(|r| r.summary.failures).sum();
             let pct = |n: usize| 100.0 * n as f64 / ticks.max(1) as f64;
             writeln!(
                 t,
-                "| {condition} | {} | {ticks} | {utility:.4} | {realised} ({:.1} %) | {predicted} ({:.1} %) | {reconfigurations} |",
+                "| {condition} | {floors} | {} | {ticks} | {utility:.4} | {realised} ({:.1} %) | {predicted} ({:.1} %) | {failures} | {reconfigurations} |",
                 rows.len(),
                 pct(realised),
                 pct(predicted)

@@ -31,10 +31,13 @@
 //! models; MAPE pooled).
 
 use super::dataset::{self, Layout, ModelData};
-use super::fit::{fidelity, field_data, mape, model_seed, output_maps, solo_tables, train_net};
+use super::fit::{
+    fidelity, field_data, mape, measured_over, model_seed, output_maps, solo_tables, train_net,
+};
 use super::split;
 use crate::svg::{BarChart, BarGroup, LineChart, Series};
 use anyhow::{Result, bail};
+use mfsched_core::FloorMargin;
 use mfsched_core::Problem;
 use mfsched_core::Profile;
 use mfsched_core::write_atomically;
@@ -72,6 +75,9 @@ pub struct CvConfig {
     /// ungrouped), drawn from each split's training folds, nested (each inside
     /// the next); scored on the whole test fold. Empty: no curve.
     pub train_sizes: Vec<usize>,
+    /// α of the conformal coverage scored: each fold's floor margin is taken
+    /// from the other folds' out-of-fold ratios at this miss rate.
+    pub miss_rate: f64,
     #[serde(skip)]
     pub train: TrainConfig,
     #[serde(skip)]
@@ -128,6 +134,11 @@ pub struct Scores {
     /// R² of throughput / solo (the slowdown), where solo throughput is known.
     pub r2_relative: Option<Stat>,
     pub mape: Option<Stat>,
+    /// The share of rows whose measured throughput is at or above the
+    /// split-conformal lower bound at α = `miss_rate` (the margin of a floor),
+    /// the bound taken from the other folds' out-of-fold ratios: 1 − α when
+    /// the margins are calibrated.
+    pub coverage: Option<Stat>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -335,6 +346,7 @@ pub fn run(
                     problem,
                     setup.observed(),
                     setup.solo.as_deref(),
+                    (&folds, config.miss_rate),
                     (target, method, field),
                     &predictions[&(target, method, field)],
                 )
@@ -726,10 +738,67 @@ fn solve(mut a: Vec<f64>, mut b: Vec<f64>, n: usize) -> Vec<f64> {
     x
 }
 
+/// Per seed, the conformal coverage of model `i`'s rows (`None` for every
+/// model): for each fold, the lower ratio at `miss_rate` from the other folds'
+/// out-of-fold measured / predicted ratios, and how many of the fold's rows
+/// reach it. Returns (covered, rows) per seed.
+fn coverage(
+    data: &[ModelData],
+    predictions: &Predictions,
+    folds: &[Vec<usize>],
+    miss_rate: f64,
+    model: Option<usize>,
+) -> Vec<(usize, usize)> {
+    predictions
+        .iter()
+        .zip(folds)
+        .map(|(seed, fold_of)| {
+            let folds = fold_of.iter().max().map_or(0, |&k| k + 1);
+            let (mut covered, mut rows) = (0, 0);
+            for (i, d) in data.iter().enumerate() {
+                if model.is_some_and(|m| m != i) {
+                    continue;
+                }
+                let ratio: Vec<f32> = seed[i]
+                    .iter()
+                    .zip(&d.y)
+                    .map(|(&p, &t)| measured_over(p, t))
+                    .collect();
+                for k in 0..folds {
+                    let calibration: Vec<f32> = (0..d.rows())
+                        .filter(|&r| fold_of[r] != k)
+                        .map(|r| ratio[r])
+                        .collect();
+                    let Some(margin) = FloorMargin::conformal(&calibration, miss_rate) else {
+                        continue;
+                    };
+                    for r in (0..d.rows()).filter(|&r| fold_of[r] == k) {
+                        rows += 1;
+                        covered += usize::from(f64::from(ratio[r]) >= margin.ratio);
+                    }
+                }
+            }
+            (covered, rows)
+        })
+        .collect()
+}
+
+/// The coverage shares over seeds (seeds that scored no row left out).
+fn coverage_stat(per_seed: &[(usize, usize)]) -> Option<Stat> {
+    Stat::of(
+        &per_seed
+            .iter()
+            .filter(|(_, n)| *n > 0)
+            .map(|&(c, n)| c as f64 / n as f64)
+            .collect::<Vec<_>>(),
+    )
+}
+
 fn score(
     problem: &Problem,
     data: &[ModelData],
     solo: Option<&[Vec<f32>]>,
+    (folds, miss_rate): (&[Vec<usize>], f64),
     (target, method, field): Key,
     predictions: &Predictions,
 ) -> MethodResult {
@@ -757,12 +826,14 @@ fn score(
         .models
         .iter()
         .zip(&per_model_raw)
-        .map(|(m, (a, b, c))| ModelScores {
+        .enumerate()
+        .map(|(i, (m, (a, b, c)))| ModelScores {
             model: m.name.clone(),
             scores: Scores {
                 r2: Stat::of(a),
                 r2_relative: Stat::of(b),
                 mape: Stat::of(c),
+                coverage: coverage_stat(&coverage(data, predictions, folds, miss_rate, Some(i))),
             },
         })
         .collect();
@@ -787,6 +858,7 @@ fn score(
         r2: Stat::of(&per_seed(&|i, s| per_model_raw[i].0.get(s).copied())),
         r2_relative: Stat::of(&per_seed(&|i, s| per_model_raw[i].1.get(s).copied())),
         mape: Stat::of(&pooled_mape),
+        coverage: coverage_stat(&coverage(data, predictions, folds, miss_rate, None)),
     };
     let mut per_variant = Vec::new();
     for (i, m) in problem.models.iter().enumerate() {
@@ -805,6 +877,7 @@ fn score(
                     r2: Stat::of(&a),
                     r2_relative: Stat::of(&b),
                     mape: Stat::of(&c),
+                    coverage: None,
                 },
             });
         }
@@ -869,7 +942,8 @@ impl CvReport {
     /// first (the score that separates methods), then MAPE and throughput R².
     pub fn table(&self) -> String {
         let mut out = format!(
-            "| target | method | R² of slowdown | MAPE % | R² | {} |\n|---|---|---|---|---|{}\n",
+            "| target | method | R² of slowdown | MAPE % | coverage at α {} | R² | {} |\n|---|---|---|---|---|---|{}\n",
+            self.config.miss_rate,
             self.models
                 .iter()
                 .map(|m| format!("R² {m}"))
@@ -879,11 +953,12 @@ impl CvReport {
         );
         for r in &self.results {
             out += &format!(
-                "| {} | {} | {} | {} | {} | {} |\n",
+                "| {} | {} | {} | {} | {} | {} | {} |\n",
                 r.target,
                 r.label(),
                 stat_text(r.overall.r2_relative, 4),
                 stat_text(r.overall.mape, 2),
+                stat_text(r.overall.coverage, 3),
                 stat_text(r.overall.r2, 4),
                 r.per_model
                     .iter()
@@ -1268,6 +1343,7 @@ mod tests {
             group_by: vec!["pair".into()],
             joint: true,
             train_sizes: vec![3, 6],
+            miss_rate: 0.05,
             train: TrainConfig {
                 epochs: 5,
                 ..TrainConfig::default()
@@ -1293,6 +1369,32 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn conformal_coverage_is_one_minus_alpha_on_exchangeable_ratios() {
+        // 5 folds of 400 rows; measured = predicted × a log-normal ratio:
+        // every fold's bound, taken from the other four, covers ~95 %.
+        let mut rng = Rng::new(3);
+        let rows = 2000;
+        let predicted: Vec<f32> = (0..rows).map(|r| 10.0 + (r % 7) as f32).collect();
+        let y: Vec<f32> = predicted
+            .iter()
+            .map(|&p| p * (0.2 * rng.normal()).exp() as f32)
+            .collect();
+        let data = vec![ModelData {
+            width: 0,
+            x: Vec::new(),
+            y,
+            configs: vec![0; rows],
+        }];
+        let folds = vec![(0..rows).map(|r| r % 5).collect::<Vec<_>>()];
+        let per_seed = coverage(&data, &vec![vec![predicted]], &folds, 0.05, None);
+        assert_eq!(per_seed[0].1, rows);
+        let share = per_seed[0].0 as f64 / rows as f64;
+        assert!((0.93..=0.97).contains(&share), "coverage {share}");
+        let at_20 = coverage(&data, &vec![vec![data[0].y.clone()]], &folds, 0.2, None);
+        assert_eq!(at_20[0].0, rows, "exact predictions: every row covered");
     }
 
     #[test]
@@ -1328,6 +1430,8 @@ mod tests {
                 "{}: slowdown scored",
                 r.label()
             );
+            let coverage = r.overall.coverage.expect("coverage scored").mean;
+            assert!((0.0..=1.0).contains(&coverage), "{}: {coverage}", r.label());
         }
         let slowdown = |method: Method| {
             report

@@ -96,6 +96,29 @@ pub fn fidelity(predicted: &[f32], truth: &[f32], solo: Option<&[f32]>) -> Fidel
     }
 }
 
+/// Per row, measured / predicted throughput, ascending: the residuals a
+/// split-conformal floor margin is taken from. A row predicted at 0 or below
+/// (or not finite) counts as 0, a miss.
+pub fn measured_over_predicted(predicted: &[f32], truth: &[f32]) -> Vec<f32> {
+    let mut ratios: Vec<f32> = predicted
+        .iter()
+        .zip(truth)
+        .map(|(&p, &t)| measured_over(p, t))
+        .collect();
+    ratios.sort_by(f32::total_cmp);
+    ratios
+}
+
+/// One row's measured / predicted throughput (see [`measured_over_predicted`]).
+pub fn measured_over(predicted: f32, measured: f32) -> f32 {
+    let r = measured / predicted;
+    if predicted > 0.0 && r.is_finite() {
+        r.max(0.0)
+    } else {
+        0.0
+    }
+}
+
 /// Mean absolute percentage error (%) over the rows measuring more than 0.
 pub fn mape(predicted: &[f32], truth: &[f32]) -> Option<f64> {
     let (sum, n) = predicted
@@ -279,24 +302,21 @@ pub fn train_bundle(
             &model.name,
             &mut |e| progress(i * config.epochs + e, total),
         )?;
-        let held = if test_rows.is_empty() {
-            Fidelity::default()
+        let (held, holdout_ratios) = if test_rows.is_empty() {
+            (Fidelity::default(), None)
         } else {
             let solo_rows: Option<Vec<f32>> = solo
                 .as_ref()
                 .map(|t| test.configs.iter().map(|&c| t[i][c as usize]).collect());
-            let f = fidelity(
-                &predict(&net, &test, &maps[i]),
-                &test.y,
-                solo_rows.as_deref(),
-            );
+            let predicted = predict(&net, &test, &maps[i]);
+            let f = fidelity(&predicted, &test.y, solo_rows.as_deref());
             if f.r2.is_none() {
                 bail!(
                     "model '{}': its held-out throughput is constant, R² is undefined",
                     model.name
                 );
             }
-            f
+            (f, Some(measured_over_predicted(&predicted, &test.y)))
         };
         models.push(ModelMeta {
             name: model.name.clone(),
@@ -314,6 +334,7 @@ pub fn train_bundle(
                 r2_holdout: held.r2,
                 r2_slowdown_holdout: held.r2_slowdown,
                 mape_holdout: held.mape,
+                holdout_ratios,
             },
             sla_floor_p25: profile.throughput_quantile(i, FLOOR_QUANTILE),
             throughput_ranges: model

@@ -462,10 +462,23 @@ pub struct CorrectionArgs {
     /// Decision ticks per run.
     #[arg(long, default_value_t = DEFAULT_TRACE_TICKS)]
     ticks: usize,
+    /// Each condition again with floors enforced on the split-conformal lower
+    /// bound at this miss rate (from the bundle's held-out ratios); 0: point
+    /// floors only.
+    #[arg(long, default_value_t = mfsched_core::DEFAULT_FLOOR_MISS_RATE)]
+    floor_miss_rate: f64,
     #[command(flatten)]
     utility: UtilityChoice,
     #[command(flatten)]
     plugins: PluginOpts,
+}
+
+/// `--floor-miss-rate`'s value as margins: `None` for 0.
+pub fn floor_miss_rate(flag: &str, value: f64) -> Result<Option<f64>> {
+    if !(value.is_finite() && (0.0..=0.5).contains(&value)) {
+        bail!("{flag} {value}: use a miss rate in [0, 0.5] (0: floors on the point prediction)");
+    }
+    Ok((value > 0.0).then_some(value))
 }
 
 pub fn correction(args: CorrectionArgs) -> Result<()> {
@@ -481,8 +494,23 @@ pub fn correction(args: CorrectionArgs) -> Result<()> {
     if args.seeds.is_empty() {
         bail!("--seeds: give at least one seed");
     }
+    let miss_rate = floor_miss_rate("--floor-miss-rate", args.floor_miss_rate)?;
     let scenario = load_scenario(&args.problem)?;
     let served = args.plugins.served(&scenario)?;
+    let margins = miss_rate.map(|a| served.floors(Some(a)));
+    if let Some(m) = &margins
+        && !m.uncalibrated().is_empty()
+    {
+        bail!(
+            "--floor-miss-rate: the bundle of {} keeps no held-out ratios for {} (retrain it; or --floor-miss-rate 0)",
+            scenario.name,
+            m.uncalibrated()
+                .iter()
+                .map(|&i| served.problem.models[i].name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
     let engine = args.plugins.engine()?;
     let plugin_dir = args.plugins.dir.as_deref();
     let utility = args.utility.resolve(&engine, plugin_dir)?;
@@ -507,13 +535,17 @@ pub fn correction(args: CorrectionArgs) -> Result<()> {
         config_sigma: args.config_sigma,
         seeds: args.seeds.clone(),
         correction: mfsched_core::CorrectionConfig::default(),
+        margins,
     };
-    let total = args.ticks * args.seeds.len() * mfsched_lab::CORRECTION_CONDITIONS.len();
+    let total = args.ticks
+        * args.seeds.len()
+        * mfsched_lab::CORRECTION_CONDITIONS.len()
+        * study.runs_per_condition();
     let bar = progress_bar(total, "closed-loop runs on the simulator");
     let result = study.run(&harness, &policy, &traces, || bar.inc(1))?;
     bar.finish_and_clear();
     let command = format!(
-        "mfsched repro correction --problem {} --policy {} --trace {} --ticks {} --seeds {} --model-sigma {} --config-sigma {}",
+        "mfsched repro correction --problem {} --policy {} --trace {} --ticks {} --seeds {} --model-sigma {} --config-sigma {} --floor-miss-rate {}",
         args.problem,
         args.policy,
         args.trace,
@@ -524,10 +556,11 @@ pub fn correction(args: CorrectionArgs) -> Result<()> {
             .collect::<Vec<_>>()
             .join(","),
         args.model_sigma,
-        args.config_sigma
+        args.config_sigma,
+        args.floor_miss_rate
     );
     let heading = format!(
-        "Online correction on the {} (mfsched simulator) — {} on {}, trace {}, {} ticks, seeds {:?}; the card's throughputs scaled by e^(σ_m·z + σ_c·z) with σ_m = {}, σ_c = {}; predictor: {}",
+        "Online correction and calibrated floors on the {} (mfsched simulator) — {} on {}, trace {}, {} ticks, seeds {:?}; the card's throughputs scaled by e^(σ_m·z + σ_c·z) with σ_m = {}, σ_c = {}; predictor: {}; floor violations are of the card's noise-free throughput against the declared floors, whatever floors the decisions enforced",
         SIM_DEVICE_NAME,
         policy.label,
         scenario.name,

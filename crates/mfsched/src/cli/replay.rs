@@ -13,8 +13,10 @@ use super::eval::parse_policy;
 use super::plugins::{PluginOpts, policy_params};
 use mfsched_core::printable;
 use mfsched_core::write_atomically;
-use mfsched_core::{Corrected, Correction, CorrectionConfig, JointConfig, Predictor, Problem};
-use mfsched_daemon::{ComponentRecord, LogContents, RunRecord, TickRecord};
+use mfsched_core::{
+    Corrected, Correction, CorrectionConfig, Floors, JointConfig, Predictor, Problem,
+};
+use mfsched_daemon::{ComponentRecord, FloorsRecord, LogContents, RunRecord, TickRecord};
 use mfsched_plugin_host::OUTPUT_NAME_BYTES;
 use mfsched_plugin_host::{Decider, Registry};
 use mfsched_plugin_host::{resolve_policy, resolve_utility};
@@ -38,6 +40,11 @@ pub struct ReplayArgs {
     /// With --policy: print JSON instead of a table.
     #[arg(long)]
     json: bool,
+    /// With --policy: decide again with the floors enforced on the
+    /// split-conformal lower bound at this miss rate (0: on the point
+    /// prediction) instead of as the log recorded.
+    #[arg(long, value_name = "ALPHA")]
+    floor_miss_rate: Option<f64>,
     #[command(flatten)]
     opts: PluginOpts,
 }
@@ -74,8 +81,12 @@ struct Totals {
     failed: usize,
     /// Mean predicted utility over the ticks with a finite one.
     mean_utility: Option<f64>,
-    /// Ticks where a predicted throughput is under its model's floor.
+    /// Ticks where a predicted throughput is under its model's enforced floor.
     floors_missed: usize,
+    /// For what ran: ticks whose measured throughput (of the configuration
+    /// that ran before the tick) is under a declared floor; `None` for the
+    /// replayed policies, whose choices were never measured.
+    measured_floor_misses: Option<usize>,
     /// Models whose configuration the decision changed, summed over the ticks.
     reconfigurations: usize,
     /// Ticks decided differently from what ran (none for what ran itself).
@@ -123,6 +134,9 @@ struct Results {
     /// predictions of the online correction were replayed.
     scored_with: String,
     corrected: bool,
+    /// How the replay enforced the floors ("on the point prediction",
+    /// "conformal, α 0.05"), and whether that is as the log recorded.
+    floors: String,
     ticks: usize,
     skipped_without_previous: usize,
     ran: Totals,
@@ -146,6 +160,52 @@ fn run_of(contents: &LogContents, i: usize) -> Result<&RunRecord> {
         "this log has no run record (it was written before decision log version 3): \
          replay --policy needs the scenario, bundle and seed a version 3 log records",
     )
+}
+
+/// The floors the replay enforces, and how to name them: `--floor-miss-rate`
+/// where given (margins from the served bundle), else as the log recorded
+/// (one floors record for every replayed tick), else on the point prediction.
+fn replay_floors(
+    args: &ReplayArgs,
+    contents: &LogContents,
+    ticks: &[(usize, &TickRecord)],
+    served: &mfsched_surrogate::Served,
+) -> Result<(Floors, String)> {
+    if let Some(alpha) = args.floor_miss_rate {
+        let floors = served.floors(super::eval::floor_miss_rate("--floor-miss-rate", alpha)?);
+        let label = format!("{} (--floor-miss-rate)", floors.label());
+        return Ok((floors, label));
+    }
+    let records: Vec<Option<&FloorsRecord>> =
+        ticks.iter().map(|&(i, _)| contents.floors_of(i)).collect();
+    if records.windows(2).any(|w| w[0] != w[1]) {
+        bail!(
+            "{}: the ticks enforced their floors differently ([floors] changed between daemon starts); replay one daemon set-up at a time, or set --floor-miss-rate",
+            args.log.display()
+        );
+    }
+    let n = served.problem.models.len();
+    match records.first().copied().flatten() {
+        Some(r) => {
+            if r.declared.len() != n || r.enforced.len() != n {
+                bail!(
+                    "{}: the floors record holds {} declared and {} enforced floors for {n} models",
+                    args.log.display(),
+                    r.declared.len(),
+                    r.enforced.len()
+                );
+            }
+            // The daemon's own enforced floors, whatever margins this build
+            // would take.
+            let floors = Floors::as_recorded(r.declared.clone(), &r.enforced, r.miss_rate);
+            let label = format!("{} (as the log recorded)", floors.label());
+            Ok((floors, label))
+        }
+        None => Ok((
+            Floors::point(served.problem.sla_floors.clone()),
+            "on the point prediction (the log records no floors)".to_owned(),
+        )),
+    }
 }
 
 fn counterfactual(args: &ReplayArgs, contents: &LogContents) -> Result<()> {
@@ -280,7 +340,9 @@ fn counterfactual(args: &ReplayArgs, contents: &LogContents) -> Result<()> {
             identity: policy.info.identity(),
         });
     }
+    let (floors, floors_label) = replay_floors(args, contents, &ticks, &served)?;
     let mut problem = served.problem.clone();
+    problem.sla_floors = floors.enforced().to_vec();
     // Every policy that was active in the replayed ticks, in order of first
     // appearance (a switch through the API changes it mid-log).
     let mut actives: Vec<&str> = Vec::new();
@@ -299,6 +361,7 @@ fn counterfactual(args: &ReplayArgs, contents: &LogContents) -> Result<()> {
     );
     let mut ran = Totals {
         label: ran_label,
+        measured_floor_misses: Some(0),
         ..Totals::default()
     };
     let mut totals: Vec<Totals> = args
@@ -337,6 +400,11 @@ fn counterfactual(args: &ReplayArgs, contents: &LogContents) -> Result<()> {
                 c.observe(&r.state, &previous, &m.throughput)
                     .with_context(|| format!("tick {}: the correction's prediction", r.tick))?;
             }
+        }
+        if let Some(m) = contents.measured_of(r.tick)
+            && !floors.misses(&m.throughput).is_empty()
+        {
+            *ran.measured_floor_misses.get_or_insert(0) += 1;
         }
         let ran_joint = r.active.outcome.as_ref().ok().map(|p| p.joint.clone());
         match &r.active.outcome {
@@ -408,6 +476,7 @@ fn counterfactual(args: &ReplayArgs, contents: &LogContents) -> Result<()> {
             }
         },
         corrected: corrected.is_some(),
+        floors: floors_label,
         ticks: ticks.len(),
         skipped_without_previous: skipped,
         ran,
@@ -444,7 +513,9 @@ fn markdown(r: &Results, predictor: &str) -> String {
         out,
         "{} recorded ticks decided again on the recorded state and running configuration \
          ({} skipped: no recorded configuration). Scenario {}, {predictor}{}, bundle {}, seed {}, \
-         scored with {}. Utilities are predicted, by the same surrogate for every row.",
+         scored with {}; floors enforced {}. Utilities are predicted, by the same surrogate for every row; \
+         floors are missed on predictions against the enforced floors, and on what ran's measured \
+         throughput against the declared ones.",
         r.ticks,
         r.skipped_without_previous,
         r.scenario,
@@ -457,7 +528,8 @@ fn markdown(r: &Results, predictor: &str) -> String {
             .as_deref()
             .map_or("(none)", mfsched_core::short_digest),
         r.seed,
-        r.scored_with
+        r.scored_with,
+        r.floors
     )
     .ok();
     writeln!(out).ok();
@@ -494,10 +566,10 @@ fn markdown(r: &Results, predictor: &str) -> String {
     }
     writeln!(
         out,
-        "| policy | decided | failed | mean predicted utility | vs what ran | ticks under a floor | reconfigurations | ticks decided differently |"
+        "| policy | decided | failed | mean predicted utility | vs what ran | ticks predicted under a floor | ticks measured under a floor | reconfigurations | ticks decided differently |"
     )
     .ok();
-    writeln!(out, "|---|---|---|---|---|---|---|---|").ok();
+    writeln!(out, "|---|---|---|---|---|---|---|---|---|").ok();
     let base = r.ran.mean_utility;
     for t in std::iter::once(&r.ran).chain(&r.policies) {
         let delta = match (t.mean_utility, base, t.differ_from_ran) {
@@ -506,12 +578,14 @@ fn markdown(r: &Results, predictor: &str) -> String {
         };
         writeln!(
             out,
-            "| {} | {} | {} | {} | {delta} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {delta} | {} | {} | {} | {} |",
             t.label,
             t.decided,
             t.failed,
             t.mean_utility.map_or("—".to_owned(), |u| format!("{u:.4}")),
             t.floors_missed,
+            t.measured_floor_misses
+                .map_or("—".to_owned(), |n| n.to_string()),
             t.reconfigurations,
             t.differ_from_ran.map_or("—".to_owned(), |d| d.to_string()),
         )

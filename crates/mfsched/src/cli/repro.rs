@@ -51,7 +51,8 @@ pub enum ReproWhat {
     /// Joint MLP at N = 2.
     SampleComplexity(SampleComplexityArgs),
     /// The online correction on a perturbed simulated card: realised utility
-    /// and floor violations without and with it.
+    /// and floor violations without and with it, each with floors held on the
+    /// point prediction and on the conformal lower bound.
     Correction(super::eval::CorrectionArgs),
 }
 

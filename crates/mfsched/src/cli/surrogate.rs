@@ -97,6 +97,10 @@ pub struct CvArgs {
     /// Skip the Joint-MLP baseline (it runs where N ≤ 3).
     #[arg(long)]
     no_joint: bool,
+    /// The miss rate α whose conformal coverage the table scores (a floor's
+    /// margin at α should be met by 1 − α of held-out rows).
+    #[arg(long, default_value_t = mfsched_core::DEFAULT_FLOOR_MISS_RATE)]
+    miss_rate: f64,
     /// Also write folds.csv (each row's fold per seed) and predictions.csv
     /// (every out-of-fold prediction of the full run) into this directory.
     #[arg(long, value_name = "DIR")]
@@ -359,6 +363,9 @@ fn cv(args: CvArgs) -> Result<()> {
     } else {
         args.targets.clone()
     };
+    if !(args.miss_rate > 0.0 && args.miss_rate <= 0.5) {
+        bail!("--miss-rate {}: use a share in (0, 0.5]", args.miss_rate);
+    }
     let config = CvConfig {
         folds: args.folds,
         seeds: args.seeds.clone(),
@@ -367,6 +374,7 @@ fn cv(args: CvArgs) -> Result<()> {
         group_by: args.group_by.clone(),
         joint: !args.no_joint,
         train_sizes: args.train_sizes.clone(),
+        miss_rate: args.miss_rate,
         train: TrainConfig {
             epochs: args.epochs,
             ..TrainConfig::default()

@@ -144,19 +144,27 @@ pub fn run(args: TrainArgs) -> Result<()> {
     bundle.write(&args.out)?;
     println!("target    {}", bundle.meta.target);
     println!("field     {}", bundle.meta.field_features);
+    let alpha = mfsched_core::DEFAULT_FLOOR_MISS_RATE;
     println!(
-        "{:<10} {:>8} {:>8} {:>13} {:>8} {:>8}",
-        "model", "train", "held out", "R² slowdown", "MAPE %", "R²"
+        "{:<10} {:>8} {:>8} {:>13} {:>8} {:>8} {:>22}",
+        "model",
+        "train",
+        "held out",
+        "R² slowdown",
+        "MAPE %",
+        "R²",
+        format!("floor margin (α {alpha})")
     );
     for m in &bundle.meta.models {
         println!(
-            "{:<10} {:>8} {:>8} {:>13} {:>8} {:>8}",
+            "{:<10} {:>8} {:>8} {:>13} {:>8} {:>8} {:>22}",
             m.name,
             m.metrics.train_rows,
             m.metrics.holdout_rows,
             m.metrics.r2_slowdown_text(),
             m.metrics.mape_text(),
-            m.metrics.r2_text()
+            m.metrics.r2_text(),
+            m.metrics.floor_margin_text(alpha)
         );
     }
     println!("wrote the bundle to {}", args.out.display());

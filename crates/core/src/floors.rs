@@ -1,0 +1,290 @@
+//! Floors that hold under the surrogate's error: split-conformal margins.
+//!
+//! A decision enforces each model's SLA floor on a prediction. A point
+//! prediction that is right on average misses the floor whenever the model
+//! runs slower than predicted, which a surrogate with a slowdown R² of 0.7 does
+//! often. A bundle therefore keeps, per model, the ratio measured / predicted
+//! throughput on each of its held-out rows (the nets it ships never saw them).
+//! For rows exchangeable with those, the k-th smallest of n such ratios with
+//! k = ⌊α(n + 1)⌋, q̂, bounds a new row's ratio from below with probability at
+//! least 1 − α (split conformal prediction, one-sided). A decision that keeps
+//! `predicted · q̂ ≥ floor`, i.e. enforces `floor / q̂` on the prediction,
+//! then misses the declared floor on a measurement in at most a share α of
+//! cases. Under the relative target the ratio is the same on the slowdown: the
+//! solo throughput divides the measurement and the prediction alike.
+//!
+//! Measured throughput is what the floors are promised on, so it is what a
+//! miss is counted against ([`Floors::misses`]); the raised floors are only
+//! what decisions are checked with ([`Floors::enforced`]).
+
+use serde::Serialize;
+
+/// The miss rate α a daemon enforces its floors at unless configured.
+pub const DEFAULT_MISS_RATE: f64 = 0.05;
+
+/// The lowest lower-bound ratio a margin uses. A held-out row measured near 0
+/// would otherwise raise its floor without bound (a floor no configuration
+/// reaches stops every decision): below this the margin is capped, and says
+/// so ([`FloorMargin::capped`]).
+pub const MIN_LOWER_RATIO: f64 = 0.1;
+
+/// One model's margin: its floor is enforced on the prediction multiplied by
+/// `ratio`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct FloorMargin {
+    /// q̂ in (0, 1]: never above 1, so a surrogate that underpredicts keeps its
+    /// floor where it is declared rather than lowering it.
+    pub ratio: f64,
+    /// The held-out rows q̂ was taken from.
+    pub rows: usize,
+    /// Fewer than 1/α − 1 rows: no order statistic gives the guarantee, and the
+    /// smallest ratio is used.
+    pub short: bool,
+    /// q̂ was below [`MIN_LOWER_RATIO`] and was raised to it.
+    pub capped: bool,
+}
+
+impl FloorMargin {
+    /// The split-conformal lower ratio of `ratios` (measured / predicted, any
+    /// order; non-finite values count as 0, a miss) at miss rate `miss_rate`
+    /// in (0, 1). `None` without a ratio.
+    pub fn conformal(ratios: &[f32], miss_rate: f64) -> Option<Self> {
+        if ratios.is_empty() || !(miss_rate > 0.0 && miss_rate < 1.0) {
+            return None;
+        }
+        let mut sorted: Vec<f64> = ratios
+            .iter()
+            .map(|&r| {
+                if r.is_finite() {
+                    f64::from(r).max(0.0)
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        sorted.sort_by(f64::total_cmp);
+        let n = sorted.len();
+        let k = (miss_rate * (n + 1) as f64).floor() as usize;
+        let q = sorted[k.clamp(1, n) - 1];
+        Some(Self {
+            ratio: q.clamp(MIN_LOWER_RATIO, 1.0),
+            rows: n,
+            short: k == 0,
+            capped: q < MIN_LOWER_RATIO,
+        })
+    }
+
+    /// What the floor is multiplied by on the prediction it is enforced on.
+    pub fn factor(&self) -> f64 {
+        1.0 / self.ratio
+    }
+}
+
+/// Every model's floor as declared and as decisions enforce it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Floors {
+    /// Per model, the floor the scenario (or the bundle's profile) sets: what
+    /// measured throughput is held to.
+    pub declared: Vec<f64>,
+    /// Per model, the floor decisions are checked with: the declared one
+    /// divided by its margin's ratio.
+    enforced: Vec<f64>,
+    /// The miss rate the margins are taken at; `None`: floors enforced on the
+    /// point prediction.
+    pub miss_rate: Option<f64>,
+    /// Per model; `None` where no margin applies (margins off, or the bundle
+    /// holds no held-out ratios for the model).
+    pub margins: Vec<Option<FloorMargin>>,
+}
+
+impl Floors {
+    /// Floors enforced on the point prediction.
+    pub fn point(declared: Vec<f64>) -> Self {
+        let margins = vec![None; declared.len()];
+        Self {
+            enforced: declared.clone(),
+            declared,
+            miss_rate: None,
+            margins,
+        }
+    }
+
+    fn with_margins(
+        declared: Vec<f64>,
+        miss_rate: Option<f64>,
+        margins: Vec<Option<FloorMargin>>,
+    ) -> Self {
+        let enforced = declared
+            .iter()
+            .zip(&margins)
+            .map(|(&f, m)| m.map_or(f, |m| f / m.ratio))
+            .collect();
+        Self {
+            declared,
+            enforced,
+            miss_rate,
+            margins,
+        }
+    }
+
+    /// Floors enforced on the split-conformal lower bound at `miss_rate` from
+    /// each model's held-out ratios (`held_out[i]`, `None` where the bundle
+    /// has none: that model's floor stays on the point prediction).
+    pub fn conformal(declared: Vec<f64>, held_out: &[Option<Vec<f32>>], miss_rate: f64) -> Self {
+        let margins = (0..declared.len())
+            .map(|i| {
+                held_out
+                    .get(i)
+                    .and_then(Option::as_ref)
+                    .and_then(|r| FloorMargin::conformal(r, miss_rate))
+            })
+            .collect();
+        Self::with_margins(declared, Some(miss_rate), margins)
+    }
+
+    /// Floors as a decision log recorded them: the enforced floors exactly
+    /// as recorded where one is a finite number at or above its declared
+    /// floor (else the declared one), each margin the ratio of the two.
+    pub fn as_recorded(declared: Vec<f64>, enforced: &[f64], miss_rate: Option<f64>) -> Self {
+        let (enforced, margins) = declared
+            .iter()
+            .enumerate()
+            .map(|(i, &d)| match enforced.get(i) {
+                Some(&e) if e.is_finite() && d > 0.0 && e > d => (
+                    e,
+                    Some(FloorMargin {
+                        ratio: d / e,
+                        rows: 0,
+                        short: false,
+                        capped: false,
+                    }),
+                ),
+                _ => (d, None),
+            })
+            .unzip();
+        Self {
+            declared,
+            enforced,
+            miss_rate,
+            margins,
+        }
+    }
+
+    /// How decisions enforce these floors, for reports: "conformal, α 0.05"
+    /// or "on the point prediction".
+    pub fn label(&self) -> String {
+        self.miss_rate.map_or_else(
+            || "on the point prediction".to_owned(),
+            |a| format!("conformal, α {a}"),
+        )
+    }
+
+    /// The floors decisions are checked with: each declared floor divided by
+    /// its margin's ratio.
+    pub fn enforced(&self) -> &[f64] {
+        &self.enforced
+    }
+
+    /// The models whose measured throughput (`None`: not measured) is under
+    /// their declared floor.
+    pub fn misses(&self, measured: &[Option<f64>]) -> Vec<usize> {
+        self.declared
+            .iter()
+            .zip(measured)
+            .enumerate()
+            .filter(|(_, (floor, t))| t.is_some_and(|t| t < **floor))
+            .map(|(i, _)| i)
+            .collect()
+    }
+
+    /// The models a margin was asked for but cannot be given to (the bundle
+    /// holds no held-out ratios for them).
+    pub fn uncalibrated(&self) -> Vec<usize> {
+        if self.miss_rate.is_none() {
+            return Vec::new();
+        }
+        (0..self.margins.len())
+            .filter(|&i| self.margins[i].is_none())
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_lower_ratio_is_the_floor_of_alpha_n_plus_one_th_smallest() {
+        // 99 ratios 0.505 .. 0.995, unsorted: k = ⌊0.05 · 100⌋ = 5, the
+        // fifth smallest.
+        let ratios: Vec<f32> = (1..=99).rev().map(|i| 0.5 + i as f32 / 200.0).collect();
+        let m = FloorMargin::conformal(&ratios, 0.05).expect("ratios");
+        assert!((m.ratio - 0.525).abs() < 1e-6, "{m:?}");
+        assert_eq!((m.rows, m.short, m.capped), (99, false, false));
+        assert!((m.factor() - 1.0 / 0.525).abs() < 1e-4);
+        // α 0.2: k = 20.
+        let m = FloorMargin::conformal(&ratios, 0.2).expect("ratios");
+        assert!((m.ratio - 0.6).abs() < 1e-6, "{m:?}");
+    }
+
+    #[test]
+    fn short_capped_and_above_one_ratios_are_said_and_bounded() {
+        // 10 rows cannot give 1 − α = 95 %: the smallest is used, and said.
+        let m = FloorMargin::conformal(&[0.9; 10], 0.05).expect("ratios");
+        assert!(m.short && (m.ratio - 0.9).abs() < 1e-6, "{m:?}");
+        // A row measured at 0 (and a NaN one) cap the margin instead of making
+        // the floor unreachable.
+        let mut ratios = vec![1.0_f32; 40];
+        ratios[0] = 0.0;
+        ratios[1] = f32::NAN;
+        let m = FloorMargin::conformal(&ratios, 0.05).expect("ratios");
+        assert!(m.capped && m.ratio == MIN_LOWER_RATIO, "{m:?}");
+        // A surrogate that always underpredicts does not lower the floor.
+        let m = FloorMargin::conformal(&[1.5; 40], 0.05).expect("ratios");
+        assert_eq!(m.ratio, 1.0);
+        assert_eq!(FloorMargin::conformal(&[], 0.05), None);
+        assert_eq!(FloorMargin::conformal(&[1.0], 0.0), None);
+    }
+
+    #[test]
+    fn the_margin_covers_one_minus_alpha_of_new_rows() {
+        // Exchangeable ratios: calibrate on 200, check on 20 000 more from the
+        // same law. The guarantee is ≥ 1 − α; split conformal with n = 200 is
+        // within a point or two above it.
+        let mut rng = mfsched_rng::Rng::new(11);
+        let mut draw =
+            |n: usize| -> Vec<f32> { (0..n).map(|_| (0.15 * rng.normal()).exp() as f32).collect() };
+        let alpha = 0.05;
+        let mut coverage = Vec::new();
+        for _ in 0..20 {
+            let m = FloorMargin::conformal(&draw(200), alpha).expect("ratios");
+            let fresh = draw(1000);
+            let covered = fresh.iter().filter(|&&r| f64::from(r) >= m.ratio).count();
+            coverage.push(covered as f64 / fresh.len() as f64);
+        }
+        let mean = coverage.iter().sum::<f64>() / coverage.len() as f64;
+        assert!((0.94..=0.975).contains(&mean), "mean coverage {mean}");
+    }
+
+    #[test]
+    fn floors_are_enforced_raised_and_missed_on_the_declared_value() {
+        let held_out = vec![Some(vec![0.8_f32; 40]), None];
+        let floors = Floors::conformal(vec![10.0, 4.0], &held_out, 0.05);
+        let enforced = floors.enforced();
+        assert!(
+            (enforced[0] - 12.5).abs() < 1e-5 && enforced[1] == 4.0,
+            "{enforced:?}"
+        );
+        assert_eq!(floors.uncalibrated(), vec![1]);
+        // Measured 11 passes the declared 10 though the decision held it to 12.5.
+        assert_eq!(floors.misses(&[Some(11.0), Some(3.9)]), vec![1]);
+        assert_eq!(floors.misses(&[Some(9.0), None]), vec![0]);
+        let recorded = Floors::as_recorded(vec![10.0, 4.0], enforced, Some(0.05));
+        assert_eq!(recorded.enforced(), enforced, "exactly as recorded");
+        assert_eq!(recorded.label(), "conformal, α 0.05");
+        let point = Floors::point(vec![10.0, 4.0]);
+        assert_eq!(point.label(), "on the point prediction");
+        assert_eq!(point.enforced(), [10.0, 4.0]);
+        assert!(point.uncalibrated().is_empty());
+    }
+}
