@@ -196,8 +196,12 @@ fn edited_bundle(dir: &Path, edit: impl FnOnce(&mut serde_json::Value)) -> std::
 #[test]
 fn bundles_naming_a_device_or_disagreeing_with_their_scenario_are_refused() {
     let dir = tempfile::tempdir().expect("temp dir");
+    // A bundle without its own scenario text names the scenario to load.
     let device = edited_bundle(&dir.path().join("device"), |m| {
         m["scenario"] = "/dev/zero".into();
+        m.as_object_mut()
+            .expect("an object")
+            .remove("scenario_toml");
     })
     .join("paper-n2");
     let profile = common::workspace_root().join("tests/fixtures/profiles/good.csv");

@@ -867,7 +867,8 @@ fn a_counter_going_down_on_every_scrape_is_one_warn_line_per_model() {
 /// exhaustive deciding paper-n2 every 100 ms in `dir`, every model's load
 /// and throughput scraped from a page whose counters grow with time: 10
 /// requests/s (a high load) and 0.01 tokens or frames per second, a
-/// fraction of anything the surrogate predicts. Returns the models, the
+/// fraction of anything the surrogate predicts; floors on the conformal
+/// bound at α 0.05. Returns the models, the
 /// API's address, the daemon and its stderr.
 fn slow_servers(
     dir: &Path,
@@ -893,7 +894,9 @@ fn slow_servers(
         "slow_requests_total",
         Some("slow_tokens_total"),
     );
-    let config = common::daemon_config(dir, "paper-n2", 100, "active = \"exhaustive\"", &workload);
+    // Floors on the conformal bound (off by default), for the floors tests.
+    let extra = format!("{workload}\n[floors]\nmiss_rate = 0.05\n");
+    let config = common::daemon_config(dir, "paper-n2", 100, "active = \"exhaustive\"", &extra);
     let (child, err, addr) = process::start_daemon(&config);
     (models, addr, process::Killed(child), err)
 }
@@ -945,9 +948,9 @@ fn measured_throughput_far_below_the_prediction_is_corrected_and_one_drift_line_
     );
 }
 
-/// Issue 27, calibrated floors: by default decisions hold each floor on the
-/// split-conformal lower bound of the prediction from the bundle's held-out
-/// ratios (`[floors] miss_rate = 0.05`). The daemon exports both floors,
+/// Issue 27, calibrated floors: with `[floors] miss_rate = 0.05` decisions
+/// hold each floor on the split-conformal lower bound of the prediction from
+/// the bundle's held-out ratios. The daemon exports both floors,
 /// shows both on the API, counts the ticks its servers
 /// measured under a declared floor (these servers are under every one), and
 /// records the floors in its log.

@@ -347,25 +347,27 @@ fn config() -> bincode::config::Configuration<
     bincode::config::standard().with_limit::<{ MAX_RECORD_BYTES as usize }>()
 }
 
+/// Of entries written once per daemon start (each with the index of its
+/// first tick record), the one of the start that wrote record `i`.
+fn of_the_start<T>(entries: &[(usize, T)], i: usize) -> Option<&T> {
+    entries
+        .iter()
+        .rev()
+        .find(|(first, _)| *first <= i)
+        .map(|(_, entry)| entry)
+}
+
 impl LogContents {
     /// What the daemon that wrote record `i` decided with (`None` in logs
     /// before version 3).
     pub fn run_of(&self, i: usize) -> Option<&RunRecord> {
-        self.runs
-            .iter()
-            .rev()
-            .find(|(first, _)| *first <= i)
-            .map(|(_, run)| run)
+        of_the_start(&self.runs, i)
     }
 
     /// How the daemon that wrote record `i` enforced its floors, when the
     /// log records it.
     pub fn floors_of(&self, i: usize) -> Option<&FloorsRecord> {
-        self.floors
-            .iter()
-            .rev()
-            .find(|(first, _)| *first <= i)
-            .map(|(_, f)| f)
+        of_the_start(&self.floors, i)
     }
 
     /// What was measured before tick `tick` decided, when the log records it.

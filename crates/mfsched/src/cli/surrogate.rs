@@ -286,9 +286,16 @@ fn eval(
         },
     };
     println!("solo throughput (for the slowdown): {solo_from}");
+    let alpha = mfsched_core::DEFAULT_FLOOR_MISS_RATE;
     println!(
-        "{:<10} {:>14} {:>8} {:>10} {:>16} {:>16}",
-        "model", "R² slowdown", "MAPE %", "R²", "R² at training", "slowdown at tr."
+        "{:<10} {:>14} {:>8} {:>10} {:>16} {:>16} {:>18}",
+        "model",
+        "R² slowdown",
+        "MAPE %",
+        "R²",
+        "R² at training",
+        "slowdown at tr.",
+        format!("covered at α {alpha}")
     );
     let text = |v: Option<f64>, digits: usize| {
         v.map_or_else(|| "-".to_string(), |v| format!("{v:.digits$}"))
@@ -308,14 +315,31 @@ fn eval(
                 .collect()
         });
         let f = fidelity(&predicted[i], &truth, solo_rows.as_deref());
+        // The share of rows at or above the bundle's own floor margin: 1 − α
+        // where the margin holds on this data.
+        let covered = m
+            .metrics
+            .holdout_ratios
+            .as_deref()
+            .and_then(|r| mfsched_core::FloorMargin::conformal(r, alpha))
+            .map(|margin| {
+                let rows = predicted[i].len().max(1);
+                let met = predicted[i]
+                    .iter()
+                    .zip(&truth)
+                    .filter(|&(&p, &t)| f64::from(t) >= margin.ratio * f64::from(p))
+                    .count();
+                met as f64 / rows as f64
+            });
         println!(
-            "{:<10} {:>14} {:>8} {:>10} {:>16} {:>16}",
+            "{:<10} {:>14} {:>8} {:>10} {:>16} {:>16} {:>18}",
             m.name,
             text(f.r2_slowdown, 4),
             text(f.mape, 2),
             f.r2.map_or_else(|| "undefined".to_string(), |v| format!("{v:.4}")),
             m.metrics.r2_text(),
-            m.metrics.r2_slowdown_text()
+            m.metrics.r2_slowdown_text(),
+            text(covered, 3)
         );
         scores.push(f);
     }
