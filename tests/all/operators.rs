@@ -1071,6 +1071,27 @@ fn replay_corrects_as_the_daemon_did() {
         r["policies"][0]["measured_floor_misses"],
         serde_json::Value::Null
     );
+    // Replayed on the point prediction instead: the label says so, and what
+    // ran is still measured against the same declared floors.
+    let out = mfsched(&[
+        "replay",
+        log.to_str().expect("utf-8"),
+        "--policy",
+        "exhaustive",
+        "--floor-miss-rate",
+        "0",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let point: serde_json::Value = serde_json::from_str(&process::stdout(&out)).expect("JSON");
+    assert_eq!(
+        point["floors"], "on the point prediction (--floor-miss-rate)",
+        "{point}"
+    );
+    assert_eq!(
+        point["ran"]["measured_floor_misses"], r["ran"]["measured_floor_misses"],
+        "{point}"
+    );
     assert!(
         r["scored_with"]
             .as_str()

@@ -528,7 +528,14 @@ pub fn correction(args: CorrectionArgs) -> Result<()> {
     );
     let mut traces = Vec::new();
     for &seed in &args.seeds {
-        traces.push(trace_list(&args.trace, args.ticks, seed)?.remove(0));
+        let mut named = trace_list(&args.trace, args.ticks, seed)?;
+        if named.len() != 1 {
+            bail!(
+                "--trace {}: name one trace (every seed runs on it; run again for another)",
+                args.trace
+            );
+        }
+        traces.append(&mut named);
     }
     let study = CorrectionStudy {
         model_sigma: args.model_sigma,
