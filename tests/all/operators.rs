@@ -1041,15 +1041,21 @@ fn replay_corrects_as_the_daemon_did() {
         "{:?}",
         contents.measured
     );
-    let out = mfsched(&[
-        "replay",
-        log.to_str().expect("utf-8"),
-        "--policy",
-        "exhaustive",
-        "--json",
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let r: serde_json::Value = serde_json::from_str(&process::stdout(&out)).expect("JSON");
+    // `replay LOG --policy exhaustive --json` with `more` arguments.
+    let replay = |more: &[&str]| -> serde_json::Value {
+        let mut args = vec![
+            "replay",
+            log.to_str().expect("utf-8"),
+            "--policy",
+            "exhaustive",
+            "--json",
+        ];
+        args.extend_from_slice(more);
+        let out = mfsched(&args);
+        assert!(out.status.success(), "{}", stderr(&out));
+        serde_json::from_str(&process::stdout(&out)).expect("JSON")
+    };
+    let r = replay(&[]);
     assert_eq!(r["policies"][0]["differ_from_ran"], 0, "{r}");
     assert!(r["ticks"].as_u64() >= Some(20), "{r}");
     // The report says it replayed the correction, and what scored the rows.
@@ -1073,17 +1079,7 @@ fn replay_corrects_as_the_daemon_did() {
     );
     // Replayed on the point prediction instead: the label says so, and what
     // ran is still measured against the same declared floors.
-    let out = mfsched(&[
-        "replay",
-        log.to_str().expect("utf-8"),
-        "--policy",
-        "exhaustive",
-        "--floor-miss-rate",
-        "0",
-        "--json",
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let point: serde_json::Value = serde_json::from_str(&process::stdout(&out)).expect("JSON");
+    let point = replay(&["--floor-miss-rate", "0"]);
     assert_eq!(
         point["floors"], "on the point prediction (--floor-miss-rate)",
         "{point}"
