@@ -22,6 +22,17 @@ use serde::Serialize;
 /// The miss rate α a daemon enforces its floors at unless configured.
 pub const DEFAULT_MISS_RATE: f64 = 0.05;
 
+/// A configured miss rate as margins are taken at it: `None` for 0 (floors
+/// on the point prediction), `Some(α)` for α in (0, 0.5]; anything else is
+/// refused with what to use. The one check every command and the daemon
+/// apply to a miss rate.
+pub fn miss_rate(value: f64) -> Result<Option<f64>, String> {
+    if !(value.is_finite() && (0.0..=0.5).contains(&value)) {
+        return Err("use a share in [0, 0.5] (0: floors on the point prediction)".to_owned());
+    }
+    Ok((value > 0.0).then_some(value))
+}
+
 /// The lowest lower-bound ratio a margin uses. A held-out row measured near 0
 /// would otherwise raise its floor without bound (a floor no configuration
 /// reaches stops every decision): below this the margin is capped, and says
@@ -225,6 +236,16 @@ mod tests {
         // α 0.2: k = 20.
         let m = FloorMargin::conformal(&ratios, 0.2).expect("ratios");
         assert!((m.ratio - 0.6).abs() < 1e-6, "{m:?}");
+    }
+
+    #[test]
+    fn miss_rates_are_zero_for_point_floors_or_up_to_a_half() {
+        assert_eq!(miss_rate(0.0), Ok(None));
+        assert_eq!(miss_rate(0.05), Ok(Some(0.05)));
+        assert_eq!(miss_rate(0.5), Ok(Some(0.5)));
+        for bad in [-0.1, 0.7, f64::NAN, f64::INFINITY] {
+            assert!(miss_rate(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

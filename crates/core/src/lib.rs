@@ -37,6 +37,7 @@ pub use domain::{
 /// SLA floors as declared and as decisions enforce them (split-conformal margins).
 pub use floors::{
     DEFAULT_MISS_RATE as DEFAULT_FLOOR_MISS_RATE, FloorMargin, Floors, MIN_LOWER_RATIO,
+    miss_rate as floor_miss_rate,
 };
 pub use fsutil::{
     MAX_CONFIG_BYTES, kind_of as file_kind, read_capped, read_capped_to_string, write_atomically,

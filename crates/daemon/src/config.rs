@@ -64,9 +64,10 @@ pub struct FloorsConfig {
 }
 
 impl FloorsConfig {
-    /// The miss rate margins are taken at; `None` for point floors.
+    /// The miss rate margins are taken at; `None` for point floors (and for
+    /// a value `check` refuses).
     pub fn margins_at(&self) -> Option<f64> {
-        (self.miss_rate > 0.0).then_some(self.miss_rate)
+        mfsched_core::floor_miss_rate(self.miss_rate).ok().flatten()
     }
 }
 
@@ -1011,11 +1012,8 @@ impl DaemonConfig {
             .check()
             .map_err(|e| anyhow::anyhow!("correction.{e}"))?;
         let alpha = self.floors.miss_rate;
-        if !(alpha.is_finite() && (0.0..=0.5).contains(&alpha)) {
-            bail!(
-                "floors.miss_rate = {alpha}: use a share in [0, 0.5] (0: floors on the point prediction)"
-            );
-        }
+        mfsched_core::floor_miss_rate(alpha)
+            .map_err(|e| anyhow::anyhow!("floors.miss_rate = {alpha}: {e}"))?;
         if self.tick.deadline_ms == 0 || self.tick.deadline_ms >= self.tick.period_ms {
             bail!(
                 "loop.deadline_ms ({}) must be positive and shorter than loop.period_ms ({})",

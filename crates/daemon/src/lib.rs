@@ -151,12 +151,12 @@ pub fn workload_source(
 /// (llama3b 12.0 → 13.1, …)" or "on the point prediction".
 fn floors_text(problem: &mfsched_core::Problem, floors: &mfsched_core::Floors) -> String {
     let Some(alpha) = floors.miss_rate else {
-        return "on the point prediction".to_owned();
+        return floors.label();
     };
     let raised: Vec<String> = problem
         .models
         .iter()
-        .zip(floors.declared.iter().zip(&problem.sla_floors))
+        .zip(floors.declared.iter().zip(floors.enforced()))
         .map(|(m, (d, e))| format!("{} {d:.1} → {e:.1}", m.name))
         .collect();
     format!("conformal α {alpha} ({})", raised.join(", "))
@@ -291,7 +291,7 @@ pub async fn run(
     log.append_floors(&FloorsRecord {
         miss_rate: floors.miss_rate,
         declared: floors.declared.clone(),
-        enforced: problem.sla_floors.clone(),
+        enforced: floors.enforced().to_vec(),
     })?;
     metrics.floors(&problem, &floors);
     // What the driven servers run is brought up once the start is sure.

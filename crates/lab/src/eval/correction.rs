@@ -85,13 +85,16 @@ impl CorrectionStudy {
                     ..Conditions::default()
                 },
             ];
+            // Point floors (the harness problem's), then the margins.
+            let variants: Vec<Floors> =
+                std::iter::once(Floors::point(harness.problem().sla_floors.clone()))
+                    .chain(self.margins.clone())
+                    .collect();
             for (name, c) in CONDITIONS.iter().zip(conditions) {
-                for floors in self.floor_variants() {
-                    let label = floors
-                        .as_ref()
-                        .map_or_else(|| Floors::point(Vec::new()).label(), Floors::label);
+                for floors in &variants {
+                    let label = floors.label();
                     let c = Conditions {
-                        floors,
+                        floors: Some(floors.clone()),
                         ..c.clone()
                     };
                     let runs = harness.run_under(&c, policy, &[], trace, seed, &mut on_tick)?;
@@ -115,16 +118,10 @@ impl CorrectionStudy {
 }
 
 impl CorrectionStudy {
-    /// How many runs each condition makes per seed.
+    /// How many runs each condition makes per seed: point floors, and the
+    /// margins where the study has them.
     pub fn runs_per_condition(&self) -> usize {
-        self.floor_variants().len()
-    }
-
-    /// Point floors, then the margins where the study has them.
-    fn floor_variants(&self) -> Vec<Option<Floors>> {
-        std::iter::once(None)
-            .chain(self.margins.clone().map(Some))
-            .collect()
+        1 + usize::from(self.margins.is_some())
     }
 }
 

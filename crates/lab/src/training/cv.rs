@@ -738,58 +738,62 @@ fn solve(mut a: Vec<f64>, mut b: Vec<f64>, n: usize) -> Vec<f64> {
     x
 }
 
-/// Per seed, the conformal coverage of model `i`'s rows (`None` for every
-/// model): for each fold, the lower ratio at `miss_rate` from the other folds'
-/// out-of-fold measured / predicted ratios, and how many of the fold's rows
-/// reach it. Returns (covered, rows) per seed.
+/// Per seed, per model, the conformal coverage of the model's rows as
+/// (covered, rows): for each fold, the lower ratio at `miss_rate` from the
+/// other folds' out-of-fold measured / predicted ratios, and how many of the
+/// fold's rows reach it.
 fn coverage(
     data: &[ModelData],
     predictions: &Predictions,
     folds: &[Vec<usize>],
     miss_rate: f64,
-    model: Option<usize>,
-) -> Vec<(usize, usize)> {
+) -> Vec<Vec<(usize, usize)>> {
     predictions
         .iter()
         .zip(folds)
         .map(|(seed, fold_of)| {
             let folds = fold_of.iter().max().map_or(0, |&k| k + 1);
-            let (mut covered, mut rows) = (0, 0);
-            for (i, d) in data.iter().enumerate() {
-                if model.is_some_and(|m| m != i) {
-                    continue;
-                }
-                let ratio: Vec<f32> = seed[i]
-                    .iter()
-                    .zip(&d.y)
-                    .map(|(&p, &t)| measured_over(p, t))
-                    .collect();
-                for k in 0..folds {
-                    let calibration: Vec<f32> = (0..d.rows())
-                        .filter(|&r| fold_of[r] != k)
-                        .map(|r| ratio[r])
+            data.iter()
+                .zip(seed)
+                .map(|(d, predicted)| {
+                    let ratio: Vec<f32> = predicted
+                        .iter()
+                        .zip(&d.y)
+                        .map(|(&p, &t)| measured_over(p, t))
                         .collect();
-                    let Some(margin) = FloorMargin::conformal(&calibration, miss_rate) else {
-                        continue;
-                    };
-                    for r in (0..d.rows()).filter(|&r| fold_of[r] == k) {
-                        rows += 1;
-                        covered += usize::from(f64::from(ratio[r]) >= margin.ratio);
+                    let (mut covered, mut rows) = (0, 0);
+                    for k in 0..folds {
+                        let calibration: Vec<f32> = (0..d.rows())
+                            .filter(|&r| fold_of[r] != k)
+                            .map(|r| ratio[r])
+                            .collect();
+                        let Some(margin) = FloorMargin::conformal(&calibration, miss_rate) else {
+                            continue;
+                        };
+                        for r in (0..d.rows()).filter(|&r| fold_of[r] == k) {
+                            rows += 1;
+                            covered += usize::from(f64::from(ratio[r]) >= margin.ratio);
+                        }
                     }
-                }
-            }
-            (covered, rows)
+                    (covered, rows)
+                })
+                .collect()
         })
         .collect()
 }
 
-/// The coverage shares over seeds (seeds that scored no row left out).
-fn coverage_stat(per_seed: &[(usize, usize)]) -> Option<Stat> {
+/// The coverage shares over seeds of the (covered, rows) `pick` sums from a
+/// seed's per-model counts (seeds that scored no row left out).
+fn coverage_stat(
+    per_seed: &[Vec<(usize, usize)>],
+    pick: impl Fn(&[(usize, usize)]) -> (usize, usize),
+) -> Option<Stat> {
     Stat::of(
         &per_seed
             .iter()
+            .map(|models| pick(models))
             .filter(|(_, n)| *n > 0)
-            .map(|&(c, n)| c as f64 / n as f64)
+            .map(|(c, n)| c as f64 / n as f64)
             .collect::<Vec<_>>(),
     )
 }
@@ -822,6 +826,7 @@ fn score(
     };
     let n = problem.models.len();
     let per_model_raw: Vec<_> = (0..n).map(|i| scores_of(i, &|_| true)).collect();
+    let covered = coverage(data, predictions, folds, miss_rate);
     let per_model = problem
         .models
         .iter()
@@ -833,7 +838,7 @@ fn score(
                 r2: Stat::of(a),
                 r2_relative: Stat::of(b),
                 mape: Stat::of(c),
-                coverage: coverage_stat(&coverage(data, predictions, folds, miss_rate, Some(i))),
+                coverage: coverage_stat(&covered, |models| models[i]),
             },
         })
         .collect();
@@ -858,7 +863,11 @@ fn score(
         r2: Stat::of(&per_seed(&|i, s| per_model_raw[i].0.get(s).copied())),
         r2_relative: Stat::of(&per_seed(&|i, s| per_model_raw[i].1.get(s).copied())),
         mape: Stat::of(&pooled_mape),
-        coverage: coverage_stat(&coverage(data, predictions, folds, miss_rate, None)),
+        coverage: coverage_stat(&covered, |models| {
+            models
+                .iter()
+                .fold((0, 0), |(c, n), &(mc, mn)| (c + mc, n + mn))
+        }),
     };
     let mut per_variant = Vec::new();
     for (i, m) in problem.models.iter().enumerate() {
@@ -1389,12 +1398,12 @@ mod tests {
             configs: vec![0; rows],
         }];
         let folds = vec![(0..rows).map(|r| r % 5).collect::<Vec<_>>()];
-        let per_seed = coverage(&data, &vec![vec![predicted]], &folds, 0.05, None);
-        assert_eq!(per_seed[0].1, rows);
-        let share = per_seed[0].0 as f64 / rows as f64;
+        let per_seed = coverage(&data, &vec![vec![predicted]], &folds, 0.05);
+        assert_eq!(per_seed[0][0].1, rows);
+        let share = per_seed[0][0].0 as f64 / rows as f64;
         assert!((0.93..=0.97).contains(&share), "coverage {share}");
-        let at_20 = coverage(&data, &vec![vec![data[0].y.clone()]], &folds, 0.2, None);
-        assert_eq!(at_20[0].0, rows, "exact predictions: every row covered");
+        let at_20 = coverage(&data, &vec![vec![data[0].y.clone()]], &folds, 0.2);
+        assert_eq!(at_20[0][0].0, rows, "exact predictions: every row covered");
     }
 
     #[test]

@@ -475,10 +475,7 @@ pub struct CorrectionArgs {
 
 /// `--floor-miss-rate`'s value as margins: `None` for 0.
 pub fn floor_miss_rate(flag: &str, value: f64) -> Result<Option<f64>> {
-    if !(value.is_finite() && (0.0..=0.5).contains(&value)) {
-        bail!("{flag} {value}: use a miss rate in [0, 0.5] (0: floors on the point prediction)");
-    }
-    Ok((value > 0.0).then_some(value))
+    mfsched_core::floor_miss_rate(value).map_err(|e| anyhow::anyhow!("{flag} {value}: {e}"))
 }
 
 pub fn correction(args: CorrectionArgs) -> Result<()> {

@@ -201,10 +201,11 @@ fn replay_floors(
             let label = format!("{} (as the log recorded)", floors.label());
             Ok((floors, label))
         }
-        None => Ok((
-            Floors::point(served.problem.sla_floors.clone()),
-            "on the point prediction (the log records no floors)".to_owned(),
-        )),
+        None => {
+            let floors = Floors::point(served.problem.sla_floors.clone());
+            let label = format!("{} (the log records no floors)", floors.label());
+            Ok((floors, label))
+        }
     }
 }
 

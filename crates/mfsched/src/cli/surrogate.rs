@@ -387,8 +387,8 @@ fn cv(args: CvArgs) -> Result<()> {
     } else {
         args.targets.clone()
     };
-    if !(args.miss_rate > 0.0 && args.miss_rate <= 0.5) {
-        bail!("--miss-rate {}: use a share in (0, 0.5]", args.miss_rate);
+    if super::eval::floor_miss_rate("--miss-rate", args.miss_rate)?.is_none() {
+        bail!("--miss-rate 0: coverage needs a miss rate above 0");
     }
     let config = CvConfig {
         folds: args.folds,
