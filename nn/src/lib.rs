@@ -14,11 +14,13 @@
 //! - [`kernels`]: the vectorisable inner loops (dot, axpy).
 //! - [`mlp`]: the trained parameters in PyTorch's layout and the eval-mode forward pass.
 //! - [`train`]: the training loop.
+//! - [`ridge`]: ridge regression, the linear model under a net with a linear skip.
 //! - [`metrics`]: R² and friends.
 
 pub mod kernels;
 pub mod metrics;
 pub mod mlp;
+pub mod ridge;
 pub mod train;
 
 pub use mlp::{BatchNorm, Hidden, Linear, Mlp, Standardize, TargetScale};

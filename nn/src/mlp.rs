@@ -126,6 +126,14 @@ impl Mlp {
     /// `x.len() / input_len` rows; predictions in the target's unit. This is the
     /// unfolded reference the folded inference form is checked against.
     pub fn predict(&self, x: &[f32]) -> Vec<f32> {
+        self.logits(x)
+            .into_iter()
+            .map(|z| self.target.denormalise(sigmoid(z)))
+            .collect()
+    }
+
+    /// The eval-mode forward pass up to the head's output, before the sigmoid.
+    pub fn logits(&self, x: &[f32]) -> Vec<f32> {
         let width = self.input_len();
         let rows = x.len() / width.max(1);
         let mut act: Vec<f32> = x[..rows * width]
@@ -160,9 +168,7 @@ impl Mlp {
         }
         let mut out = vec![0.0; rows];
         dense_forward(&act, &self.head.weight, &self.head.bias, inputs, &mut out);
-        out.iter()
-            .map(|&z| self.target.denormalise(sigmoid(z)))
-            .collect()
+        out
     }
 }
 

@@ -98,6 +98,11 @@ pub struct TrainingInfo {
     pub learning_rate: f32,
     /// Share of rows held out (stratified) to measure `r2_holdout`.
     pub holdout_fraction: f64,
+    /// Whether each net learnt a ridge model's logit plus an MLP on its
+    /// residual (`mfsched_nn::TrainConfig::linear_skip`): two units of every
+    /// hidden layer carry the linear part, so the weights read as any others.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub linear_skip: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

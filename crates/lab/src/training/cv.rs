@@ -43,6 +43,7 @@ use mfsched_core::Profile;
 use mfsched_core::write_atomically;
 use mfsched_nn::TrainConfig;
 use mfsched_nn::metrics::mean_std;
+use mfsched_nn::ridge::{RIDGE_PER_ROW, Ridge};
 use mfsched_rng::Rng;
 use mfsched_surrogate::FieldFeatures;
 use mfsched_surrogate::{OutputMap, Target};
@@ -54,8 +55,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Largest N for which the Joint MLP runs (its input grows with N).
 pub const JOINT_MAX_MODELS: usize = 3;
-/// Ridge penalty of the linear field model (on standardised inputs, per row).
-const RIDGE: f64 = 1e-3;
 const STREAM_FOLDS: u64 = 0x464f_4c44; // "FOLD"
 const STREAM_SUBSET: u64 = 0x5355_4253_0000; // "SUBS" + fold
 
@@ -656,7 +655,6 @@ fn pressure(
 /// Ridge regression of the encoded target on the standardised inputs, decoded.
 fn linear_field(train: &ModelData, test: &ModelData, map: &OutputMap) -> Vec<f32> {
     let w = train.width;
-    let rows = train.rows();
     let column = |data: &ModelData, j: usize| -> Vec<f64> {
         (0..data.rows())
             .map(|r| f64::from(data.x[r * w + j]))
@@ -668,8 +666,15 @@ fn linear_field(train: &ModelData, test: &ModelData, map: &OutputMap) -> Vec<f32
             (mean, if std > 1e-12 { std } else { 1.0 })
         })
         .collect();
-    let z = |data: &ModelData, r: usize, j: usize| {
-        (f64::from(data.x[r * w + j]) - stats[j].0) / stats[j].1
+    let standardised = |data: &ModelData| -> Vec<f64> {
+        data.x
+            .chunks_exact(w)
+            .flat_map(|r| {
+                r.iter()
+                    .zip(&stats)
+                    .map(|(&v, (mean, std))| (f64::from(v) - mean) / std)
+            })
+            .collect()
     };
     let y: Vec<f64> = train
         .y
@@ -677,65 +682,12 @@ fn linear_field(train: &ModelData, test: &ModelData, map: &OutputMap) -> Vec<f32
         .zip(&train.configs)
         .map(|(&y, &c)| f64::from(map.encode(c as usize, f64::from(y))))
         .collect();
-    let y_mean = y.iter().sum::<f64>() / rows.max(1) as f64;
-    // Normal equations (ZᵀZ + λ·rows·I) β = Zᵀ(y − ȳ).
-    let mut a = vec![0.0; w * w];
-    let mut b = vec![0.0; w];
-    for (r, &yr) in y.iter().enumerate() {
-        let zr: Vec<f64> = (0..w).map(|j| z(train, r, j)).collect();
-        for (i, &zi) in zr.iter().enumerate() {
-            b[i] += zi * (yr - y_mean);
-            for (j, &zj) in zr.iter().enumerate() {
-                a[i * w + j] += zi * zj;
-            }
-        }
-    }
-    for i in 0..w {
-        a[i * w + i] += RIDGE * rows as f64;
-    }
-    let beta = solve(a, b, w);
-    (0..test.rows())
-        .map(|r| {
-            let v = y_mean + (0..w).map(|j| beta[j] * z(test, r, j)).sum::<f64>();
-            map.apply(test.configs[r] as usize, v as f32)
-        })
+    let fit = Ridge::fit(&standardised(train), &y, w, RIDGE_PER_ROW);
+    standardised(test)
+        .chunks_exact(w)
+        .zip(&test.configs)
+        .map(|(z, &c)| map.apply(c as usize, fit.predict(z) as f32))
         .collect()
-}
-
-/// Solves the symmetric positive-definite system `a x = b` (n × n, row-major)
-/// by Gaussian elimination with partial pivoting.
-fn solve(mut a: Vec<f64>, mut b: Vec<f64>, n: usize) -> Vec<f64> {
-    for col in 0..n {
-        let pivot = (col..n)
-            .max_by(|&i, &j| a[i * n + col].abs().total_cmp(&a[j * n + col].abs()))
-            .expect("non-empty");
-        if pivot != col {
-            for k in 0..n {
-                a.swap(col * n + k, pivot * n + k);
-            }
-            b.swap(col, pivot);
-        }
-        let d = a[col * n + col];
-        if d.abs() < 1e-300 {
-            continue;
-        }
-        for row in col + 1..n {
-            let f = a[row * n + col] / d;
-            if f != 0.0 {
-                for k in col..n {
-                    a[row * n + k] -= f * a[col * n + k];
-                }
-                b[row] -= f * b[col];
-            }
-        }
-    }
-    let mut x = vec![0.0; n];
-    for row in (0..n).rev() {
-        let d = a[row * n + row];
-        let s = b[row] - (row + 1..n).map(|k| a[row * n + k] * x[k]).sum::<f64>();
-        x[row] = if d.abs() < 1e-300 { 0.0 } else { s / d };
-    }
-    x
 }
 
 /// Per seed, per model, the conformal coverage of the model's rows as
@@ -1168,7 +1120,7 @@ impl CvReport {
         };
         format!(
             "# Surrogate cross-validation: {}\n\n`{command}`\n\nData: {} ({} co-location rows in {} groups, models {}), {} folds × seeds {:?}, \
-             {} epochs per net. Every figure below is from this run: out-of-fold predictions, \
+             {} epochs per net, linear skip {}. Every figure below is from this run: out-of-fold predictions, \
              scored per seed, mean ± std over seeds. *R² of slowdown* is of throughput / solo \
              throughput (where the profile has solo rows), the score that separates methods; \
              *MAPE* and *R²* are of throughput.\n\n{}\n![scores per method](cv.svg)\n{curve}{}",
@@ -1180,6 +1132,11 @@ impl CvReport {
             self.config.folds,
             self.config.seeds,
             self.config.train.epochs,
+            if self.config.train.linear_skip {
+                "on"
+            } else {
+                "off"
+            },
             self.table(),
             self.variant_tables()
         )
@@ -1192,6 +1149,7 @@ impl CvReport {
         let json = serde_json::json!({
             "command": command,
             "epochs": self.config.train.epochs,
+            "linear_skip": self.config.train.linear_skip,
             "report": self,
         });
         let mut files = vec![
@@ -1513,17 +1471,5 @@ mod tests {
             "{}",
             report.curve_table()
         );
-    }
-
-    #[test]
-    fn solve_recovers_a_known_solution() {
-        let a = vec![4.0, 1.0, 0.5, 1.0, 3.0, 0.2, 0.5, 0.2, 2.0];
-        let x = [1.0, -2.0, 0.5];
-        let b: Vec<f64> = (0..3)
-            .map(|i| (0..3).map(|j| a[i * 3 + j] * x[j]).sum())
-            .collect();
-        for (got, want) in solve(a, b, 3).iter().zip(x) {
-            assert!((got - want).abs() < 1e-12, "{got} vs {want}");
-        }
     }
 }

@@ -377,6 +377,7 @@ pub fn train_bundle(
                 batch_size: config.batch_size,
                 learning_rate: config.learning_rate,
                 holdout_fraction: options.holdout,
+                linear_skip: config.linear_skip,
             },
             models,
         },

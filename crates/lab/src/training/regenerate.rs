@@ -5,12 +5,13 @@
 //!
 //! ```text
 //! mfsched profile --scenario NAME --seed S [--samples 648] --out models/NAME/profile.csv
-//! mfsched train --data models/NAME/profile.csv --scenario NAME --seed S --out models/NAME
+//! mfsched train --data models/NAME/profile.csv --scenario NAME --seed S --linear-skip off --out models/NAME
 //! ```
 //!
 //! (`--samples 648` for N > 2: every shipped bundle sees as many rows as the
-//! published N = 2 grid has), so the `data_sha256` in `bundle.json` can be checked
-//! against a fresh profile.
+//! published N = 2 grid has) with `--linear-skip off` (the published
+//! architecture, which Tables I and II reproduce), so the `data_sha256` in
+//! `bundle.json` can be checked against a fresh profile.
 
 use anyhow::{Context, Result};
 use mfsched_core::Problem;
@@ -87,7 +88,7 @@ pub fn regenerate(
         &scenario,
         &profile,
         sha256_hex(&csv),
-        &TrainConfig::default(),
+        &TrainConfig::published(),
         fit::TrainOptions::for_profile(&profile),
         seed,
         &mut |done, total| progress("training", done, total),

@@ -72,7 +72,7 @@ impl StudyConfig {
             folds: 5,
             target_r2: 0.95,
             joint_baseline: true,
-            train: TrainConfig::default(),
+            train: TrainConfig::published(),
             jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),
         }
     }
@@ -557,7 +557,7 @@ mod tests {
             jobs,
             train: TrainConfig {
                 epochs: 60,
-                ..TrainConfig::default()
+                ..TrainConfig::published()
             },
             ..StudyConfig::published(4)
         }

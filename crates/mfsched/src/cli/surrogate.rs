@@ -80,6 +80,13 @@ pub struct CvArgs {
     /// Training epochs per net.
     #[arg(long, default_value_t = TrainConfig::default().epochs)]
     epochs: usize,
+    /// MeanField and the Joint MLP learn a ridge model of their inputs plus an
+    /// MLP on the residual, the MLP's weight chosen on held-out rows of the
+    /// training folds (`on`), or the MLP alone (`off`), as `train --linear-skip`.
+    #[arg(long, value_name = "on|off", action = clap::ArgAction::Set,
+          value_parser = clap::builder::BoolishValueParser::new(),
+          default_value_t = TrainConfig::default().linear_skip)]
+    linear_skip: bool,
     /// Field feature sets for the linear field model and MeanField, each its
     /// own row: `observed` (the state), `co-runner-solo` (the state plus the
     /// co-runners' summed solo profiles; needs solo rows).
@@ -401,6 +408,7 @@ fn cv(args: CvArgs) -> Result<()> {
         miss_rate: args.miss_rate,
         train: TrainConfig {
             epochs: args.epochs,
+            linear_skip: args.linear_skip,
             ..TrainConfig::default()
         },
         jobs: args
@@ -408,7 +416,7 @@ fn cv(args: CvArgs) -> Result<()> {
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
     };
     eprintln!(
-        "cross-validating on {} co-location rows of {} ({} folds × {} seeds, targets {}, {} epochs per net)",
+        "cross-validating on {} co-location rows of {} ({} folds × {} seeds, targets {}, {} epochs per net, linear skip {})",
         profile.rows.len(),
         args.data.display(),
         config.folds,
@@ -419,7 +427,12 @@ fn cv(args: CvArgs) -> Result<()> {
             .map(|t| t.name())
             .collect::<Vec<_>>()
             .join(", "),
-        config.train.epochs
+        config.train.epochs,
+        if config.train.linear_skip {
+            "on"
+        } else {
+            "off"
+        }
     );
     let bar = progress_bar(0, "training");
     // Without a terminal (a log, CI) the bar is hidden: a line per tenth instead.

@@ -59,6 +59,13 @@ pub struct TrainArgs {
     /// scored by `surrogate eval`, never served).
     #[arg(long, value_parser = super::choices::layout(), default_value = "meanfield")]
     model: Layout,
+    /// Each net learns a ridge model of its inputs plus an MLP on the residual,
+    /// the MLP's weight chosen on held-out rows (`on`), or the MLP alone
+    /// (`off`): docs/model-bundle.md.
+    #[arg(long, value_name = "on|off", action = clap::ArgAction::Set,
+          value_parser = clap::builder::BoolishValueParser::new(),
+          default_value_t = TrainConfig::default().linear_skip)]
+    linear_skip: bool,
 }
 
 fn parse_target(text: &str) -> Result<Target> {
@@ -73,10 +80,11 @@ pub fn run(args: TrainArgs) -> Result<()> {
     let data = read_profile(&args.data, problem)?;
     let config = TrainConfig {
         epochs: args.epochs,
+        linear_skip: args.linear_skip,
         ..TrainConfig::default()
     };
     eprintln!(
-        "training {} {} predictors ({:?} hidden, {} epochs) on {} rows of {}",
+        "training {} {} predictors ({:?} hidden, {} epochs, linear skip {}) on {} rows of {}",
         problem.models.len(),
         match args.model {
             Layout::MeanField => "MeanField",
@@ -84,6 +92,7 @@ pub fn run(args: TrainArgs) -> Result<()> {
         },
         config.hidden,
         config.epochs,
+        if config.linear_skip { "on" } else { "off" },
         data.rows.len(),
         args.data.display()
     );
