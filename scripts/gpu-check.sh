@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# The GPU check, on a machine with an NVIDIA GPU, in about five minutes at most:
+# The GPU check, on a machine with an NVIDIA GPU, in about eight minutes at most:
 #   nvidia-smi                 the driver's view of the card
 #   check-backends             CPU reference vs wgpu on every paper-n5 row (1e-5 gate)
 #   bench surrogate            rows/s on the CPU and on wgpu, side by side
 #   nvml probe                 what the NVML sampler reads
 #   daemon                     a few daemon ticks on the NVML sampler (no fallback),
 #                              GA active with exact and exhaustive shadows on paper-n5
+#   proxies                    two GPU proxy workloads (memory- and compute-bound wgpu
+#                              kernels) co-located on the card through the process
+#                              actuator, live-profiled on NVML, checked and trained
+#                              (scripts/gpu-proxies.sh; alone it runs on lavapipe too)
 # then one summary table (step, status, seconds, key figure). Every step has its own
 # timeout; its output is kept under $OUT.
 #
@@ -18,6 +22,7 @@
 #   FIELD      the daemon's policy.field: observed (default) or candidate-aware
 #   BENCH_REPEATS              timed runs per backend in bench surrogate (default 7)
 #   ALLOW_SOFTWARE_ADAPTER=1   do not fail when wgpu finds only a software adapter
+#   the proxies step's own knobs (ITERATIONS, REFERENCE_RATE, SAMPLES, …): scripts/gpu-proxies.sh
 # Exit status: 0 every step passed, 1 a step failed, 2 no nvidia-smi (no NVIDIA GPU).
 set -euo pipefail
 
@@ -93,7 +98,7 @@ t_all=$(now_ms)
 if [[ -x $MFSCHED ]]; then
   record build skipped 0.0 "$MFSCHED"
 elif [[ $MFSCHED == "$PWD/target/release/mfsched" ]]; then
-  echo "== build: cargo build --release -p mfsched (not part of the five minutes)"
+  echo "== build: cargo build --release -p mfsched (not part of the eight minutes)"
   t0=$(now_ms)
   if cargo build --release -p mfsched >"$OUT/build.log" 2>&1; then
     record build pass "$(secs_since "$t0")" "$MFSCHED"
@@ -222,6 +227,16 @@ elif [[ ${done_ticks:-0} -lt $TICKS ]]; then
   status=fail
 fi
 record daemon "$status" "$step_secs" "$key"
+
+# -- GPU proxy workloads on NVML -------------------------------------------------------
+run_step proxies 170 env MFSCHED="$MFSCHED" OUT="$OUT/proxies" SAMPLER=nvml scripts/gpu-proxies.sh
+status=$(rc_status)
+key="$(rc_note)$(sed 's/^proxies: //' "$OUT/proxies/key.txt" 2>/dev/null || echo "no key figure; see $step_log")"
+if [[ $step_rc -eq 0 && $key == *"(software: the CPU)"* && $ALLOW_SOFTWARE_ADAPTER != 1 ]]; then
+  status=fail
+  key="$key; software adapter"
+fi
+record proxies "$status" "$step_secs" "$key"
 
 # -- summary -------------------------------------------------------------------------
 failed=0

@@ -955,21 +955,9 @@ fn profiling_an_unknown_scenario_is_one_clear_line() {
     assert!(err.contains("unknown scenario 'paper-n9'"), "{err}");
 }
 
-/// Whether a GPU adapter is there; without one the test skips, unless
-/// `MFSCHED_REQUIRE_GPU_ADAPTER=1` (CI) makes that a failure.
-fn gpu_adapter(test: &str) -> bool {
-    match mfsched_surrogate::adapter_gate(test).expect("a GPU adapter is required") {
-        Ok(_) => true,
-        Err(why) => {
-            eprintln!("skipping {test}: {why}");
-            false
-        }
-    }
-}
-
 #[test]
 fn check_backends_passes_on_paper_n2_and_names_the_adapter() {
-    if !gpu_adapter("check_backends_passes_on_paper_n2_and_names_the_adapter") {
+    if !common::gpu_adapter("check_backends_passes_on_paper_n2_and_names_the_adapter") {
         return;
     }
     let out = mfsched(&["surrogate", "check-backends", "--scenario", "paper-n2"]);
@@ -1010,7 +998,7 @@ fn check_backends_rejects_bad_input_with_one_clear_line() {
 
 #[test]
 fn bench_surrogate_prints_batches_and_the_decision_comparison() {
-    let has_gpu = gpu_adapter("bench_surrogate_prints_batches_and_the_decision_comparison");
+    let has_gpu = common::gpu_adapter("bench_surrogate_prints_batches_and_the_decision_comparison");
     let out = mfsched(&[
         "bench",
         "surrogate",

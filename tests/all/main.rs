@@ -8,6 +8,7 @@
 //! - [`exact`]: the exact policy against exhaustive search.
 //! - [`fuzz`]: a bounded, seeded fuzz pass over the scenario, CSV, bundle and log readers.
 //! - [`gavel`]: public co-location measurements, converted and cross-validated.
+//! - [`gpu_proxy`]: GPU proxy workloads profiled live through the process actuator.
 //! - [`host_sampler`]: the host sampler on this machine's real `/proc`.
 //! - [`hostile`]: hostile components and files against the sandbox promise.
 //! - [`layering`]: no product crate depends on the lab, nor anything but the
@@ -29,6 +30,7 @@ mod dashboard;
 mod exact;
 mod fuzz;
 mod gavel;
+mod gpu_proxy;
 mod host_sampler;
 mod hostile;
 mod layering;

@@ -305,21 +305,6 @@ fn v2_section(model: &str, ports: Ports, repo: &Path) -> String {
     )
 }
 
-/// The pids of processes whose command line holds `needle`.
-fn pids_with(needle: &str) -> Vec<u32> {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.filter_map(|e| {
-        let e = e.ok()?;
-        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
-        let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
-        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-        (cmd.contains(needle) && cmd.contains("mlserver")).then_some(pid)
-    })
-    .collect()
-}
-
 /// Puts a daemon config written by `common::daemon_config` on the host
 /// sampler: the field is the MLServers' own CPU time on the core they are
 /// pinned to and the memory they hold, as a CPU host measures it (a live
@@ -584,7 +569,7 @@ fn real_servers_are_profiled_and_reconfigured_through_v2_repository_and_process(
             }
             let due = last_kill.is_none_or(|t| t.elapsed() > Duration::from_secs(5));
             if due && serving(ports_b.http(), "conv").is_some() {
-                for pid in pids_with(&repo_b_text) {
+                for pid in mlservers_with(&repo_b_text) {
                     let _ = Command::new("kill")
                         .args(["-KILL", &pid.to_string()])
                         .status();
@@ -647,7 +632,7 @@ fn real_servers_are_profiled_and_reconfigured_through_v2_repository_and_process(
     });
     assert!(status.success(), "{status}");
     assert!(
-        pids_with(&repo_b_text).is_empty(),
+        mlservers_with(&repo_b_text).is_empty(),
         "conv's server outlived the daemon"
     );
     drop(server_a);
@@ -698,4 +683,9 @@ fn real_servers_are_profiled_and_reconfigured_through_v2_repository_and_process(
             }
         }
     }
+}
+
+/// The pids of MLServer processes whose command line holds `needle`.
+fn mlservers_with(needle: &str) -> Vec<u32> {
+    common::pids_where(|cmd| cmd.contains(needle) && cmd.contains("mlserver"))
 }

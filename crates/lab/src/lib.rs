@@ -7,6 +7,8 @@
 //!   MeanField bundles, regenerating the embedded ones, the sample-complexity study.
 //! - `eval`: closed-loop runs over the workload traces, A/B and reproduction reports.
 //! - `bench`: inference and policy benchmarks, side by side in one process.
+//! - `gpu_proxy`: `mfsched gpu-proxy`, wgpu kernels of tunable intensity served
+//!   as model servers, for co-location profiles on a real card.
 //! - `analytic`: the closed-form stand-in predictor.
 //! - `svg`, `html`: charts and pages; `published`: the published figures we print
 //!   beside ours.
@@ -24,6 +26,7 @@
 mod analytic;
 mod bench;
 mod eval;
+mod gpu_proxy;
 mod html;
 mod live_profiling;
 mod profiling;
@@ -54,6 +57,10 @@ pub use eval::correction::{
     CONDITIONS as CORRECTION_CONDITIONS, CorrectionResult, CorrectionRow, CorrectionStudy,
 };
 pub use eval::report::Comparison;
+/// GPU proxy workloads: wgpu kernels standing in for model servers (`mfsched gpu-proxy`).
+pub use gpu_proxy::{
+    Family as ProxyFamily, GpuProxy, Precision as ProxyPrecision, Shape as ProxyShape,
+};
 /// Charts and pages.
 pub use html::page as html_page;
 /// Profiling, on the simulator and against real servers.

@@ -79,7 +79,7 @@ pub struct AdapterSummary {
 }
 
 impl AdapterSummary {
-    fn from_info(info: &wgpu::AdapterInfo) -> Self {
+    pub fn from_info(info: &wgpu::AdapterInfo) -> Self {
         let driver = [info.driver.as_str(), info.driver_info.as_str()]
             .into_iter()
             .filter(|s| !s.is_empty())
@@ -114,8 +114,9 @@ impl fmt::Display for AdapterSummary {
 }
 
 /// Requests the high-performance adapter of the backends `WGPU_BACKEND` allows
-/// (all by default). No adapter is an error (in microseconds, no panic).
-fn request_adapter() -> Result<wgpu::Adapter> {
+/// (all by default) that runs compute shaders. No adapter is an error (in
+/// microseconds, no panic).
+pub fn request_adapter() -> Result<wgpu::Adapter> {
     let instance =
         wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
     let adapter = pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions {
@@ -271,7 +272,7 @@ fn pack(problem: &Problem, nets: &[FoldedNet]) -> Result<Packed> {
 
 /// Runs `f` with validation and out-of-memory errors captured, so a wgpu error
 /// becomes an `Err` instead of the default uncaptured-error panic.
-fn checked<T>(device: &wgpu::Device, what: &str, f: impl FnOnce() -> T) -> Result<T> {
+pub fn checked<T>(device: &wgpu::Device, what: &str, f: impl FnOnce() -> T) -> Result<T> {
     let oom = device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
     let validation = device.push_error_scope(wgpu::ErrorFilter::Validation);
     let value = f();

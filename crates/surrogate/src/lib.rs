@@ -60,7 +60,7 @@ pub use features::{
 };
 pub use field::{CandidateAware, TOLERANCE as FIELD_TOLERANCE};
 pub use fold::fold;
-pub use gpu::{GpuBackend, adapter_gate};
+pub use gpu::{AdapterSummary, GpuBackend, adapter_gate, checked as wgpu_checked, request_adapter};
 pub use meanfield::MeanField;
 pub use net::FoldedNet;
 pub use serve::{ServeOptions, Served, serve};

@@ -164,6 +164,18 @@ pub fn custom_section(name: &str, data: &[u8]) -> Vec<u8> {
     section
 }
 
+/// Whether a GPU adapter is there; without one the test skips, unless
+/// `MFSCHED_REQUIRE_GPU_ADAPTER=1` (CI) makes that a failure.
+pub fn gpu_adapter(test: &str) -> bool {
+    match mfsched_surrogate::adapter_gate(test).expect("a GPU adapter is required") {
+        Ok(_) => true,
+        Err(why) => {
+            eprintln!("skipping {test}: {why}");
+            false
+        }
+    }
+}
+
 /// A page standing in for servers' metrics (not a server): on its n-th
 /// connection it answers `page(n)` as `text/plain`, whatever was asked.
 pub fn metrics_page(page: impl Fn(usize) -> String + Send + 'static) -> SocketAddr {
@@ -191,4 +203,19 @@ pub fn metric(page: &str, line_start: &str) -> Option<f64> {
         .find(|l| l.starts_with(line_start))
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|v| v.parse().ok())
+}
+
+/// Pids of live processes whose command line (arguments joined by spaces)
+/// satisfies `wanted`; zombies have none.
+pub fn pids_where(wanted: impl Fn(&str) -> bool) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| {
+        let e = e.ok()?;
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
+        wanted(&String::from_utf8_lossy(&cmd).replace('\0', " ")).then_some(pid)
+    })
+    .collect()
 }

@@ -5,6 +5,7 @@ mod daemon;
 mod data;
 mod decide;
 mod eval;
+mod gpu_proxy;
 mod models;
 mod plugins;
 mod policytest;
@@ -81,15 +82,20 @@ enum Command {
     /// Performance, measured side by side in one process.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// A GPU proxy workload: a wgpu compute kernel of tunable intensity (memory-
+    /// or compute-bound) served as a model server with /metrics and readiness,
+    /// for co-location profiles on a real card; runs until SIGINT/SIGTERM.
+    GpuProxy(gpu_proxy::GpuProxyArgs),
 }
 
 /// The value parsers of the libraries' enums (`--field`, `--backend`, `--model`,
-/// `--fields`): the libraries do not depend on clap, so each enum offers its
-/// values (`ALL`) and their names (`name`), and what `--help` says of each value
-/// lives here.
+/// `--fields`, gpu-proxy's `--family` and `--precision`): the libraries do not
+/// depend on clap, so each enum offers its values (`ALL`) and their names
+/// (`name`), and what `--help` says of each value lives here.
 mod choices {
     use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
     use mfsched_core::Field;
+    use mfsched_lab::{ProxyFamily, ProxyPrecision};
     use mfsched_surrogate::BackendChoice;
     use mfsched_surrogate::{FieldFeatures, Layout};
 
@@ -137,6 +143,32 @@ mod choices {
 
     pub(super) fn field_features() -> impl TypedValueParser<Value = FieldFeatures> {
         choice(&FieldFeatures::ALL, FieldFeatures::name, |_| None)
+    }
+
+    pub(super) fn proxy_family() -> impl TypedValueParser<Value = ProxyFamily> {
+        choice(&ProxyFamily::ALL, ProxyFamily::name, |family| {
+            Some(match family {
+                ProxyFamily::Memory => {
+                    "Bandwidth bound: a buffer of batch × 1 MiB read and written once per dispatch"
+                }
+                ProxyFamily::Compute => {
+                    "Compute bound: FMA chains in registers, --iterations steps per lane"
+                }
+            })
+        })
+    }
+
+    pub(super) fn proxy_precision() -> impl TypedValueParser<Value = ProxyPrecision> {
+        choice(
+            &ProxyPrecision::ALL,
+            ProxyPrecision::name,
+            |precision| match precision {
+                ProxyPrecision::F32 => None,
+                ProxyPrecision::F16 => {
+                    Some("Only on an adapter with SHADER_F16; refused otherwise")
+                }
+            },
+        )
     }
 
     /// A parser accepting exactly `name` of each of `all`, each value with its `help`
@@ -206,6 +238,7 @@ pub fn main() -> ExitCode {
         Command::Ab(args) => eval::ab(args),
         Command::Demo(args) => eval::demo(args),
         Command::Repro(args) => repro::repro(args),
+        Command::GpuProxy(args) => gpu_proxy::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
