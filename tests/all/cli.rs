@@ -597,6 +597,41 @@ fn bench_policies_reports_latency_and_gaps() {
     }
 }
 
+/// `bench train` times the published architecture and the linear skip side
+/// by side: one row per size, both medians positive, their ratio.
+#[test]
+fn bench_train_times_both_architectures_side_by_side() {
+    let out = mfsched(&[
+        "bench",
+        "train",
+        "--rows",
+        "20,40",
+        "--epochs",
+        "3",
+        "--repeats",
+        "1",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("load average"), "{text}");
+    let rows: Vec<Vec<f64>> = text
+        .lines()
+        .filter_map(|l| {
+            let cells: Vec<f64> = l
+                .split_whitespace()
+                .map(str::parse::<f64>)
+                .collect::<Result<_, _>>()
+                .ok()?;
+            (cells.len() == 6).then_some(cells)
+        })
+        .collect();
+    assert_eq!(rows.len(), 2, "{text}");
+    for (row, size) in rows.iter().zip([20.0, 40.0]) {
+        assert_eq!(row[0], size, "{text}");
+        assert!(row[2] > 0.0 && row[3] > 0.0 && row[4] > 0.0, "{text}");
+    }
+}
+
 /// Beyond exhaustive search's reach (10¹⁷ feasible configurations at N = 16)
 /// the reference is exact; several scenarios give one report each and a
 /// latency-vs-N chart.

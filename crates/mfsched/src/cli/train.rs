@@ -5,8 +5,8 @@ use anyhow::{Context, Result};
 use clap::Args;
 use mfsched_core::{load_scenario, read_profile, read_profile_columns};
 use mfsched_lab::{
-    HOLDOUT_FRACTION, TrainOptions, build_dataset, default_target, output_maps,
-    profile_on_simulator, regenerate_plan, train_bundle, train_net,
+    HOLDOUT_FRACTION, TrainOptions, build_dataset, default_target, format_load_average,
+    load_average, output_maps, profile_on_simulator, regenerate_plan, train_bundle, train_net,
 };
 use mfsched_nn::TrainConfig;
 use mfsched_surrogate::{FieldFeatures, Layout};
@@ -194,8 +194,10 @@ pub struct BenchTrainArgs {
 }
 
 /// Trains the llama3b predictor of paper-n2 on `rows` rows for `epochs` epochs,
-/// `repeats` times per size, and prints the median time and the time per
-/// row-epoch (the unit the cost of a study is made of).
+/// `repeats` times per size, with the published architecture and with the
+/// linear skip (the default) side by side, each repeat timing both in turn so
+/// the machine's load falls on both; prints the medians, their ratio and the
+/// time per row-epoch (the unit the cost of a study is made of).
 pub fn bench(args: BenchTrainArgs) -> Result<()> {
     use std::time::Instant;
     if args.repeats == 0 || args.epochs == 0 {
@@ -205,45 +207,63 @@ pub fn bench(args: BenchTrainArgs) -> Result<()> {
     let plan = regenerate_plan(&scenario);
     let profile = profile_on_simulator("paper-n2", &scenario.problem, &plan, 1, &mut |_, _| {})?;
     let data = &build_dataset(&scenario.problem, &profile, Layout::MeanField)[0];
-    let config = TrainConfig {
+    let published = TrainConfig {
+        epochs: args.epochs,
+        ..TrainConfig::published()
+    };
+    let skip = TrainConfig {
         epochs: args.epochs,
         ..TrainConfig::default()
     };
     println!(
-        "training one MeanField predictor (llama3b, {} inputs, {:?} hidden), median of {} runs",
-        data.width, config.hidden, args.repeats
+        "training one MeanField predictor (llama3b, {} inputs, {:?} hidden), median of {} runs, \
+         load average {}",
+        data.width,
+        published.hidden,
+        args.repeats,
+        format_load_average(load_average())
     );
     println!(
-        "{:>6} {:>7} {:>10} {:>16}",
-        "rows", "epochs", "median s", "µs / row-epoch"
+        "{:>6} {:>7} {:>13} {:>15} {:>6} {:>16}",
+        "rows", "epochs", "published ms", "linear skip ms", "ratio", "µs / row-epoch"
     );
     for &rows in &args.rows {
         if rows < 2 || rows > data.rows() {
             anyhow::bail!("--rows: each size must be between 2 and {}", data.rows());
         }
         let subset = data.subset(&(0..rows).collect::<Vec<_>>());
-        let mut times: Vec<f64> = (0..args.repeats)
-            .map(|r| {
-                let t = Instant::now();
-                train_net(
-                    &subset,
-                    &OutputMap::identity(),
-                    &config,
-                    r as u64,
-                    "llama3b",
-                    &mut |_| {},
-                )
-                .map(|_| t.elapsed().as_secs_f64())
-            })
-            .collect::<Result<_>>()?;
-        let median = mfsched_core::nearest_rank(&mut times, 0.5);
+        let time = |config: &TrainConfig, seed: u64| -> Result<f64> {
+            let t = Instant::now();
+            train_net(
+                &subset,
+                &OutputMap::identity(),
+                config,
+                seed,
+                "llama3b",
+                &mut |_| {},
+            )?;
+            Ok(t.elapsed().as_secs_f64())
+        };
+        let (mut plain, mut skipped) = (Vec::new(), Vec::new());
+        for r in 0..args.repeats as u64 {
+            plain.push(time(&published, r)?);
+            skipped.push(time(&skip, r)?);
+        }
+        let plain = mfsched_core::nearest_rank(&mut plain, 0.5);
+        let skipped = mfsched_core::nearest_rank(&mut skipped, 0.5);
         println!(
-            "{:>6} {:>7} {:>10.3} {:>16.2}",
+            "{:>6} {:>7} {:>13.3} {:>15.3} {:>6.2} {:>16.2}",
             rows,
             args.epochs,
-            median,
-            median * 1e6 / (rows * args.epochs) as f64
+            plain * 1e3,
+            skipped * 1e3,
+            skipped / plain,
+            plain * 1e6 / (rows * args.epochs) as f64
         );
     }
+    println!(
+        "load average after: {}",
+        format_load_average(load_average())
+    );
     Ok(())
 }
