@@ -83,6 +83,15 @@ pub enum TrainError {
     Config(String),
 }
 
+/// What a linear skip chose on the training rows (see [`fit_with_linear_skip`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SkipChoice {
+    /// The ridge penalty per row of the linear part.
+    pub penalty: f64,
+    /// The MLP's weight over the linear part, in [0, 1].
+    pub mlp_weight: f32,
+}
+
 /// Trains one network on `rows = y.len()` rows of `width` inputs (`x` row-major).
 /// `on_epoch` is called after every epoch with the number of epochs done.
 pub fn train(
@@ -93,6 +102,18 @@ pub fn train(
     seed: u64,
     on_epoch: &mut dyn FnMut(usize),
 ) -> Result<Mlp, TrainError> {
+    train_explained(x, y, width, config, seed, on_epoch).map(|(net, _)| net)
+}
+
+/// [`train`], with what the linear skip chose where it is on.
+pub fn train_explained(
+    x: &[f32],
+    y: &[f32],
+    width: usize,
+    config: &TrainConfig,
+    seed: u64,
+    on_epoch: &mut dyn FnMut(usize),
+) -> Result<(Mlp, Option<SkipChoice>), TrainError> {
     let rows = y.len();
     if width == 0 || x.len() != rows * width {
         return Err(TrainError::Shape {
@@ -129,17 +150,22 @@ pub fn train(
         .collect();
     let target = TargetScale::fit(y);
     let t: Vec<f32> = y.iter().map(|&v| target.normalise(v)).collect();
-    let (hidden, head) = if config.linear_skip {
-        fit_with_linear_skip(&xs, &t, width, config, seed, on_epoch)?
+    let (hidden, head, skip) = if config.linear_skip {
+        let (hidden, head, choice) = fit_with_linear_skip(&xs, &t, width, config, seed, on_epoch)?;
+        (hidden, head, Some(choice))
     } else {
-        fit(&xs, &t, None, width, &config.hidden, config, seed, on_epoch)
+        let (hidden, head) = fit(&xs, &t, None, width, &config.hidden, config, seed, on_epoch);
+        (hidden, head, None)
     };
-    Ok(Mlp {
-        input,
-        hidden,
-        head,
-        target,
-    })
+    Ok((
+        Mlp {
+            input,
+            hidden,
+            head,
+            target,
+        },
+        skip,
+    ))
 }
 
 /// Share of the rows held out to choose the MLP's weight over the linear model.
@@ -181,7 +207,7 @@ fn fit_with_linear_skip(
     config: &TrainConfig,
     seed: u64,
     on_epoch: &mut dyn FnMut(usize),
-) -> Result<(Vec<Hidden>, Linear), TrainError> {
+) -> Result<(Vec<Hidden>, Linear, SkipChoice), TrainError> {
     if config.hidden.is_empty() || config.hidden.iter().any(|&h| h < 3) {
         return Err(TrainError::Config(format!(
             "a linear skip takes two units of every hidden layer: each needs at least 3 (got {:?})",
@@ -290,12 +316,14 @@ fn fit_with_linear_skip(
         seed,
         &mut |e| on_epoch((epochs + e) / 2),
     );
-    Ok(with_skip_units(
+    let (hidden, head) = with_skip_units(hidden, head, &linear, mlp_weight, config.bn_eps);
+    Ok((
         hidden,
         head,
-        &linear,
-        mlp_weight,
-        config.bn_eps,
+        SkipChoice {
+            penalty,
+            mlp_weight,
+        },
     ))
 }
 

@@ -737,6 +737,34 @@ fn train_then_eval_a_bundle_from_a_fresh_profile() {
         .unwrap_or_else(|| panic!("a mean R² line: {text}"));
     // Scored on its own profile (train + held-out rows): a trained bundle fits it.
     assert!(mean > 0.9, "{text}");
+    // Trained with the default linear skip: recorded with what it chose, and
+    // served like any other net, on the wgpu shader as on the CPU.
+    let meta: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(bundle.join("bundle.json")).expect("bundle.json"),
+    )
+    .expect("JSON");
+    assert_eq!(meta["training"]["linear_skip"], true, "{meta}");
+    for m in meta["models"].as_array().expect("models") {
+        let skip = &m["metrics"]["linear_skip"];
+        let weight = skip["mlp_weight"].as_f64().expect("a weight");
+        assert!((0.0..=1.0).contains(&weight), "{skip}");
+        assert!(
+            skip["ridge_penalty"].as_f64().is_some_and(|p| p > 0.0),
+            "{skip}"
+        );
+    }
+    if common::gpu_adapter("train_then_eval_a_bundle_from_a_fresh_profile") {
+        let out = mfsched(&[
+            "surrogate",
+            "check-backends",
+            "--scenario",
+            "paper-n3",
+            "--models",
+            bundle.to_str().expect("utf-8 path"),
+        ]);
+        assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+        assert!(stdout(&out).contains("PASS: max |Δσ|"), "{}", stdout(&out));
+    }
 }
 
 #[test]

@@ -156,6 +156,20 @@ pub struct Metrics {
     /// held out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub holdout_ratios: Option<Vec<f32>>,
+    /// What the linear skip chose on the training rows, where the net was
+    /// trained with one (`training.linear_skip`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub linear_skip: Option<LinearSkip>,
+}
+
+/// A linear skip's shrinkages, chosen on the training rows: the ridge penalty
+/// (per row) of the linear part and the MLP's weight over it, 0 (the linear
+/// model alone) to 1.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LinearSkip {
+    pub ridge_penalty: f64,
+    pub mlp_weight: f64,
 }
 
 impl Metrics {

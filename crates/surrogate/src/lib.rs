@@ -44,7 +44,7 @@ pub use agreement::{Agreement, TOLERANCE as AGREEMENT_TOLERANCE, check_backends}
 pub use backend::{BackendChoice, auto_uses};
 /// Bundles on disk and in the binary.
 pub use bundle::{
-    Architecture, Bundle, BundleMeta, FORMAT_VERSION as BUNDLE_FORMAT_VERSION,
+    Architecture, Bundle, BundleMeta, FORMAT_VERSION as BUNDLE_FORMAT_VERSION, LinearSkip,
     Metrics as BundleMetrics, ModelMeta, TrainingInfo, VariantRange,
 };
 pub use bundled::{

@@ -7,11 +7,11 @@ use mfsched_core::Problem;
 use mfsched_core::Profile;
 use mfsched_core::Scenario;
 use mfsched_nn::metrics::r2;
-use mfsched_nn::{Mlp, TrainConfig};
+use mfsched_nn::{Mlp, SkipChoice, TrainConfig};
 use mfsched_rng::Rng;
 use mfsched_surrogate::fold;
 use mfsched_surrogate::{
-    Architecture, BUNDLE_FORMAT_VERSION, Bundle, BundleMeta, BundleMetrics, ModelMeta,
+    Architecture, BUNDLE_FORMAT_VERSION, Bundle, BundleMeta, BundleMetrics, LinearSkip, ModelMeta,
     TrainingInfo, VariantRange,
 };
 use mfsched_surrogate::{FieldFeatures, SoloProfiles};
@@ -42,6 +42,18 @@ pub fn train_net(
     model: &str,
     on_epoch: &mut dyn FnMut(usize),
 ) -> Result<Mlp> {
+    train_net_explained(data, map, config, seed, model, on_epoch).map(|(net, _)| net)
+}
+
+/// [`train_net`], with what the linear skip chose where it is on.
+fn train_net_explained(
+    data: &ModelData,
+    map: &OutputMap,
+    config: &TrainConfig,
+    seed: u64,
+    model: &str,
+    on_epoch: &mut dyn FnMut(usize),
+) -> Result<(Mlp, Option<SkipChoice>)> {
     let y: Vec<f32> = if map.is_identity() {
         data.y.clone()
     } else {
@@ -51,7 +63,7 @@ pub fn train_net(
             .map(|(&y, &c)| map.encode(c as usize, f64::from(y)))
             .collect()
     };
-    mfsched_nn::train(&data.x, &y, data.width, config, seed, on_epoch)
+    mfsched_nn::train_explained(&data.x, &y, data.width, config, seed, on_epoch)
         .with_context(|| format!("training the predictor of model '{model}'"))
 }
 
@@ -294,7 +306,7 @@ pub fn train_bundle(
     for (i, model) in problem.models.iter().enumerate() {
         let train = data[i].subset(&train_rows);
         let test = data[i].subset(&test_rows);
-        let net = train_net(
+        let (net, skip) = train_net_explained(
             &train,
             &maps[i],
             config,
@@ -335,6 +347,10 @@ pub fn train_bundle(
                 r2_slowdown_holdout: held.r2_slowdown,
                 mape_holdout: held.mape,
                 holdout_ratios,
+                linear_skip: skip.map(|c| LinearSkip {
+                    ridge_penalty: c.penalty,
+                    mlp_weight: f64::from(c.mlp_weight),
+                }),
             },
             sla_floor_p25: profile.throughput_quantile(i, FLOOR_QUANTILE),
             throughput_ranges: model

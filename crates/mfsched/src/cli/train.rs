@@ -155,25 +155,33 @@ pub fn run(args: TrainArgs) -> Result<()> {
     println!("field     {}", bundle.meta.field_features);
     let alpha = mfsched_core::DEFAULT_FLOOR_MISS_RATE;
     println!(
-        "{:<10} {:>8} {:>8} {:>13} {:>8} {:>8} {:>22}",
+        "{:<10} {:>8} {:>8} {:>13} {:>8} {:>8} {:>22} {:>18}",
         "model",
         "train",
         "held out",
         "R² slowdown",
         "MAPE %",
         "R²",
-        format!("floor margin (α {alpha})")
+        format!("floor margin (α {alpha})"),
+        "MLP weight (ridge)"
     );
     for m in &bundle.meta.models {
+        // The linear skip's shrinkages: how much the MLP adds to the linear
+        // model these rows support.
+        let skip = m.metrics.linear_skip.map_or_else(
+            || "-".to_string(),
+            |s| format!("{:.2} ({})", s.mlp_weight, s.ridge_penalty),
+        );
         println!(
-            "{:<10} {:>8} {:>8} {:>13} {:>8} {:>8} {:>22}",
+            "{:<10} {:>8} {:>8} {:>13} {:>8} {:>8} {:>22} {:>18}",
             m.name,
             m.metrics.train_rows,
             m.metrics.holdout_rows,
             m.metrics.r2_slowdown_text(),
             m.metrics.mape_text(),
             m.metrics.r2_text(),
-            m.metrics.floor_margin_text(alpha)
+            m.metrics.floor_margin_text(alpha),
+            skip
         );
     }
     println!("wrote the bundle to {}", args.out.display());
