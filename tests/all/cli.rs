@@ -1904,6 +1904,61 @@ fn an_address_space_limit_falls_back_to_on_demand_instances() {
 /// are scaled away from the trained ones (seed 5: 40 % of the uncorrected
 /// ticks break a floor), the corrected loop breaks fewer floors; every row
 /// is written to results.json.
+/// Margins need held-out ratios: a bundle trained on every row has none, and
+/// `repro correction --floor-miss-rate` refuses it in one line naming its models.
+#[test]
+fn repro_correction_refuses_margins_from_a_bundle_without_held_out_rows() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let csv = dir.path().join("p.csv");
+    let bundle = dir.path().join("paper-n2");
+    let path = |p: &Path| p.to_str().expect("utf-8 path").to_owned();
+    let out = mfsched(&[
+        "profile",
+        "--scenario",
+        "paper-n2",
+        "--samples",
+        "40",
+        "--seed",
+        "1",
+        "--out",
+        &path(&csv),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = mfsched(&[
+        "train",
+        "--data",
+        &path(&csv),
+        "--scenario",
+        "paper-n2",
+        "--holdout",
+        "0",
+        "--epochs",
+        "5",
+        "--out",
+        &path(&bundle),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = mfsched(&[
+        "repro",
+        "correction",
+        "--problem",
+        "paper-n2",
+        "--models",
+        &path(&bundle),
+        "--floor-miss-rate",
+        "0.05",
+        "--ticks",
+        "2",
+        "--seeds",
+        "1",
+    ]);
+    let err = fails_in_one_line(&out, "margins without held-out ratios");
+    assert!(
+        err.contains("keeps no held-out ratios for llama3b, yolo-a"),
+        "{err}"
+    );
+}
+
 #[test]
 fn repro_correction_breaks_fewer_floors_on_a_perturbed_card() {
     let dir = tempfile::tempdir().expect("temp dir");

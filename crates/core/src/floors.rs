@@ -17,6 +17,7 @@
 //! miss is counted against ([`Floors::misses`]); the raised floors are only
 //! what decisions are checked with ([`Floors::enforced`]).
 
+use crate::domain::Problem;
 use serde::Serialize;
 
 /// The miss rate α a daemon enforces its floors at unless configured.
@@ -208,9 +209,20 @@ impl Floors {
             .collect()
     }
 
-    /// The models a margin was asked for but cannot be given to (the bundle
-    /// holds no held-out ratios for them).
-    pub fn uncalibrated(&self) -> Vec<usize> {
+    /// The names of the models a margin was asked for but cannot be given to
+    /// (the bundle holds no held-out ratios for them), comma-joined; `None`
+    /// when there are none.
+    pub fn uncalibrated_names(&self, problem: &Problem) -> Option<String> {
+        let names: Vec<&str> = self
+            .uncalibrated()
+            .into_iter()
+            .map(|i| problem.models[i].name.as_str())
+            .collect();
+        (!names.is_empty()).then(|| names.join(", "))
+    }
+
+    /// The indices of [`Floors::uncalibrated_names`]' models.
+    fn uncalibrated(&self) -> Vec<usize> {
         if self.miss_rate.is_none() {
             return Vec::new();
         }

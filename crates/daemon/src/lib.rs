@@ -219,18 +219,12 @@ pub async fn run(
     // Decisions hold each floor on a lower bound of the prediction; what
     // the servers measure is held to the declared floor.
     let floors = served.floors(config.floors.margins_at());
-    if let Some(alpha) = floors.miss_rate {
-        let uncalibrated: Vec<&str> = floors
-            .uncalibrated()
-            .iter()
-            .map(|&i| served.problem.models[i].name.as_str())
-            .collect();
-        if !uncalibrated.is_empty() {
-            tracing::warn!(
-                "floors.miss_rate = {alpha}: the bundle keeps no held-out ratios for {}, whose floors stay on the point prediction; retrain the bundle (mfsched train) for margins",
-                uncalibrated.join(", ")
-            );
-        }
+    if let (Some(alpha), Some(uncalibrated)) =
+        (floors.miss_rate, floors.uncalibrated_names(&served.problem))
+    {
+        tracing::warn!(
+            "floors.miss_rate = {alpha}: the bundle keeps no held-out ratios for {uncalibrated}, whose floors stay on the point prediction; retrain the bundle (mfsched train) for margins"
+        );
     }
     let Served {
         predictor,

@@ -495,17 +495,13 @@ pub fn correction(args: CorrectionArgs) -> Result<()> {
     let scenario = load_scenario(&args.problem)?;
     let served = args.plugins.served(&scenario)?;
     let margins = miss_rate.map(|a| served.floors(Some(a)));
-    if let Some(m) = &margins
-        && !m.uncalibrated().is_empty()
+    if let Some(uncalibrated) = margins
+        .as_ref()
+        .and_then(|m| m.uncalibrated_names(&served.problem))
     {
         bail!(
-            "--floor-miss-rate: the bundle of {} keeps no held-out ratios for {} (retrain it; or --floor-miss-rate 0)",
+            "--floor-miss-rate: the bundle of {} keeps no held-out ratios for {uncalibrated} (retrain it; or --floor-miss-rate 0)",
             scenario.name,
-            m.uncalibrated()
-                .iter()
-                .map(|&i| served.problem.models[i].name.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
         );
     }
     let engine = args.plugins.engine()?;
