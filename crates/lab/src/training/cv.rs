@@ -525,7 +525,7 @@ fn predict_all(
                         &setup.problem.models[job.model].name,
                         &mut |_| {},
                     )
-                    .map(|net| super::fit::predict(&net, &data.subset(test), map));
+                    .map(|(net, _)| super::fit::predict(&net, &data.subset(test), map));
                     results.lock().expect("no poisoning").push((job, result));
                     progress(done.fetch_add(1, Ordering::Relaxed) + 1, jobs.len());
                 }

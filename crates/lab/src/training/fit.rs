@@ -33,20 +33,8 @@ pub fn model_seed(seed: u64, i: usize) -> u64 {
 }
 
 /// Trains one net on `data` to learn the quantity `map`'s target encodes,
-/// naming the model in errors.
+/// naming the model in errors; with what the linear skip chose where it is on.
 pub fn train_net(
-    data: &ModelData,
-    map: &OutputMap,
-    config: &TrainConfig,
-    seed: u64,
-    model: &str,
-    on_epoch: &mut dyn FnMut(usize),
-) -> Result<Mlp> {
-    train_net_explained(data, map, config, seed, model, on_epoch).map(|(net, _)| net)
-}
-
-/// [`train_net`], with what the linear skip chose where it is on.
-fn train_net_explained(
     data: &ModelData,
     map: &OutputMap,
     config: &TrainConfig,
@@ -306,7 +294,7 @@ pub fn train_bundle(
     for (i, model) in problem.models.iter().enumerate() {
         let train = data[i].subset(&train_rows);
         let test = data[i].subset(&test_rows);
-        let (net, skip) = train_net_explained(
+        let (net, skip) = train_net(
             &train,
             &maps[i],
             config,

@@ -338,7 +338,7 @@ fn evaluate(pool: &Pool, job: &Job, config: &StudyConfig) -> Result<JobScores> {
     let mut r2s = Vec::with_capacity(pool.models);
     let mut slowdowns = Vec::with_capacity(pool.models);
     for (i, data) in pool.data.iter().enumerate() {
-        let net = train_net(
+        let (net, _) = train_net(
             &data.subset(train_rows),
             &OutputMap::identity(),
             &config.train,
