@@ -948,6 +948,56 @@ fn measured_throughput_far_below_the_prediction_is_corrected_and_one_drift_line_
     );
 }
 
+/// Servers under load that serve nothing: every reading of their throughput
+/// is 0, which the online correction cannot learn a ratio from. It skips
+/// them, counts them in `mfsched_correction_rejected_readings_total`, and
+/// corrects nothing.
+#[test]
+fn readings_the_correction_cannot_use_are_counted_not_learnt() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let start = Instant::now();
+    let page = common::metrics_page(move |_| {
+        format!(
+            "stuck_requests_total {}\nstuck_tokens_total 0\n",
+            10.0 * start.elapsed().as_secs_f64()
+        )
+    });
+    let models = paper_n2_models();
+    let workload = scraped_load(
+        page,
+        &models,
+        "stuck_requests_total",
+        Some("stuck_tokens_total"),
+    );
+    let config = common::daemon_config(
+        dir.path(),
+        "paper-n2",
+        100,
+        "active = \"exhaustive\"",
+        &workload,
+    );
+    let (child, err, addr) = process::start_daemon(&config);
+    let mut daemon = process::Killed(child);
+    let (_lines, reader) = collect_lines(err);
+    let rejected = |page: &str| common::metric(page, "mfsched_correction_rejected_readings_total");
+    wait_until("10 readings rejected", || {
+        rejected(&common::http(addr, "GET", "/metrics", None).1).is_some_and(|n| n >= 10.0)
+    });
+    let (_, page) = common::http(addr, "GET", "/metrics", None);
+    for m in &models {
+        assert_eq!(
+            common::metric(
+                &page,
+                &format!("mfsched_prediction_correction{{model=\"{m}\"}}")
+            ),
+            None,
+            "{m}: nothing learnt, no factor\n{page}"
+        );
+    }
+    assert!(terminate(&mut daemon.0).success());
+    reader.join().expect("the reader ends with the daemon");
+}
+
 /// Issue 27, calibrated floors: with `[floors] miss_rate = 0.05` decisions
 /// hold each floor on the split-conformal lower bound of the prediction from
 /// the bundle's held-out ratios. The daemon exports both floors,

@@ -817,6 +817,9 @@ impl Daemon {
         self.shared
             .metrics
             .correction(&self.problem, &self.corrections);
+        self.shared
+            .metrics
+            .correction_rejected(correction.rejected());
     }
 
     /// One log line per edge of a policy's run of failures (never one per

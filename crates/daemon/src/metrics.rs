@@ -102,6 +102,8 @@ struct Inner {
     /// Per model: the online correction of the running configuration
     /// (factor, recent measured / predicted ratio, drifting).
     correction: BTreeMap<String, mfsched_core::ModelCorrection>,
+    /// Readings the correction skipped as not positive and finite, this run.
+    correction_rejected: u64,
     drift_alarms: BTreeMap<String, u64>,
     /// Per model: its floor as declared and as decisions enforce it.
     floors: Vec<(String, f64, f64)>,
@@ -294,6 +296,12 @@ impl Metrics {
             .filter(|(_, c)| c.observations > 0)
             .map(|(m, c)| (m.name.clone(), *c))
             .collect();
+    }
+
+    /// Readings the online correction skipped so far (a server that served
+    /// nothing, a prediction that was not a positive number).
+    pub fn correction_rejected(&self, readings: u64) {
+        self.lock().correction_rejected = readings;
     }
 
     /// A model started drifting.
@@ -741,6 +749,16 @@ impl Metrics {
                 &|c| Some(f64::from(u8::from(c.drifting))),
                 "mfsched_prediction_drift",
             ),
+        );
+        section(
+            &mut out,
+            "mfsched_correction_rejected_readings_total",
+            "counter",
+            "Readings the online correction skipped: a measured or predicted throughput that was not positive and finite (a server that served nothing).",
+            vec![format!(
+                "mfsched_correction_rejected_readings_total {}",
+                m.correction_rejected
+            )],
         );
         section(
             &mut out,
