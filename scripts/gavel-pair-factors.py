@@ -16,18 +16,17 @@ the folds are not `surrogate cv`'s, only its protocol), mean ± std over seeds:
   configuration, which summed over co-runners would make a field whose size does
   not grow with N (the sum is an assumption for N > 2, untested here).
 
-Usage: scripts/gavel-pair-factors.py gavel-v100.csv   (docs/gavel.md)
+Usage: scripts/gavel-pair-factors.py gavel-v100.csv [--factor-ridge 0.1]   (docs/gavel.md)
 """
+import argparse
 import csv
 import random
-import sys
 
 import numpy as np
 
 FOLDS = 5
 SEEDS = (1, 2, 3)
-RIDGE = 1e-2        # per row, on standardised inputs
-FACTOR_RIDGE = 0.1  # on the low-rank factors
+RIDGE = 1e-2  # per row, on standardised inputs
 ITERATIONS = 60
 
 
@@ -58,14 +57,14 @@ def ridge(x, t, lam):
     return lambda q: t.mean() + ((q - mu) / sd) @ w
 
 
-def low_rank(n, own, partner, y, rank, seed):
+def low_rank(n, own, partner, y, rank, seed, factor_ridge):
     rng = np.random.default_rng(seed)
     a, b = np.zeros(n), np.zeros(n)
     u = 0.1 * rng.standard_normal((n, rank))
     v = 0.1 * rng.standard_normal((n, rank))
     mu = y.mean()
     t = y - mu
-    penalty = FACTOR_RIDGE * np.diag([0.0] + [1.0] * rank) + 1e-9 * np.eye(rank + 1)
+    penalty = factor_ridge * np.diag([0.0] + [1.0] * rank) + 1e-9 * np.eye(rank + 1)
 
     def side(index, other, bias_other, factors_other):
         out_bias, out_factors = np.zeros(n), np.zeros((n, rank))
@@ -87,7 +86,7 @@ def r2(pred, true):
     return 1 - ((true - pred) ** 2).sum() / ((true - true.mean()) ** 2).sum()
 
 
-def main(path):
+def main(path, factor_ridge):
     n, own, partner, slowdown, state, group = load(path)
     y = np.log(slowdown)
     eye = np.eye(n)
@@ -116,16 +115,20 @@ def main(path):
                 fit = ridge(x[train], y[train], RIDGE)
                 predicted.setdefault(name, np.zeros(len(y)))[test] = fit(x[test])
             for rank in (1, 2, 3):
-                fit = low_rank(n, own[train], partner[train], y[train], rank, seed)
+                fit = low_rank(n, own[train], partner[train], y[train], rank, seed, factor_ridge)
                 predicted.setdefault(f"low-rank r={rank}", np.zeros(len(y)))[test] = fit(own[test], partner[test])
         for name, p in predicted.items():
             scores.setdefault(name, []).append(r2(np.exp(p), slowdown))
-    print(f"{path}: {len(y)} pair rows, {len(groups)} pairs, {FOLDS} folds grouped by pair, seeds {SEEDS}")
+    print(f"{path}: {len(y)} pair rows, {len(groups)} pairs, {FOLDS} folds grouped by pair, "
+          f"seeds {SEEDS}, factor ridge {factor_ridge}")
     for name, v in scores.items():
         print(f"{name:32s} slowdown R² {np.mean(v):.3f} ± {np.std(v):.3f}")
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit("usage: gavel-pair-factors.py PROFILE.csv")
-    main(sys.argv[1])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("profile", help="a profile CSV from scripts/gavel-to-mfsched.py")
+    parser.add_argument("--factor-ridge", type=float, default=0.1,
+                        help="the ridge penalty on the low-rank factors (default 0.1)")
+    args = parser.parse_args()
+    main(args.profile, args.factor_ridge)
