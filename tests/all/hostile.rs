@@ -122,7 +122,9 @@ fn a_bloated_self_description_is_refused_at_load_in_one_line() {
 
 /// The plugin passes the start-up self-check (medium load), then refuses with
 /// 20 MiB at burst load on every tick: the daemon records every tick with the
-/// reason cut, its log stays small, and it exits cleanly.
+/// reason cut, its log stays small, and it exits cleanly. The period is long
+/// so that building the refusal fits its deadline (¾ of it) on a busy machine:
+/// the test is of what the daemon does with the refusal, not of its speed.
 #[test]
 fn the_daemon_survives_a_policy_that_turns_hostile() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -132,7 +134,7 @@ fn the_daemon_survives_a_policy_that_turns_hostile() {
     let config = crate::common::daemon_config(
         dir.path(),
         "paper-n3",
-        400,
+        1500,
         "active = \"turncoat\"\nplugin_dir = \"plugins\"",
         "[workload]\nlevel = \"burst\"",
     );
