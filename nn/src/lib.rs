@@ -24,4 +24,4 @@ pub mod ridge;
 pub mod train;
 
 pub use mlp::{BatchNorm, Hidden, Linear, Mlp, Standardize, TargetScale};
-pub use train::{SkipChoice, TrainConfig, TrainError, train, train_explained};
+pub use train::{MIN_INPUT_STD, SkipChoice, TrainConfig, TrainError, train, train_explained};

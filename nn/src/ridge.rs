@@ -102,8 +102,8 @@ impl Ridge {
 }
 
 /// Solves the symmetric positive-definite system `a x = b` (n × n, row-major)
-/// by Gaussian elimination with partial pivoting.
-fn solve(mut a: Vec<f64>, mut b: Vec<f64>, n: usize) -> Vec<f64> {
+/// by Gaussian elimination with partial pivoting (a zero pivot's unknown is 0).
+pub fn solve(mut a: Vec<f64>, mut b: Vec<f64>, n: usize) -> Vec<f64> {
     for col in 0..n {
         let pivot = (col..n)
             .max_by(|&i, &j| a[i * n + col].abs().total_cmp(&a[j * n + col].abs()))

@@ -169,6 +169,12 @@ pub fn train_explained(
 }
 
 /// Share of the rows held out to choose the MLP's weight over the linear model.
+/// An input column whose standard deviation on the training rows is below
+/// this is taken as constant (scaled by 1, not by its spread): f32 inputs
+/// carry no more, and dividing by rounding noise would blow up any row where
+/// the column moves.
+pub const MIN_INPUT_STD: f64 = 1e-6;
+
 const SKIP_VALIDATION_SHARE: f64 = 0.2;
 /// Below this many rows there is nothing to validate on: the linear model alone.
 const SKIP_MIN_ROWS: usize = 10;
@@ -532,7 +538,7 @@ fn fit_standardize(x: &[f32], width: usize) -> Standardize {
             .iter()
             .map(|&s| {
                 let sd = (s / rows).sqrt();
-                if sd > 1e-6 { sd as f32 } else { 1.0 }
+                if sd > MIN_INPUT_STD { sd as f32 } else { 1.0 }
             })
             .collect(),
     }

@@ -220,10 +220,10 @@ fn on_the_gavel_pairs_meanfield_explains_more_slowdown_than_the_own_configuratio
     );
 }
 
-/// The CLI on foreign data: a grouped learning curve with the co-runner-solo
-/// field and the pressure baseline, exported folds and out-of-fold
-/// predictions; `train` with a grouped hold-out, the new field and the Joint
-/// MLP, each scored by `surrogate eval` on the slowdown. Few epochs: this
+/// The CLI on foreign data: a grouped learning curve with the co-runner
+/// fields and the pressure baseline, exported folds and out-of-fold
+/// predictions; `train` with a grouped hold-out, each co-runner field and the
+/// Joint MLP, each scored by `surrogate eval` on the slowdown. Few epochs: this
 /// checks the plumbing; docs/gavel.md has the measurement.
 #[test]
 fn on_the_gavel_pairs_the_cli_gives_learning_curves_exports_and_slowdown_scores() {
@@ -253,7 +253,7 @@ fn on_the_gavel_pairs_the_cli_gives_learning_curves_exports_and_slowdown_scores(
         "--targets",
         "relative",
         "--fields",
-        "observed,co-runner-solo",
+        "observed,co-runner-solo,co-runner-factors",
         "--train-sizes",
         "20,80",
         "--epochs",
@@ -280,6 +280,8 @@ fn on_the_gavel_pairs_the_cli_gives_learning_curves_exports_and_slowdown_scores(
         "linear-field/co-runner-solo",
         "meanfield/observed",
         "meanfield/co-runner-solo",
+        "linear-field/co-runner-factors",
+        "meanfield/co-runner-factors",
         "joint-mlp/observed",
     ] {
         assert!(labels.iter().any(|l| l == want), "{want} in {labels:?}");
@@ -303,6 +305,17 @@ fn on_the_gavel_pairs_the_cli_gives_learning_curves_exports_and_slowdown_scores(
         slowdown("pressure") > slowdown("own-config-mean"),
         "the co-runner's factor explains slowdown the own mean cannot"
     );
+    let linear_slowdown = |field: &str| {
+        results
+            .iter()
+            .find(|r| r["method"] == "linear-field" && r["field"] == field)
+            .and_then(|r| r["overall"]["r2_relative"]["mean"].as_f64())
+            .unwrap_or_else(|| panic!("no slowdown R² for the linear field on {field}"))
+    };
+    assert!(
+        linear_slowdown("co-runner-factors") > linear_slowdown("observed"),
+        "the learnt co-runner factors say what the state cannot (no net: no epochs involved)"
+    );
     assert!(cv.join("cv-curve.svg").is_file());
 
     // Folds: both orders of a pair in one fold; one prediction per row and model.
@@ -324,9 +337,10 @@ fn on_the_gavel_pairs_the_cli_gives_learning_curves_exports_and_slowdown_scores(
         1 + results.len() * V100_PAIR_ROWS * 2
     );
 
-    // train: grouped hold-out, the co-runner-solo field; eval scores the slowdown.
+    // train: grouped hold-out, each co-runner field; eval scores the slowdown.
     for (name, extra) in [
         ("solo-field", ["--field", "co-runner-solo"]),
+        ("factors-field", ["--field", "co-runner-factors"]),
         ("joint", ["--model", "joint"]),
     ] {
         let bundle = dir.path().join(name);
@@ -351,6 +365,18 @@ fn on_the_gavel_pairs_the_cli_gives_learning_curves_exports_and_slowdown_scores(
             &std::fs::read_to_string(bundle.join("bundle.json")).expect("bundle.json"),
         )
         .expect("bundle.json is JSON");
+        if name == "factors-field" {
+            // A row per configuration of the model's 26 jobs, rank + 1 numbers each.
+            let factors = meta["models"][1]["corunner_factors"]
+                .as_array()
+                .expect("corunner_factors");
+            assert_eq!(factors.len(), 26);
+            assert!(
+                factors
+                    .iter()
+                    .all(|f| f.as_array().is_some_and(|f| f.len() == 3))
+            );
+        }
         let metrics = &meta["models"][0]["metrics"];
         assert!(metrics["r2_slowdown_holdout"].is_f64(), "{name}: {metrics}");
         assert!(metrics["mape_holdout"].is_f64(), "{name}: {metrics}");

@@ -15,7 +15,7 @@
 //! with one clear message (what, where, what to do); it never panics.
 
 use super::backend::BackendChoice;
-use super::features::{self, FieldFeatures, Layout, SoloPoint, SoloProfiles};
+use super::features::{self, CorunnerTables, FieldFeatures, Layout, SoloPoint, SoloProfiles};
 use super::fold::fold;
 use super::meanfield::MeanField;
 use super::target::{OutputMap, Target};
@@ -134,6 +134,12 @@ pub struct ModelMeta {
     /// contributes to its co-runners' inputs under the co-runner-solo field.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub solo_profile: Option<Vec<SoloPoint>>,
+    /// Per configuration of the model's grid: its learnt co-runner factors
+    /// (`FieldFeatures::CoRunnerFactors`: the inflicted log-slowdown, then the
+    /// interaction factors), fitted on the training rows; zeros for a
+    /// configuration never seen beside another model there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub corunner_factors: Option<Vec<Vec<f64>>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -399,6 +405,32 @@ impl Bundle {
                 ),
                 _ => {}
             }
+            match (self.meta.field_features, &m.corunner_factors) {
+                (FieldFeatures::CoRunnerFactors, None) => bail!(
+                    "model '{}' has no corunner_factors, which the {} field it was trained on needs; {REMEDY}",
+                    m.name,
+                    self.meta.field_features
+                ),
+                (_, Some(factors)) if factors.len() != model.grid_size() => bail!(
+                    "model '{}' has {} corunner_factors rows, scenario {} gives it {} configurations; {REMEDY}",
+                    m.name,
+                    factors.len(),
+                    scenario.name,
+                    model.grid_size()
+                ),
+                (_, Some(factors))
+                    if factors.iter().any(|f| {
+                        f.len() != features::FACTOR_RANK + 1 || f.iter().any(|v| !v.is_finite())
+                    }) =>
+                {
+                    bail!(
+                        "model '{}': a corunner_factors row is not {} finite numbers; {REMEDY}",
+                        m.name,
+                        features::FACTOR_RANK + 1
+                    )
+                }
+                _ => {}
+            }
             if let Some(solo) = &m.solo_throughput
                 && solo.len() != model.grid_size()
             {
@@ -480,14 +512,26 @@ impl Bundle {
             .collect()
     }
 
-    /// Per model, its solo profile, where the bundle records every model's (the
-    /// co-runner-solo field's inputs).
-    pub fn solo_profiles(&self) -> Option<SoloProfiles> {
-        self.meta
-            .models
-            .iter()
-            .map(|m| m.solo_profile.clone())
-            .collect()
+    /// Per model, per configuration: what it contributes to its co-runners'
+    /// inputs under the field the bundle was trained on (none for the observed
+    /// field, or where a model's record lacks it).
+    pub fn corunner_tables(&self) -> Option<CorunnerTables> {
+        match self.meta.field_features {
+            FieldFeatures::Observed => None,
+            FieldFeatures::CoRunnerSolo => self
+                .meta
+                .models
+                .iter()
+                .map(|m| m.solo_profile.clone())
+                .collect::<Option<SoloProfiles>>()
+                .map(|s| features::solo_tables(&s)),
+            FieldFeatures::CoRunnerFactors => self
+                .meta
+                .models
+                .iter()
+                .map(|m| m.corunner_factors.clone())
+                .collect(),
+        }
     }
 
     /// The scenario the bundle was trained for: its embedded TOML when it has
@@ -820,6 +864,70 @@ mod tests {
             assert!(
                 err.to_string()
                     .contains("model 'yolo-a': metrics.holdout_ratios"),
+                "{what}: {err}"
+            );
+        }
+    }
+
+    /// A co-runner-factors bundle needs every model's factors, one row of
+    /// rank + 1 finite numbers per configuration; its tables are what it
+    /// recorded.
+    #[test]
+    fn corunner_factors_are_checked_against_the_scenario() {
+        let s = load_scenario("paper-n2").expect("bundled");
+        let mut bundle = shipped("paper-n2");
+        bundle.meta.field_features = FieldFeatures::CoRunnerFactors;
+        for (i, m) in bundle.meta.models.iter_mut().enumerate() {
+            m.features = features::layout_names(
+                &s.problem,
+                i,
+                Layout::MeanField,
+                FieldFeatures::CoRunnerFactors,
+            );
+        }
+        let err = bundle.check_against(&s).expect_err("no factors");
+        assert!(
+            err.to_string().contains(
+                "model 'llama3b' has no corunner_factors, which the co-runner-factors field"
+            ),
+            "{err}"
+        );
+        let width = features::FACTOR_RANK + 1;
+        for (m, model) in bundle.meta.models.iter_mut().zip(&s.problem.models) {
+            m.corunner_factors = Some(vec![vec![0.25; width]; model.grid_size()]);
+        }
+        bundle.check_against(&s).expect("complete factors");
+        let tables = bundle.corunner_tables().expect("recorded");
+        assert_eq!(tables[1].len(), s.problem.models[1].grid_size());
+        for (what, edit, expected) in [
+            (
+                "short",
+                (|f: &mut Vec<Vec<f64>>| {
+                    f.pop();
+                }) as fn(&mut Vec<Vec<f64>>),
+                "corunner_factors rows, scenario paper-n2 gives it",
+            ),
+            (
+                "NaN",
+                |f: &mut Vec<Vec<f64>>| f[0][1] = f64::NAN,
+                "a corunner_factors row is not 3 finite numbers",
+            ),
+            (
+                "narrow",
+                |f: &mut Vec<Vec<f64>>| f[2].truncate(1),
+                "a corunner_factors row is not 3 finite numbers",
+            ),
+        ] {
+            let mut broken = bundle.clone();
+            edit(
+                broken.meta.models[1]
+                    .corunner_factors
+                    .as_mut()
+                    .expect("set"),
+            );
+            let err = broken.check_against(&s).expect_err(what);
+            assert!(
+                err.to_string().contains("model 'yolo-a'") && err.to_string().contains(expected),
                 "{what}: {err}"
             );
         }

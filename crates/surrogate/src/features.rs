@@ -162,9 +162,7 @@ pub fn layout_names(
                 })
                 .collect();
             names.extend(STATE_NAMES.iter().map(|s| s.to_string()));
-            if field == FieldFeatures::CoRunnerSolo {
-                names.extend(CORUNNER_NAMES.iter().map(|s| s.to_string()));
-            }
+            names.extend(field.corunner_names().iter().map(|s| s.to_string()));
             names
         }
     }
@@ -179,6 +177,14 @@ pub fn layout_names(
 ///   the profile's solo rows measured for each co-runner's configuration): what
 ///   the co-runners are, not only how busy the card is, with an input size that
 ///   does not grow with N.
+/// - [`FieldFeatures::CoRunnerFactors`]: the state, then, summed over the
+///   co-runners, their *learnt factors*: per configuration, the log-slowdown it
+///   inflicts on an average co-runner and [`FACTOR_RANK`] interaction factors,
+///   fitted on the training rows' co-location throughputs (a low-rank pair
+///   model, `log s = μᵢ + aᵢ + Σⱼ (bⱼ + uᵢ·vⱼ)`, whose victim side the net
+///   learns from the own configuration). Unlike the solo profiles they come
+///   from co-location rows, so a held-out score must learn them from its
+///   training rows only ([`FieldFeatures::is_learnt`]).
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
 )]
@@ -187,15 +193,21 @@ pub enum FieldFeatures {
     #[default]
     Observed,
     CoRunnerSolo,
+    CoRunnerFactors,
 }
 
 impl FieldFeatures {
-    pub const ALL: [FieldFeatures; 2] = [FieldFeatures::Observed, FieldFeatures::CoRunnerSolo];
+    pub const ALL: [FieldFeatures; 3] = [
+        FieldFeatures::Observed,
+        FieldFeatures::CoRunnerSolo,
+        FieldFeatures::CoRunnerFactors,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             FieldFeatures::Observed => "observed",
             FieldFeatures::CoRunnerSolo => "co-runner-solo",
+            FieldFeatures::CoRunnerFactors => "co-runner-factors",
         }
     }
 
@@ -203,13 +215,25 @@ impl FieldFeatures {
         *self == FieldFeatures::Observed
     }
 
+    /// Whether the co-runner features are learnt from co-location rows (and so
+    /// from a training set's rows only), not read from solo rows.
+    pub fn is_learnt(&self) -> bool {
+        *self == FieldFeatures::CoRunnerFactors
+    }
+
+    /// Names of the co-runner features that follow the state, parallel to
+    /// [`push_corunner_sums`]' output for this field.
+    pub fn corunner_names(self) -> &'static [&'static str] {
+        match self {
+            FieldFeatures::Observed => &[],
+            FieldFeatures::CoRunnerSolo => &SOLO_NAMES,
+            FieldFeatures::CoRunnerFactors => &FACTOR_NAMES,
+        }
+    }
+
     /// Inputs after the local features.
     pub fn width(self) -> usize {
-        STATE_FEATURES
-            + match self {
-                FieldFeatures::Observed => 0,
-                FieldFeatures::CoRunnerSolo => CORUNNER_NAMES.len(),
-            }
+        STATE_FEATURES + self.corunner_names().len()
     }
 }
 
@@ -219,11 +243,27 @@ impl std::fmt::Display for FieldFeatures {
     }
 }
 
-/// Names of the co-runner features, parallel to [`push_corunners`]' output.
-pub const CORUNNER_NAMES: [&str; 2] = [
+/// Names of the co-runner-solo field's features.
+const SOLO_NAMES: [&str; 2] = [
     "corunners.solo_utilization",
     "corunners.solo_vram/card_vram",
 ];
+
+/// Interaction factors per configuration in the co-runner-factors field.
+pub const FACTOR_RANK: usize = 2;
+
+/// Names of the co-runner-factors field's features: the inflicted
+/// log-slowdown, then the interaction factors.
+const FACTOR_NAMES: [&str; FACTOR_RANK + 1] = [
+    "corunners.inflicted_log_slowdown",
+    "corunners.factor_1",
+    "corunners.factor_2",
+];
+
+/// Per model, per configuration of its grid: the numbers that configuration
+/// contributes to its co-runners' inputs (a field's [`FieldFeatures::corunner_names`]),
+/// summed over the co-runners by [`push_corunner_sums`].
+pub type CorunnerTables = Vec<Vec<Vec<f64>>>;
 
 /// One configuration measured alone: what it demands of the card by itself.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -282,29 +322,46 @@ pub fn solo_profiles(problem: &Problem, profile: &Profile) -> Result<SoloProfile
         .collect()
 }
 
+/// The co-runner-solo field's tables: each configuration's solo utilisation
+/// and VRAM fraction.
+pub fn solo_tables(solo: &SoloProfiles) -> CorunnerTables {
+    solo.iter()
+        .map(|points| {
+            points
+                .iter()
+                .map(|p| vec![p.utilization, p.vram_fraction])
+                .collect()
+        })
+        .collect()
+}
+
 /// The co-runner features of model `i` in joint configuration `joint`,
-/// appended to `out`: each co-runner's solo utilisation and VRAM fraction,
-/// summed over the co-runners.
-pub fn push_corunners(solo: &SoloProfiles, i: usize, joint: &[u32], out: &mut Vec<f32>) {
-    let (mut u, mut v) = (0.0, 0.0);
+/// appended to `out`: `width` numbers, each the sum over the co-runners of
+/// what their configurations contribute in `tables`.
+pub fn push_corunner_sums(
+    tables: &CorunnerTables,
+    width: usize,
+    i: usize,
+    joint: &[u32],
+    out: &mut Vec<f32>,
+) {
+    let mut sums = vec![0.0f64; width];
     for (j, &c) in joint.iter().enumerate() {
         if j != i
-            && let Some(p) = solo.get(j).and_then(|t| t.get(c as usize))
+            && let Some(p) = tables.get(j).and_then(|t| t.get(c as usize))
         {
-            u += p.utilization;
-            v += p.vram_fraction;
+            for (s, v) in sums.iter_mut().zip(p) {
+                *s += v;
+            }
         }
     }
-    out.push(u as f32);
-    out.push(v as f32);
+    out.extend(sums.into_iter().map(|s| s as f32));
 }
 
 /// Names of model i's full input row under `field`.
 pub fn input_names_with(model: &Model, field: FieldFeatures) -> Vec<String> {
     let mut names = input_names(model);
-    if field == FieldFeatures::CoRunnerSolo {
-        names.extend(CORUNNER_NAMES.iter().map(|s| s.to_string()));
-    }
+    names.extend(field.corunner_names().iter().map(|s| s.to_string()));
     names
 }
 
@@ -382,19 +439,20 @@ mod tests {
             utilization,
             vram_fraction,
         };
-        let solo = vec![
+        let solo = solo_tables(&vec![
             vec![p(0.1, 0.01), p(0.2, 0.02)],
             vec![p(0.3, 0.03), p(0.4, 0.04)],
             vec![p(0.5, 0.05), p(0.6, 0.06)],
-        ];
+        ]);
+        let width = FieldFeatures::CoRunnerSolo.corunner_names().len();
         let mut out = Vec::new();
-        push_corunners(&solo, 0, &[1, 0, 1], &mut out);
+        push_corunner_sums(&solo, width, 0, &[1, 0, 1], &mut out);
         assert!(
             (out[0] - 0.9).abs() < 1e-6 && (out[1] - 0.09).abs() < 1e-6,
             "{out:?}"
         );
         out.clear();
-        push_corunners(&solo, 2, &[1, 1, 0], &mut out);
+        push_corunner_sums(&solo, width, 2, &[1, 1, 0], &mut out);
         assert!(
             (out[0] - 0.6).abs() < 1e-6,
             "own configuration left out: {out:?}"

@@ -32,7 +32,7 @@
 
 use super::dataset::{self, Layout, ModelData};
 use super::fit::{
-    fidelity, field_data, mape, measured_over, model_seed, output_maps, solo_tables, train_net,
+    corunner_tables, fidelity, mape, measured_over, model_seed, output_maps, solo_tables, train_net,
 };
 use super::split;
 use crate::svg::{BarChart, BarGroup, LineChart, Series};
@@ -41,9 +41,9 @@ use mfsched_core::FloorMargin;
 use mfsched_core::Problem;
 use mfsched_core::Profile;
 use mfsched_core::write_atomically;
-use mfsched_nn::TrainConfig;
 use mfsched_nn::metrics::mean_std;
 use mfsched_nn::ridge::{RIDGE_PER_ROW, Ridge};
+use mfsched_nn::{MIN_INPUT_STD, TrainConfig};
 use mfsched_rng::Rng;
 use mfsched_surrogate::FieldFeatures;
 use mfsched_surrogate::{OutputMap, Target};
@@ -57,6 +57,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 pub const JOINT_MAX_MODELS: usize = 3;
 const STREAM_FOLDS: u64 = 0x464f_4c44; // "FOLD"
 const STREAM_SUBSET: u64 = 0x5355_4253_0000; // "SUBS" + fold
+const STREAM_FIELD: u64 = 0x4649_0000_0000_0000; // "FI" + fold, size
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CvConfig {
@@ -204,8 +205,11 @@ type Splits = Vec<Vec<(Vec<usize>, Vec<usize>)>>;
 
 struct Setup<'a> {
     problem: &'a Problem,
+    profile: &'a Profile,
+    /// Every row's group (a learnt field's inner cross-validation folds them).
+    group_of: Vec<usize>,
     maps: BTreeMap<Target, Vec<OutputMap>>,
-    /// Per field: the MeanField matrices.
+    /// Per field not learnt: the MeanField matrices.
     mf: BTreeMap<FieldFeatures, Vec<ModelData>>,
     joint: Option<Vec<ModelData>>,
     /// Per model, per configuration: solo throughput, where every model has solo rows.
@@ -216,6 +220,51 @@ struct Setup<'a> {
 impl Setup<'_> {
     fn observed(&self) -> &[ModelData] {
         &self.mf[&FieldFeatures::Observed]
+    }
+
+    /// Per seed and fold of `splits`, per learnt field the keys use: the
+    /// MeanField matrices with the field learnt from that split's training
+    /// rows alone, seeded per seed, fold and training size.
+    fn learnt(
+        &self,
+        seeds: &[u64],
+        splits: &Splits,
+        size: usize,
+    ) -> Result<BTreeMap<(usize, usize, FieldFeatures), Vec<ModelData>>> {
+        let mut fields: Vec<FieldFeatures> = self
+            .keys
+            .iter()
+            .map(|k| k.2)
+            .filter(FieldFeatures::is_learnt)
+            .collect();
+        fields.sort_unstable();
+        fields.dedup();
+        let mut out = BTreeMap::new();
+        for (seed, per_fold) in splits.iter().enumerate() {
+            for (fold, (train, _)) in per_fold.iter().enumerate() {
+                for &field in &fields {
+                    let stream = STREAM_FIELD | ((fold as u64) << 32) | size as u64;
+                    let field_seed = Rng::derive(seeds[seed], stream).next_u64();
+                    let tables = corunner_tables(
+                        self.problem,
+                        self.profile,
+                        field,
+                        train,
+                        &self.group_of,
+                        field_seed,
+                    )?;
+                    let corunners = tables.as_ref().map(|t| (field, t));
+                    let data = dataset::build_with(
+                        self.problem,
+                        self.profile,
+                        Layout::MeanField,
+                        corunners,
+                    );
+                    out.insert((seed, fold, field), data);
+                }
+            }
+        }
+        Ok(out)
     }
 }
 
@@ -249,19 +298,7 @@ pub fn run(
     if !groups.is_empty() && groups.len() != rows {
         bail!("{} group keys for {rows} rows", groups.len());
     }
-    // Every row's group as a number (each row its own without group keys).
-    let group_of: Vec<usize> = if groups.is_empty() {
-        (0..rows).collect()
-    } else {
-        let mut ids: BTreeMap<&str, usize> = BTreeMap::new();
-        groups
-            .iter()
-            .map(|g| {
-                let next = ids.len();
-                *ids.entry(g.as_str()).or_insert(next)
-            })
-            .collect()
-    };
+    let group_of = split::group_ids(groups, rows);
     let group_count = group_of.iter().max().map_or(0, |&g| g + 1);
     if group_count < config.folds {
         bail!(
@@ -273,10 +310,21 @@ pub fn run(
     for &t in &config.targets {
         maps.insert(t, output_maps(problem, profile, t)?.0);
     }
+    // The fields read from the whole profile, built once; a learnt field is
+    // built per split, from its training rows (`Setup::learnt`).
     let mut mf = BTreeMap::new();
     for field in std::iter::once(FieldFeatures::Observed).chain(config.fields.iter().copied()) {
-        if let std::collections::btree_map::Entry::Vacant(slot) = mf.entry(field) {
-            slot.insert(field_data(problem, profile, Layout::MeanField, field, None)?.0);
+        if !field.is_learnt()
+            && let std::collections::btree_map::Entry::Vacant(slot) = mf.entry(field)
+        {
+            let tables = corunner_tables(problem, profile, field, &[], &group_of, 0)?;
+            let corunners = tables.as_ref().map(|t| (field, t));
+            slot.insert(dataset::build_with(
+                problem,
+                profile,
+                Layout::MeanField,
+                corunners,
+            ));
         }
     }
     let solo = solo_tables(problem, profile);
@@ -297,6 +345,8 @@ pub fn run(
     }
     let setup = Setup {
         problem,
+        profile,
+        group_of: group_of.clone(),
         maps,
         mf,
         joint: joint.then(|| dataset::build(problem, profile, Layout::Joint)),
@@ -440,6 +490,13 @@ fn predict_all(
 ) -> Result<BTreeMap<Key, Predictions>> {
     let n = setup.problem.models.len();
     let rows = setup.observed().first().map_or(0, ModelData::rows);
+    let learnt = setup.learnt(&config.seeds, splits, size)?;
+    let mf = |seed: usize, fold: usize, field: FieldFeatures| -> &[ModelData] {
+        match learnt.get(&(seed, fold, field)) {
+            Some(data) => data,
+            None => &setup.mf[&field],
+        }
+    };
     let mut out: BTreeMap<Key, Predictions> = setup
         .keys
         .iter()
@@ -447,11 +504,11 @@ fn predict_all(
         .collect();
     // The cheap baselines, inline.
     for (seed, per_fold) in splits.iter().enumerate() {
-        for (train, test) in per_fold {
+        for (fold, (train, test)) in per_fold.iter().enumerate() {
             for &key in setup.keys.iter().filter(|k| !k.1.trains_a_net()) {
                 let (target, method, field) = key;
                 for model in 0..n {
-                    let data = &setup.mf[&field][model];
+                    let data = &mf(seed, fold, field)[model];
                     let map = &setup.maps[&target][model];
                     let (tr, te) = (data.subset(train), data.subset(test));
                     let values = match method {
@@ -505,7 +562,7 @@ fn predict_all(
                     let (target, method, field) = job.key;
                     let data = match method {
                         Method::JointMlp => &setup.joint.as_ref().expect("joint built")[job.model],
-                        _ => &setup.mf[&field][job.model],
+                        _ => &mf(job.seed, job.fold, field)[job.model],
                     };
                     let map = &setup.maps[&target][job.model];
                     let seed = Rng::derive(
@@ -663,7 +720,7 @@ fn linear_field(train: &ModelData, test: &ModelData, map: &OutputMap) -> Vec<f32
     let stats: Vec<(f64, f64)> = (0..w)
         .map(|j| {
             let (mean, std) = mean_std(&column(train, j));
-            (mean, if std > 1e-12 { std } else { 1.0 })
+            (mean, if std > MIN_INPUT_STD { std } else { 1.0 })
         })
         .collect();
     let standardised = |data: &ModelData| -> Vec<f64> {

@@ -8,7 +8,8 @@
 use mfsched_core::Problem;
 use mfsched_core::Profile;
 use mfsched_surrogate::{
-    FieldFeatures, STATE_FEATURES, SoloProfiles, local_len, local_table, push_corunners, push_state,
+    CorunnerTables, FieldFeatures, STATE_FEATURES, local_len, local_table, push_corunner_sums,
+    push_state,
 };
 
 /// One predictor's training data: `rows × width` inputs (row-major), the
@@ -50,19 +51,17 @@ pub fn build(problem: &Problem, profile: &Profile, layout: Layout) -> Vec<ModelD
     build_with(problem, profile, layout, None)
 }
 
-/// As [`build`]; with `corunners`, every row's state is followed by the
-/// co-runner features of `FieldFeatures::CoRunnerSolo` (`push_corunners`).
+/// As [`build`]; with `corunners` (a field and its tables), every row's state
+/// is followed by the sums over the co-runners of what the tables give their
+/// configurations (`push_corunner_sums`).
 pub fn build_with(
     problem: &Problem,
     profile: &Profile,
     layout: Layout,
-    corunners: Option<&SoloProfiles>,
+    corunners: Option<(FieldFeatures, &CorunnerTables)>,
 ) -> Vec<ModelData> {
-    let field = if corunners.is_some() {
-        FieldFeatures::CoRunnerSolo
-    } else {
-        FieldFeatures::Observed
-    };
+    let field = corunners.map_or(FieldFeatures::Observed, |(f, _)| f);
+    let sums = field.corunner_names().len();
     let tables: Vec<Vec<f32>> = problem.models.iter().map(local_table).collect();
     let local_lens: Vec<usize> = problem.models.iter().map(local_len).collect();
     let joint_local: usize = local_lens.iter().sum();
@@ -99,8 +98,8 @@ pub fn build_with(
                 }
             }
             data.x.extend_from_slice(&state);
-            if let Some(solo) = corunners {
-                push_corunners(solo, i, &row.joint, &mut data.x);
+            if let Some((_, tables)) = corunners {
+                push_corunner_sums(tables, sums, i, &row.joint, &mut data.x);
             }
             data.y.push(row.throughput[i] as f32);
             data.configs.push(row.joint[i]);

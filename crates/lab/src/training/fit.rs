@@ -1,7 +1,7 @@
 //! Training a MeanField bundle from a profile, and scoring predictors on one.
 
 use super::dataset::{self, Layout, ModelData};
-use super::split;
+use super::{factors, split};
 use anyhow::{Context, Result, bail};
 use mfsched_core::Problem;
 use mfsched_core::Profile;
@@ -14,7 +14,7 @@ use mfsched_surrogate::{
     Architecture, BUNDLE_FORMAT_VERSION, Bundle, BundleMeta, BundleMetrics, LinearSkip, ModelMeta,
     TrainingInfo, VariantRange,
 };
-use mfsched_surrogate::{FieldFeatures, SoloProfiles};
+use mfsched_surrogate::{CorunnerTables, FieldFeatures, solo_corunner_tables};
 use mfsched_surrogate::{OutputMap, Target, fill_solo};
 use mfsched_surrogate::{layout_names, solo_profiles};
 
@@ -184,26 +184,27 @@ impl TrainOptions {
     }
 }
 
-/// The training matrices of `field`: the co-runner-solo field reads every
-/// model's solo profile from `solo` (a bundle's) or else the profile's solo rows.
-pub fn field_data(
+/// `field`'s co-runner tables (none for the observed field): the co-runners'
+/// solo profiles from the profile's solo rows, or the co-runner factors
+/// learnt from the rows `train` alone (`group_of` holds every row's group,
+/// for the factors' inner cross-validation).
+pub fn corunner_tables(
     problem: &Problem,
     profile: &Profile,
-    layout: Layout,
     field: FieldFeatures,
-    solo: Option<SoloProfiles>,
-) -> Result<(Vec<ModelData>, Option<SoloProfiles>)> {
-    let solo = match field {
+    train: &[usize],
+    group_of: &[usize],
+    seed: u64,
+) -> Result<Option<CorunnerTables>> {
+    Ok(match field {
         FieldFeatures::Observed => None,
-        FieldFeatures::CoRunnerSolo => Some(match solo {
-            Some(s) => s,
-            None => solo_profiles(problem, profile).map_err(anyhow::Error::msg)?,
-        }),
-    };
-    Ok((
-        dataset::build_with(problem, profile, layout, solo.as_ref()),
-        solo,
-    ))
+        FieldFeatures::CoRunnerSolo => Some(solo_corunner_tables(
+            &solo_profiles(problem, profile).map_err(anyhow::Error::msg)?,
+        )),
+        FieldFeatures::CoRunnerFactors => {
+            Some(factors::learn(problem, profile, train, group_of, seed))
+        }
+    })
 }
 
 /// Per model, the output map `target` needs: the solo table (measured, the
@@ -285,7 +286,27 @@ pub fn train_bundle(
             super::cv::JOINT_MAX_MODELS
         );
     }
-    let (data, solo_profiles) = field_data(problem, profile, options.layout, options.field, None)?;
+    let group_of = split::group_ids(&options.groups, profile.rows.len());
+    let tables = corunner_tables(
+        problem,
+        profile,
+        options.field,
+        &train_rows,
+        &group_of,
+        seed,
+    )?;
+    let data = dataset::build_with(
+        problem,
+        profile,
+        options.layout,
+        tables.as_ref().map(|t| (options.field, t)),
+    );
+    let solo_profiles = match options.field {
+        FieldFeatures::CoRunnerSolo => {
+            Some(solo_profiles(problem, profile).map_err(anyhow::Error::msg)?)
+        }
+        _ => None,
+    };
     let solo = solo_tables(problem, profile);
     let ranges = profile.throughput_ranges(problem);
     let total = n_models * config.epochs;
@@ -356,6 +377,10 @@ pub fn train_bundle(
                 .needs_solo()
                 .then(|| maps[i].solo.iter().map(|&v| f64::from(v)).collect()),
             solo_profile: solo_profiles.as_ref().map(|s| s[i].clone()),
+            corunner_factors: match (options.field, &tables) {
+                (FieldFeatures::CoRunnerFactors, Some(t)) => Some(t[i].clone()),
+                _ => None,
+            },
         });
         nets.push(net);
     }
@@ -396,13 +421,17 @@ pub fn predictions(
     scenario: &Scenario,
     profile: &Profile,
 ) -> Result<Vec<Vec<f32>>> {
-    let (data, _) = field_data(
+    let field = bundle.meta.field_features;
+    let tables = bundle.corunner_tables();
+    if !field.is_observed() && tables.is_none() {
+        bail!("the bundle lacks the co-runner tables its {field} field needs");
+    }
+    let data = dataset::build_with(
         &scenario.problem,
         profile,
         bundle.meta.layout,
-        bundle.meta.field_features,
-        bundle.solo_profiles(),
-    )?;
+        tables.as_ref().map(|t| (field, t)),
+    );
     let maps = bundle.output_maps(&scenario.problem)?;
     Ok(bundle
         .nets

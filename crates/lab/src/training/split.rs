@@ -79,6 +79,22 @@ pub fn stratified_folds(strata: &[Vec<usize>], k: usize, rng: &mut Rng) -> Vec<u
     fold
 }
 
+/// Every row's group as a number, in order of first appearance (each row its
+/// own group where `groups` is empty).
+pub fn group_ids(groups: &[String], rows: usize) -> Vec<usize> {
+    if groups.is_empty() {
+        return (0..rows).collect();
+    }
+    let mut ids: BTreeMap<&str, usize> = BTreeMap::new();
+    groups
+        .iter()
+        .map(|g| {
+            let next = ids.len();
+            *ids.entry(g.as_str()).or_insert(next)
+        })
+        .collect()
+}
+
 /// Fold number (0..k) of every row, grouped: rows with the same group key always
 /// share a fold (both orders of a measured pair, one run's repeats), so no group
 /// is ever on both sides of a split. Groups are shuffled, then each goes to the

@@ -89,7 +89,9 @@ pub struct CvArgs {
     linear_skip: bool,
     /// Field feature sets for the linear field model and MeanField, each its
     /// own row: `observed` (the state), `co-runner-solo` (the state plus the
-    /// co-runners' summed solo profiles; needs solo rows).
+    /// co-runners' summed solo profiles; needs solo rows), `co-runner-factors`
+    /// (the state plus the co-runners' summed factors, learnt per fold from its
+    /// training rows alone).
     #[arg(
         long,
         value_delimiter = ',',

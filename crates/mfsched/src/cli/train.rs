@@ -49,8 +49,10 @@ pub struct TrainArgs {
     #[arg(long, value_delimiter = ',', value_name = "COLS")]
     group_by: Vec<String>,
     /// The field features the nets see: `observed` (the state; the only field
-    /// the scheduler serves) or `co-runner-solo` (plus the co-runners' summed
-    /// solo profiles; needs solo rows; scored by `surrogate eval`, not served yet).
+    /// the scheduler serves), `co-runner-solo` (plus the co-runners' summed
+    /// solo profiles; needs solo rows) or `co-runner-factors` (plus the
+    /// co-runners' summed factors, learnt from the training rows' co-location
+    /// throughputs); the last two are scored by `surrogate eval`, not served yet.
     #[arg(long, value_parser = super::choices::field_features(), default_value = "observed")]
     field: FieldFeatures,
     /// What to train: `meanfield` (one net per model on its own configuration
