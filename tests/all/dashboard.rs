@@ -85,13 +85,22 @@ fn the_dashboard_charts_live_ticks_and_switches_the_policy_with_the_token() {
         return;
     };
     let dir = tempfile::tempdir().expect("temp dir");
-    // The simulated card; reads need the token too, so the page must send it.
+    // The simulated card at burst load, where the active policy (a test
+    // component that passes its start-up self-check, then refuses at burst)
+    // fails every tick; reads need the token too, so the page must send it.
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir(&plugins).expect("plugin dir");
+    std::fs::copy(
+        common::test_plugin("hostile-decide"),
+        plugins.join("turncoat.wasm"),
+    )
+    .expect("copy");
     let config = dir.path().join("mfsched.toml");
     std::fs::write(
         &config,
-        "scenario = \"paper-n3\"\nseed = 7\n\n[loop]\nperiod_ms = 200\ndeadline_ms = 150\n\n\
-         [policy]\nactive = \"hold\"\nshadows = [\"static-budget\"]\n\n[sampler]\nkind = \"sim\"\n\n\
-         [workload]\ntrace = \"periodic\"\n\n[log]\npath = \"decisions.log\"\n\n\
+        "scenario = \"paper-n3\"\nseed = 7\n\n[loop]\nperiod_ms = 400\ndeadline_ms = 300\n\n\
+         [policy]\nactive = \"turncoat\"\nshadows = [\"static-budget\"]\nplugin_dir = \"plugins\"\n\n\
+         [sampler]\nkind = \"sim\"\n\n[workload]\nlevel = \"burst\"\n\n[log]\npath = \"decisions.log\"\n\n\
          [api]\nlisten = \"127.0.0.1:0\"\nauth_reads = true\n",
     )
     .expect("write the config");
@@ -123,17 +132,15 @@ fn the_dashboard_charts_live_ticks_and_switches_the_policy_with_the_token() {
     }
     let rows = browser.eval("document.querySelectorAll('#policies tbody tr').length");
     assert_eq!(rows, 2, "the active policy and its shadow");
-    // hold keeps paper-n3's starting configuration, which the simulated card
-    // predicts under a floor: every tick falls back, and the page says so.
+    // The active policy fails every tick (its refusal, or its deadline on a
+    // busy machine): every tick falls back, and the page says so.
     let fallback = browser.eval(
         "(() => { const el = document.getElementById('fallback'); \
          return el.hidden ? '' : el.textContent; })()",
     );
     let fallback = fallback.as_str().unwrap_or_default();
     assert!(
-        fallback.contains("not being used")
-            && fallback.contains("hold: invalid")
-            && fallback.contains("SLA floor"),
+        fallback.contains("not being used") && fallback.contains("turncoat: "),
         "{fallback}"
     );
 
@@ -157,7 +164,7 @@ fn the_dashboard_charts_live_ticks_and_switches_the_policy_with_the_token() {
     assert_eq!(policies["active"], "ga", "{policies}");
     // The switch shows as an event, and ga's ticks reach the charts.
     browser.wait_for(
-        "document.getElementById('events').textContent.includes('hold → ga')",
+        "document.getElementById('events').textContent.includes('turncoat → ga')",
         WAIT,
     );
     // ga's first answers (decisions or failures) are counted in its row.
@@ -179,7 +186,7 @@ fn the_dashboard_charts_live_ticks_and_switches_the_policy_with_the_token() {
     );
     assert_eq!(status, 200, "{body}");
     browser.wait_for(
-        "(() => { const rows = [...document.querySelectorAll('#policies tbody tr')]              .map(r => r.cells[0].textContent + ' ' + r.cells[1].textContent);          return rows.includes('was active hold') && rows.includes('shadow exhaustive')              && rows.includes('active ga') && rows.includes('shadow static-budget'); })()",
+        "(() => { const rows = [...document.querySelectorAll('#policies tbody tr')]              .map(r => r.cells[0].textContent + ' ' + r.cells[1].textContent);          return rows.includes('was active turncoat') && rows.includes('shadow exhaustive')              && rows.includes('active ga') && rows.includes('shadow static-budget'); })()",
         WAIT,
     );
     browser.wait_for(

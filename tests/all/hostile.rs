@@ -3,13 +3,9 @@
 //! load: the host answers, bounds what it keeps and prints, escapes what it
 //! shows, and never applies an invalid configuration.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crate::common::process::{mfsched, stderr, stdout};
-
-fn plugin(name: &str) -> PathBuf {
-    Path::new(mfsched_test_programs::TEST_PLUGINS_DIR).join(format!("{name}.wasm"))
-}
 
 fn utf8(p: &Path) -> &str {
     p.to_str().expect("a UTF-8 path")
@@ -32,7 +28,7 @@ fn decide_with(mode: &str, deadline_ms: &str) -> std::process::Output {
         "--scenario",
         "paper-n3",
         "--policy",
-        utf8(&plugin("hostile-decide")),
+        utf8(&crate::common::test_plugin("hostile-decide")),
         "--param",
         &format!("mode={mode}"),
         "--deadline-ms",
@@ -112,7 +108,11 @@ fn a_predict_call_with_a_candidate_outside_the_space_is_a_misuse() {
 
 #[test]
 fn a_bloated_self_description_is_refused_at_load_in_one_line() {
-    let out = mfsched(&["plugins", "check", utf8(&plugin("hostile-describe"))]);
+    let out = mfsched(&[
+        "plugins",
+        "check",
+        utf8(&crate::common::test_plugin("hostile-describe")),
+    ]);
     assert!(!out.status.success());
     let text = format!("{}{}", stdout(&out), stderr(&out));
     assert!(text.len() < 16 << 10, "{} bytes", text.len());
@@ -130,7 +130,11 @@ fn the_daemon_survives_a_policy_that_turns_hostile() {
     let dir = tempfile::tempdir().expect("temp dir");
     let plugins = dir.path().join("plugins");
     std::fs::create_dir(&plugins).expect("plugin dir");
-    std::fs::copy(plugin("hostile-decide"), plugins.join("turncoat.wasm")).expect("copy");
+    std::fs::copy(
+        crate::common::test_plugin("hostile-decide"),
+        plugins.join("turncoat.wasm"),
+    )
+    .expect("copy");
     let config = crate::common::daemon_config(
         dir.path(),
         "paper-n3",
@@ -145,8 +149,9 @@ fn the_daemon_survives_a_policy_that_turns_hostile() {
     assert!(size < 64 << 10, "the log holds {size} bytes for 4 ticks");
     let log = mfsched_daemon::read_decision_log(&log_path).expect("log");
     assert_eq!(log.records.len(), 4);
-    let sha =
-        mfsched_core::sha256_hex(&std::fs::read(plugin("hostile-decide")).expect("component"));
+    let sha = mfsched_core::sha256_hex(
+        &std::fs::read(crate::common::test_plugin("hostile-decide")).expect("component"),
+    );
     for r in &log.records {
         assert_eq!(
             r.active.component.as_deref(),
@@ -218,7 +223,11 @@ fn printing_or_panicking_components_at_start_up_do_not_stop_the_daemon() {
     let plugins = dir.path().join("plugins");
     std::fs::create_dir(&plugins).expect("plugin dir");
     for name in ["noisy", "panic-name", "trap"] {
-        std::fs::copy(plugin(name), plugins.join(format!("{name}.wasm"))).expect("copy");
+        std::fs::copy(
+            crate::common::test_plugin(name),
+            plugins.join(format!("{name}.wasm")),
+        )
+        .expect("copy");
     }
     let config = crate::common::daemon_config(
         dir.path(),

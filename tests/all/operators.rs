@@ -12,10 +12,6 @@ use std::time::{Duration, Instant};
 use crate::common::process::{self, fails_in_one_line, mfsched, stderr};
 use crate::common::{self, bearer};
 
-fn test_plugin(name: &str) -> PathBuf {
-    Path::new(mfsched_test_programs::TEST_PLUGINS_DIR).join(format!("{name}.wasm"))
-}
-
 fn embedded(name: &str) -> &'static [u8] {
     mfsched_plugin_host::EMBEDDED_PLUGINS
         .iter()
@@ -77,7 +73,7 @@ fn a_policy_failing_every_tick_is_one_warn_line_then_one_recovery_line() {
     let plugins = dir.path().join("plugins");
     std::fs::create_dir(&plugins).expect("plugin dir");
     let file = plugins.join("turncoat.wasm");
-    std::fs::copy(test_plugin("hostile-decide"), &file).expect("copy");
+    std::fs::copy(common::test_plugin("hostile-decide"), &file).expect("copy");
     let config = common::daemon_config(
         dir.path(),
         "paper-n3",
@@ -154,7 +150,11 @@ fn a_policy_failing_every_tick_is_one_warn_line_then_one_recovery_line() {
 fn with_fairness(dir: &Path, period_ms: u64, policy: &str) -> PathBuf {
     let plugins = dir.join("plugins");
     std::fs::create_dir_all(&plugins).expect("plugin dir");
-    std::fs::copy(test_plugin("fairness"), plugins.join("fairness.wasm")).expect("copy");
+    std::fs::copy(
+        common::test_plugin("fairness"),
+        plugins.join("fairness.wasm"),
+    )
+    .expect("copy");
     common::daemon_config(
         dir,
         "paper-n2",
@@ -205,7 +205,11 @@ fn a_configuration_that_cannot_decide_is_refused_at_start_up_naming_the_key() {
         let dir = tempfile::tempdir().expect("temp dir");
         let plugins = dir.path().join("plugins");
         std::fs::create_dir(&plugins).expect("plugin dir");
-        std::fs::copy(test_plugin("fairness"), plugins.join("fairness.wasm")).expect("copy");
+        std::fs::copy(
+            common::test_plugin("fairness"),
+            plugins.join("fairness.wasm"),
+        )
+        .expect("copy");
         let config = common::daemon_config(dir.path(), "paper-n2", 400, policy, "");
         let config = config.to_str().expect("utf-8");
         let out = mfsched(&[
@@ -620,7 +624,11 @@ fn replay_names_the_utility_each_tick_was_scored_with() {
     let dir = tempfile::tempdir().expect("temp dir");
     let plugins = dir.path().join("plugins");
     std::fs::create_dir(&plugins).expect("plugin dir");
-    std::fs::copy(test_plugin("fairness"), plugins.join("fairness.wasm")).expect("copy");
+    std::fs::copy(
+        common::test_plugin("fairness"),
+        plugins.join("fairness.wasm"),
+    )
+    .expect("copy");
     // Two daemon runs appending to one log: the published utility, then fairness.
     for utility in ["utility", "fairness"] {
         let config = common::daemon_config(

@@ -3,7 +3,7 @@
 //! for the same reason by `decide`, by `ab` and by the daemon, and nothing
 //! invalid is ever applied.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crate::common::process::{mfsched, stderr, stdout};
 
@@ -13,10 +13,6 @@ const HOSTILE: &[(&str, &str)] = &[
     ("vram-infeasible", "over the"),
     ("floor-breaker", "under its SLA floor"),
 ];
-
-fn hostile(name: &str) -> PathBuf {
-    Path::new(mfsched_test_programs::TEST_PLUGINS_DIR).join(format!("{name}.wasm"))
-}
 
 fn utf8(p: &Path) -> &str {
     p.to_str().expect("a UTF-8 path")
@@ -30,7 +26,7 @@ fn decide_rejects_each_invalid_answer_and_keeps_the_running_configuration() {
             "--scenario",
             "paper-n5",
             "--policy",
-            utf8(&hostile(name)),
+            utf8(&crate::common::test_plugin(name)),
         ]);
         assert!(!out.status.success(), "{name}: {}", stdout(&out));
         let err = stderr(&out);
@@ -53,7 +49,7 @@ fn ab_rejects_each_invalid_answer_on_every_tick() {
             "--problem",
             "paper-n5",
             "--a",
-            utf8(&hostile(name)),
+            utf8(&crate::common::test_plugin(name)),
             "--b",
             "static-budget:k=500",
             "--scenarios",
@@ -92,7 +88,11 @@ fn the_daemon_refuses_each_invalid_policy_at_start_up_for_the_same_reason() {
         let dir = tempfile::tempdir().expect("temp dir");
         let plugins = dir.path().join("plugins");
         std::fs::create_dir(&plugins).expect("plugin dir");
-        std::fs::copy(hostile(name), plugins.join(format!("{name}.wasm"))).expect("copy");
+        std::fs::copy(
+            crate::common::test_plugin(name),
+            plugins.join(format!("{name}.wasm")),
+        )
+        .expect("copy");
         let config = crate::common::daemon_config(
             dir.path(),
             "paper-n5",
@@ -151,7 +151,7 @@ fn the_daemon_rejects_each_invalid_answer_on_every_tick_and_applies_nothing_inva
     let utility =
         registry.utility_slot(resolve_utility(&engine, "utility", None).expect("utility"));
     for (name, _) in HOSTILE {
-        match load_plugin_file(&engine, &hostile(name)).expect(name) {
+        match load_plugin_file(&engine, &crate::common::test_plugin(name)).expect(name) {
             Loaded::Policy(p) => {
                 registry.policy_slot(p);
             }

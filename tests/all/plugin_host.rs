@@ -16,7 +16,7 @@ use mfsched_plugin_host::{
     PluginLimits, Rejection, ReloadContext, ReloadOutcome, TickOutcome,
 };
 use mfsched_plugin_host::{EMBEDDED_PLUGINS, Registry, resolve_policy, resolve_utility};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -56,10 +56,6 @@ fn state(workload: WorkloadLevel, utilization: f64) -> GpuState {
         vram_used_mib: 12_000.0,
         utilization,
     }
-}
-
-fn test_plugin(name: &str) -> PathBuf {
-    Path::new(mfsched_test_programs::TEST_PLUGINS_DIR).join(format!("{name}.wasm"))
 }
 
 fn embedded(name: &str) -> &'static [u8] {
@@ -253,8 +249,12 @@ fn hostile_tick(name: &str, limits: PluginLimits) -> (TickOutcome, TickOutcome, 
     let mut r = rig(Arc::clone(&engine), "exhaustive", None, &[]);
     let first = r.decider.decide(&p, &s);
     assert!(accepted(&first), "{:?}", first.failure());
-    let hostile = resolve_policy(&engine, test_plugin(name).to_str().expect("utf-8"), None)
-        .expect("hostile plugin loads");
+    let hostile = resolve_policy(
+        &engine,
+        crate::common::test_plugin(name).to_str().expect("utf-8"),
+        None,
+    )
+    .expect("hostile plugin loads");
     r.policy_slot.swap(hostile);
     let second = r.decider.decide(&p, &s);
     assert_eq!(
@@ -502,12 +502,12 @@ fn a_corrupt_or_hostile_file_keeps_the_old_plugin_and_says_why() {
         ),
         (
             "spin",
-            std::fs::read(test_plugin("spin")).expect("spin"),
+            std::fs::read(crate::common::test_plugin("spin")).expect("spin"),
             "deadline",
         ),
         (
             "vram-infeasible",
-            std::fs::read(test_plugin("vram-infeasible")).expect("plugin"),
+            std::fs::read(crate::common::test_plugin("vram-infeasible")).expect("plugin"),
             "MiB of VRAM",
         ),
     ];
@@ -546,7 +546,7 @@ fn utility_terms_holding_nan_fail_the_decision_naming_the_utility() {
     let engine = engine(DEADLINE, 256);
     let registry = Registry::default();
     let policy = resolve_policy(&engine, "exhaustive", None).expect("exhaustive loads");
-    let bad = test_plugin("bad-terms");
+    let bad = crate::common::test_plugin("bad-terms");
     let utility = resolve_utility(&engine, bad.to_str().expect("utf-8 path"), None)
         .expect("the hostile utility loads: only its terms are wrong");
     let mut decider = Decider::new(

@@ -9,11 +9,6 @@ use std::process::{Command, Output};
 use crate::common::custom_section;
 use crate::common::process::{fails_in_one_line, mfsched, stderr, stdout};
 
-/// The hostile and incompatible test components crates/test-programs builds.
-fn test_plugin(name: &str) -> PathBuf {
-    Path::new(mfsched_test_programs::TEST_PLUGINS_DIR).join(format!("{name}.wasm"))
-}
-
 /// A bundled component as a file, as a third party would ship one.
 fn bundled_file(stem: &str) -> PathBuf {
     Path::new(mfsched_test_programs::TEST_PLUGINS_DIR)
@@ -27,7 +22,7 @@ fn path_str(p: &Path) -> &str {
 
 #[test]
 fn a_component_of_the_previous_wit_version_is_rejected_at_load_naming_both_versions() {
-    let file = test_plugin("wit-0-1-0");
+    let file = crate::common::test_plugin("wit-0-1-0");
     let out = mfsched(&[
         "decide",
         "--scenario",
@@ -55,7 +50,7 @@ fn a_component_of_the_previous_wit_version_is_rejected_at_load_naming_both_versi
 /// refused at load, naming the file, both versions and the utility SDK.
 #[test]
 fn a_utility_of_wit_0_2_is_refused_naming_the_file_and_the_version_it_needs() {
-    let file = test_plugin("wit-0-2-0-utility");
+    let file = crate::common::test_plugin("wit-0-2-0-utility");
     let out = mfsched(&[
         "decide",
         "--scenario",
@@ -118,7 +113,7 @@ fn plugins_check_refuses_a_utility_whose_terms_are_not_numbers() {
     let out = mfsched(&[
         "plugins",
         "check",
-        path_str(&test_plugin("bad-terms")),
+        path_str(&crate::common::test_plugin("bad-terms")),
         "--scenario",
         "paper-n3",
     ]);
@@ -136,8 +131,11 @@ fn plugins_check_refuses_a_utility_whose_terms_are_not_numbers() {
 #[test]
 fn plugins_check_says_what_is_wrong_one_line_per_finding() {
     let cases = [
-        (test_plugin("trap"), "the policy trapped"),
-        (test_plugin("out-of-range"), "the decision was rejected"),
+        (crate::common::test_plugin("trap"), "the policy trapped"),
+        (
+            crate::common::test_plugin("out-of-range"),
+            "the decision was rejected",
+        ),
         (
             crate::common::workspace_root().join("tests/fixtures/plugins/corrupt.wasm"),
             "not a valid Wasm component",
@@ -347,7 +345,7 @@ fn the_python_policy_runs_under_the_host_and_is_validated() {
 /// must report it as not deterministic.
 #[test]
 fn plugins_test_catches_a_policy_that_reads_the_clock() {
-    let file = test_plugin("clock-reader");
+    let file = crate::common::test_plugin("clock-reader");
     let out = mfsched(&[
         "plugins",
         "check",
@@ -511,7 +509,11 @@ fn the_javascript_policy_runs_under_the_host_and_is_validated() {
 /// policy, its panic message.
 #[test]
 fn a_trap_is_reported_with_the_guests_last_words() {
-    let out = mfsched(&["plugins", "check", path_str(&test_plugin("trap"))]);
+    let out = mfsched(&[
+        "plugins",
+        "check",
+        path_str(&crate::common::test_plugin("trap")),
+    ]);
     assert!(!out.status.success());
     let text = stdout(&out);
     let errors: Vec<&str> = text.lines().filter(|l| l.starts_with("ERROR")).collect();

@@ -48,19 +48,27 @@ pub struct DaemonConfig {
     pub floors: FloorsConfig,
 }
 
-/// `[floors]`: with `miss_rate` α > 0, decisions hold each floor on a
-/// split-conformal lower bound of the prediction, so that measured throughput
-/// misses it in at most a share α of ticks where the surrogate errs as it did
-/// on the bundle's held-out rows (`mfsched_core::Floors`). Off by default: a
-/// raised floor can sit above what the running configuration is predicted to
-/// give, and then a policy that keeps it (hold, a plugin's self-check on the
-/// running configuration) is refused; 0.05 is the value measured in
-/// docs/production.md.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+/// `[floors]`: with `miss_rate` α > 0 (by default 0.05, the value measured in
+/// docs/production.md), decisions hold each floor on a split-conformal lower
+/// bound of the prediction, so that measured throughput misses it in at most
+/// a share α of ticks where the surrogate errs as it did on the bundle's
+/// held-out rows (`mfsched_core::Floors`). A raised floor can sit above what
+/// the running configuration gives; keeping it is still a valid decision
+/// (`mfsched_plugin_host::validate`), so hold and a plugin's self-check on the
+/// running state are not refused for it.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct FloorsConfig {
     /// α in [0, 0.5]; 0: floors on the point prediction.
     pub miss_rate: f64,
+}
+
+impl Default for FloorsConfig {
+    fn default() -> Self {
+        Self {
+            miss_rate: mfsched_core::DEFAULT_FLOOR_MISS_RATE,
+        }
+    }
 }
 
 impl FloorsConfig {
@@ -1191,7 +1199,10 @@ mod tests {
         assert!(c.api.listen.ip().is_loopback());
         assert_eq!(c.correction, mfsched_core::CorrectionConfig::default());
         assert_eq!(c.floors, FloorsConfig::default());
-        assert_eq!(c.floors.margins_at(), None);
+        assert_eq!(
+            c.floors.margins_at(),
+            Some(mfsched_core::DEFAULT_FLOOR_MISS_RATE)
+        );
     }
 
     #[test]
@@ -1202,8 +1213,12 @@ mod tests {
                 .expect_err("refused");
             assert!(err.to_string().contains("floors.miss_rate"), "{bad}: {err}");
         }
-        let c = DaemonConfig::parse(&format!("{base}[floors]\nmiss_rate = 0.05\n")).expect("valid");
-        assert_eq!(c.floors.margins_at(), Some(0.05));
+        let c = DaemonConfig::parse(&format!("{base}[floors]\nmiss_rate = 0.1\n")).expect("valid");
+        assert_eq!(c.floors.margins_at(), Some(0.1));
+        let c = DaemonConfig::parse(&format!("{base}[floors]\nmiss_rate = 0\n")).expect("valid");
+        assert_eq!(c.floors.margins_at(), None, "0: point floors");
+        let c = DaemonConfig::parse(base).expect("valid");
+        assert_eq!(c.floors.margins_at(), Some(0.05), "margins by default");
     }
 
     #[test]

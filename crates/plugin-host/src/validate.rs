@@ -1,6 +1,6 @@
 //! Every decision is checked before anyone uses it: arity, indices in range,
 //! VRAM under the cap, and each model's predicted throughput at or above its
-//! SLA floor.
+//! SLA floor, except where the decision keeps the running configuration.
 
 use mfsched_core::{Infeasible, PredictError, Problem, error_chain};
 
@@ -24,6 +24,14 @@ pub enum Rejection {
 
 /// Checks `config` against `problem` and returns its predictions (one per
 /// model, from `predict` given its joint index) when it passes.
+///
+/// A decision to keep the running configuration (`problem.current`) is not
+/// refused for its floors: a refusal would keep that configuration anyway
+/// (the fallback never runs something new), and a policy that holds, or a
+/// plugin's self-check on the running state, must not fail because the
+/// floors were raised above what runs (conformal margins). Its shortfall is
+/// still reported: [`floor_misses`] of the applied predictions
+/// (`TickOutcome::floors_missed`).
 pub fn validate(
     problem: &Problem,
     config: &[u32],
@@ -41,7 +49,10 @@ pub fn validate(
             got: predicted.len(),
         });
     }
-    if let Some(&m) = floor_misses(problem, &predicted).first() {
+    let keeps_running = config == problem.current.as_slice();
+    if let Some(&m) = floor_misses(problem, &predicted).first()
+        && !keeps_running
+    {
         return Err(Rejection::Floor {
             model: problem.models[m].name.clone(),
             predicted: f64::from(predicted[m]),
@@ -65,4 +76,30 @@ pub fn floor_misses(problem: &Problem, predicted: &[f32]) -> Vec<usize> {
         })
         .map(|(m, _)| m)
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// With a floor no configuration reaches, keeping the running
+    /// configuration passes (its miss is reported by `floor_misses`) and any
+    /// other configuration is refused for the floor.
+    #[test]
+    fn only_the_running_configuration_passes_under_an_unreachable_floor() {
+        let mut problem = mfsched_core::load_scenario("paper-n2")
+            .expect("bundled")
+            .problem;
+        problem.sla_floors = vec![1e9, 0.0];
+        let predict = |_| Ok(vec![10.0, 20.0]);
+        let running = problem.current.clone();
+        let kept = validate(&problem, &running, predict).expect("kept");
+        assert_eq!(floor_misses(&problem, &kept), vec![0]);
+        let mut other = running.clone();
+        other[0] = u32::from(other[0] == 0);
+        assert!(matches!(
+            validate(&problem, &other, predict),
+            Err(Rejection::Floor { .. })
+        ));
+    }
 }

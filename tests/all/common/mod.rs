@@ -20,6 +20,12 @@ pub fn workspace_root() -> PathBuf {
         .to_path_buf()
 }
 
+/// A test component built by `crates/test-programs` (hostile policies, test
+/// utilities).
+pub fn test_plugin(name: &str) -> PathBuf {
+    Path::new(mfsched_test_programs::TEST_PLUGINS_DIR).join(format!("{name}.wasm"))
+}
+
 /// A minimal blocking HTTP/1.1 exchange: returns (status code, body).
 pub fn http(addr: SocketAddr, method: &str, path: &str, body: Option<&str>) -> (u16, String) {
     http_with(addr, method, path, body, &[])
