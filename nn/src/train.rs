@@ -1058,11 +1058,13 @@ mod tests {
 
     #[test]
     fn the_skip_units_carry_the_linear_logit_exactly() {
-        // Weight 0: the net is the ridge model's logit, whatever the MLP learnt.
+        // Weight 0: the net is the ridge model's logit, whatever the MLP
+        // learnt. The base net is a plain one, so the only skip units are the
+        // ones added here.
         let (x, y) = smooth_data(30, 13);
         let config = TrainConfig {
             epochs: 3,
-            ..TrainConfig::default()
+            ..TrainConfig::published()
         };
         let net = train(&x, &y, 3, &config, 1, &mut |_| {}).expect("trains");
         let linear = Ridge {
