@@ -373,6 +373,49 @@ fn plugins_test_catches_a_policy_that_reads_the_clock() {
     assert!(err.contains("4 finding(s)"), "{err}");
 }
 
+/// `plugins test --log` scores with the utility the daemon scored with (a
+/// component of its plugin directory here), unless the command names one.
+#[test]
+fn plugins_test_on_a_log_scores_with_the_logs_utility() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir(&plugins).expect("plugin dir");
+    std::fs::copy(
+        crate::common::test_plugin("fairness"),
+        plugins.join("fairness.wasm"),
+    )
+    .expect("copy");
+    let config = crate::common::daemon_config(
+        dir.path(),
+        "paper-n2",
+        400,
+        "active = \"ga\"\nutility = \"fairness\"\nplugin_dir = \"plugins\"",
+        "",
+    );
+    let out = mfsched(&["run", "--config", path_str(&config), "--max-ticks", "2"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let log = dir.path().join("decisions.log");
+    let test = |extra: &[&str]| {
+        let mut args = vec![
+            "plugins",
+            "test",
+            "ga",
+            "--log",
+            path_str(&log),
+            "--plugin-dir",
+            path_str(&plugins),
+        ];
+        args.extend(extra);
+        let out = mfsched(&args);
+        assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+        stdout(&out)
+    };
+    let logged = test(&[]);
+    assert!(logged.contains("scored with fairness@"), "{logged}");
+    let named = test(&["--utility", "utility"]);
+    assert!(named.contains("scored with utility@"), "{named}");
+}
+
 /// A bounded daemon run writes a decision log; `plugins test` reads it back
 /// (the daemon's own reader) and passes a bundled policy on every recorded
 /// state, on the scenario the log records. A log of another scenario and a bad

@@ -48,7 +48,7 @@ pub use daemon::{Daemon, Deciding, LoopSettings, WorkloadSource};
 /// The append-only decision log and its replay.
 pub use declog::{
     ComponentRecord, DecisionLog, FloorsRecord, LogContents, MeasuredRecord, ReconfigRecord,
-    Recovery as LogRecovery, RunRecord, TickRecord, parse as parse_decision_log,
+    Recovery as LogRecovery, RunRecord, TickRecord, UtilityRecord, parse as parse_decision_log,
     read as read_decision_log,
 };
 /// The load the servers see, and the small HTTP client and metrics-page reader

@@ -151,9 +151,10 @@ pub fn policy_params(
 /// The utility a command scores with, and the parameters it is called with.
 #[derive(Debug, clap::Args)]
 pub struct UtilityChoice {
-    /// The utility component: a name or a .wasm path.
-    #[arg(long, default_value = "utility")]
-    pub utility: String,
+    /// The utility component: a name or a .wasm path (default: `utility`, the
+    /// published one; `plugins test --log`: the one the log was scored with).
+    #[arg(long, value_name = "NAME|FILE.wasm")]
+    pub utility: Option<String>,
     /// A utility parameter (repeatable), checked against what the utility
     /// declares; `mfsched plugins list` shows each utility's.
     #[arg(long = "utility-param", value_name = "KEY=VALUE")]
@@ -164,17 +165,24 @@ impl UtilityChoice {
     /// The embedded, published utility, at its defaults.
     pub fn embedded() -> Self {
         Self {
-            utility: "utility".into(),
+            utility: None,
             utility_params: Vec::new(),
         }
     }
+
+    /// Whether the command line chose nothing (a log's utility may then stand in).
+    pub fn is_default(&self) -> bool {
+        self.utility.is_none() && self.utility_params.is_empty()
+    }
+
     /// The utility, loaded and called with the parameters given.
     pub fn resolve(
         &self,
         engine: &PluginEngine,
         dir: Option<&std::path::Path>,
     ) -> Result<Arc<LoadedUtility>> {
-        let utility = resolve_utility(engine, &self.utility, dir)?;
+        let name = self.utility.as_deref().unwrap_or(EMBEDDED_UTILITY);
+        let utility = resolve_utility(engine, name, dir)?;
         let given = key_values("--utility-param", &self.utility_params)?;
         let configured = utility
             .configured(given)
@@ -182,6 +190,9 @@ impl UtilityChoice {
         Ok(Arc::new(configured))
     }
 }
+
+/// The utility `UtilityChoice` resolves when none is named.
+const EMBEDDED_UTILITY: &str = "utility";
 
 /// `KEY=VALUE` arguments of `flag` as pairs, trimmed; an empty key or a
 /// missing `=` is refused, naming the argument.
@@ -235,7 +246,8 @@ pub enum PluginsCommand {
         /// The policy: a .wasm component, an embedded name, or a NAME.wasm of --plugin-dir.
         policy: String,
         /// A decision log written by `mfsched run`: its recorded states, each
-        /// with the configuration running then.
+        /// with the configuration running then, scored with the utility (and
+        /// parameters) the log recorded unless --utility or --utility-param is given.
         #[arg(long, value_name = "DECISIONS.log", conflicts_with = "states")]
         log: Option<PathBuf>,
         /// States as JSON lines, e.g. {"workload":"high","vram_used_mib":12000,"utilization":0.7},

@@ -86,7 +86,18 @@ pub fn run(args: &TestArgs<'_>) -> Result<()> {
     let dir = args.opts.dir.as_deref();
     let policy = resolve_policy(&engine, args.policy, dir)?;
     let params = policy_params(args.policy, &policy, parse_params(args.params, args.seed)?)?;
-    let utility = args.utility.resolve(&engine, dir)?;
+    // Scored as the log was, unless the command line names a utility.
+    let logged = log
+        .as_ref()
+        .filter(|_| args.utility.is_default())
+        .and_then(|l| {
+            let first = l.records.first()?;
+            Some((l.run_of(0)?, l.utility_of(first.tick)))
+        });
+    let utility = match logged {
+        Some((run, recorded)) => super::replay::logged_utility(&engine, dir, run, recorded)?,
+        None => args.utility.resolve(&engine, dir)?,
+    };
     let budget = Duration::from_millis(args.budget_ms.unwrap_or(args.opts.deadline_ms));
     println!(
         "testing {} (\"{}\", sha256 {}) on {} state(s) of {}, scenario {} (predictor: {predictor_name})",

@@ -16,9 +16,11 @@ use mfsched_core::write_atomically;
 use mfsched_core::{
     Corrected, Correction, CorrectionConfig, Floors, JointConfig, Predictor, Problem,
 };
-use mfsched_daemon::{ComponentRecord, FloorsRecord, LogContents, RunRecord, TickRecord};
-use mfsched_plugin_host::OUTPUT_NAME_BYTES;
+use mfsched_daemon::{
+    ComponentRecord, FloorsRecord, LogContents, RunRecord, TickRecord, UtilityRecord,
+};
 use mfsched_plugin_host::{Decider, Registry};
+use mfsched_plugin_host::{LoadedUtility, OUTPUT_NAME_BYTES, PluginEngine};
 use mfsched_plugin_host::{resolve_policy, resolve_utility};
 
 #[derive(Debug, Args)]
@@ -162,6 +164,36 @@ fn run_of(contents: &LogContents, i: usize) -> Result<&RunRecord> {
     )
 }
 
+/// The utility a log's ticks were scored with: the daemon's (`run`), called
+/// with the parameters the log recorded (`recorded`; logs before utility
+/// records: its defaults). One rule for `replay` and `plugins test --log`.
+pub(super) fn logged_utility(
+    engine: &PluginEngine,
+    dir: Option<&std::path::Path>,
+    run: &RunRecord,
+    recorded: Option<&UtilityRecord>,
+) -> Result<Arc<LoadedUtility>> {
+    let utility = resolve_utility(engine, &run.utility, dir).with_context(|| {
+        format!(
+            "the utility the log was scored with, '{}'{}",
+            printable(&run.utility, OUTPUT_NAME_BYTES),
+            if dir.is_none() {
+                ": a component from the daemon's plugin_dir is found with --plugin-dir DIR"
+            } else {
+                ""
+            }
+        )
+    })?;
+    Ok(match recorded {
+        Some(u) => Arc::new(
+            utility
+                .configured(u.params.clone())
+                .map_err(|e| anyhow::anyhow!("the utility parameters the log recorded: {e}"))?,
+        ),
+        None => utility,
+    })
+}
+
 /// The floors the replay enforces, and how to name them: `--floor-miss-rate`
 /// where given (margins from the served bundle), else as the log recorded
 /// (one floors record for every replayed tick), else on the point prediction.
@@ -268,25 +300,7 @@ fn counterfactual(args: &ReplayArgs, contents: &LogContents) -> Result<()> {
             contents.records[first].tick
         );
     }
-    let utility = resolve_utility(&engine, &run.utility, dir).with_context(|| {
-        format!(
-            "the utility the log was scored with, '{}'{}",
-            printable(&run.utility, OUTPUT_NAME_BYTES),
-            if dir.is_none() {
-                ": a component from the daemon's plugin_dir is found with --plugin-dir DIR"
-            } else {
-                ""
-            }
-        )
-    })?;
-    let utility = match recorded {
-        Some(u) => Arc::new(
-            utility
-                .configured(u.params.clone())
-                .map_err(|e| anyhow::anyhow!("the utility parameters the log recorded: {e}"))?,
-        ),
-        None => utility,
-    };
+    let utility = logged_utility(&engine, dir, run, recorded)?;
     // Corrected as the daemon was: the settings its measurements recorded,
     // learnt afresh at each daemon start, fed each tick's measurements before
     // the tick is decided again.
