@@ -440,8 +440,8 @@ impl Predictor for Corrected {
         self.inner.joint_size()
     }
 
-    fn predict_table(&self, state: &GpuState) -> Result<Vec<f32>, PredictError> {
-        let mut table = self.inner.predict_table(state)?;
+    fn predict_table(&self, state: &GpuState, running: &[u32]) -> Result<Vec<f32>, PredictError> {
+        let mut table = self.inner.predict_table(state, running)?;
         let c = self.read();
         if !c.is_identity() {
             for (t, f) in table.iter_mut().zip(&c.factors) {
@@ -494,7 +494,7 @@ mod tests {
         fn joint_size(&self) -> u64 {
             self.0
         }
-        fn predict_table(&self, _: &GpuState) -> Result<Vec<f32>, PredictError> {
+        fn predict_table(&self, _: &GpuState, _: &[u32]) -> Result<Vec<f32>, PredictError> {
             Ok(vec![100.0; self.1])
         }
         fn predict_in_space(
@@ -535,13 +535,13 @@ mod tests {
         let problem = paper_n2();
         let c = corrected(&problem);
         let running = vec![0u32, 0];
-        let before = c.predict_table(&state()).expect("table");
+        let before = c.predict_table(&state(), &running).expect("table");
         assert!(before.iter().all(|&t| t == 100.0));
         for _ in 0..40 {
             c.observe(&state(), &running, &[Some(60.0), None])
                 .expect("observe");
         }
-        let table = c.predict_table(&state()).expect("table");
+        let table = c.predict_table(&state(), &running).expect("table");
         let offsets = table_offsets(&problem);
         assert!((table[0] - 60.0).abs() < 3.0, "{}", table[0]);
         let other = table[1];

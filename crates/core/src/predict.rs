@@ -137,9 +137,13 @@ pub trait Predictor: Send + Sync {
 
     /// Every local configuration of every model under one state: a flat buffer,
     /// model-major (model 0's grid first, in grid order), Σᵢ kᵢ values.
+    /// `running` is the configuration that ran while `state` was observed: a
+    /// field that carries what the co-runners are (a bundle's co-runner
+    /// features) takes each model's co-runners from it; the aggregate state
+    /// alone does not need it.
     ///
     /// With the field held fixed (the published mode) this is all a decision needs.
-    fn predict_table(&self, state: &GpuState) -> Result<Vec<f32>, PredictError>;
+    fn predict_table(&self, state: &GpuState, running: &[u32]) -> Result<Vec<f32>, PredictError>;
 
     /// N predictions per joint candidate, row-major: `out[c * N + i]` is model
     /// i's throughput in candidate c. `running` is the configuration that ran
@@ -195,8 +199,8 @@ impl Predictor for PerCandidate {
         self.0.joint_size()
     }
 
-    fn predict_table(&self, state: &GpuState) -> Result<Vec<f32>, PredictError> {
-        self.0.predict_table(state)
+    fn predict_table(&self, state: &GpuState, running: &[u32]) -> Result<Vec<f32>, PredictError> {
+        self.0.predict_table(state, running)
     }
 
     fn predict_in_space(
@@ -254,7 +258,7 @@ pub fn predicted_ranges(
                 vram_used_mib: f64::from(problem.card.vram_mib) / 2.0,
                 utilization,
             };
-            let table = predictor.predict_table(&state)?;
+            let table = predictor.predict_table(&state, &problem.current)?;
             for (i, m) in problem.models.iter().enumerate() {
                 for (c, config) in m.configs.iter().enumerate() {
                     let t = f64::from(table[offsets[i] + c]);
@@ -286,7 +290,7 @@ pub fn predicted_quantile_floors(
                 vram_used_mib: f64::from(problem.card.vram_mib) / 2.0,
                 utilization,
             };
-            let table = predictor.predict_table(&state)?;
+            let table = predictor.predict_table(&state, &problem.current)?;
             for (i, s) in samples.iter_mut().enumerate() {
                 s.extend(
                     table[offsets[i]..offsets[i + 1]]
@@ -329,7 +333,7 @@ mod tests {
         fn joint_size(&self) -> u64 {
             10
         }
-        fn predict_table(&self, _: &GpuState) -> Result<Vec<f32>, PredictError> {
+        fn predict_table(&self, _: &GpuState, _: &[u32]) -> Result<Vec<f32>, PredictError> {
             Ok(vec![1.0; 10])
         }
         fn predict_in_space(

@@ -76,7 +76,7 @@ impl Predictor for AnalyticPredictor {
         self.space.size()
     }
 
-    fn predict_table(&self, state: &GpuState) -> Result<Vec<f32>, PredictError> {
+    fn predict_table(&self, state: &GpuState, _: &[u32]) -> Result<Vec<f32>, PredictError> {
         let problem = &self.problem;
         let mut out = Vec::new();
         for (i, m) in problem.models.iter().enumerate() {
@@ -124,7 +124,7 @@ mod tests {
             utilization: 0.95,
         };
         let analytic = AnalyticPredictor::new(&p);
-        let table = analytic.predict_table(&calm).expect("predicts");
+        let table = analytic.predict_table(&calm, &p.current).expect("predicts");
         let offsets = mfsched_core::table_offsets(&p);
         let space = p.space();
         for idx in [0, 7, space.size() - 1] {
@@ -136,7 +136,7 @@ mod tests {
                 assert_eq!(joint[i], table[offsets[i] + l as usize]);
             }
         }
-        let slow = analytic.predict_table(&busy).expect("predicts");
+        let slow = analytic.predict_table(&busy, &p.current).expect("predicts");
         assert!(table.iter().zip(&slow).all(|(a, b)| b < a && *b > 0.0));
     }
 }

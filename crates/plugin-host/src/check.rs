@@ -366,7 +366,10 @@ const TERMS_TOLERANCE: f64 = 1e-9;
 /// of its models' terms (both −∞ where one is).
 fn check_terms(inputs: &CheckInputs<'_>, utility: &Arc<LoadedUtility>, sample: &[u64]) -> Finding {
     let problem = inputs.problem;
-    let table = match inputs.predictor.predict_table(&inputs.state) {
+    let table = match inputs
+        .predictor
+        .predict_table(&inputs.state, &problem.current)
+    {
         Ok(table) => table,
         Err(e) => return Finding::fail(format!("predict-table: {}", error_chain(&e))),
     };

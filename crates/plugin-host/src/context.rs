@@ -372,7 +372,7 @@ impl surrogate::Host for PolicyCtx {
         let state = GpuState::from(state);
         let table = call
             .predictor
-            .predict_table(&state)
+            .predict_table(&state, &call.problem.current)
             .map_err(|e| wasmtime::Error::new(PluginFailure::Predict(e)))?;
         if state == call.state {
             call.served = Some(ServedTable {

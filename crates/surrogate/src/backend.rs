@@ -142,7 +142,8 @@ impl Predictor for InferenceBackend {
         self.cpu.space().size()
     }
 
-    fn predict_table(&self, state: &GpuState) -> Result<Vec<f32>, PredictError> {
+    /// The observed layout needs no running configuration.
+    fn predict_table(&self, state: &GpuState, _running: &[u32]) -> Result<Vec<f32>, PredictError> {
         self.run(|g| g.predict_table(state), |c| Ok(c.predict_table(state)))
     }
 
@@ -212,7 +213,7 @@ mod tests {
         let b = InferenceBackend::select(BackendChoice::Cpu, &problem, &nets).expect("cpu");
         assert!(b.gpu().is_none());
         let state = crate::agreement::check_states(&problem)[1];
-        let table = b.predict_table(&state).expect("predicts");
+        let table = b.predict_table(&state, &[]).expect("predicts");
         assert_eq!(table.len(), 27);
         let running = &problem.current;
         let joint = b
@@ -253,10 +254,10 @@ mod tests {
         assert!(gpu.gpu().is_some(), "{}", gpu.reason);
         let state = crate::agreement::check_states(&problem)[2];
         for (g, c) in gpu
-            .predict_table(&state)
+            .predict_table(&state, &[])
             .expect("predicts")
             .iter()
-            .zip(cpu.predict_table(&state).expect("predicts"))
+            .zip(cpu.predict_table(&state, &[]).expect("predicts"))
         {
             assert!((g - c).abs() <= 1e-5 * 400.0, "{g} vs {c}");
         }

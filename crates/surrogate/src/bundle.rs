@@ -489,17 +489,17 @@ impl Bundle {
                  scheduler cannot serve; score it with `mfsched surrogate eval`"
             );
         }
-        if !self.meta.field_features.is_observed() {
-            // The served predictors (CPU table, GPU shader, candidate-aware
-            // field) compute the observed layout only.
-            bail!(
-                "this bundle was trained on the {} field, which the scheduler cannot serve yet; \
-                 score it with `mfsched surrogate eval`, or train a servable one with `mfsched train --field observed`",
-                self.meta.field_features
-            );
-        }
-        MeanField::with_backend(problem, self.nets.iter().map(fold).collect(), choice)?
-            .with_outputs(self.output_maps(problem)?)
+        let nets = self.nets.iter().map(fold).collect();
+        let meanfield = match (self.meta.field_features, self.corunner_tables()) {
+            (FieldFeatures::Observed, _) => MeanField::with_backend(problem, nets, choice)?,
+            (field, Some(tables)) => {
+                MeanField::with_corunners(problem, nets, field, tables, choice)?
+            }
+            (field, None) => bail!(
+                "this bundle was trained on the {field} field but records no co-runner tables; {REMEDY}"
+            ),
+        };
+        meanfield.with_outputs(self.output_maps(problem)?)
     }
 
     /// Per model: how its net's output becomes throughput.

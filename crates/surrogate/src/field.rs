@@ -371,7 +371,7 @@ impl CandidateAware {
         let mut base = Vec::with_capacity(candidates.len());
         let mut vram = Vec::with_capacity(candidates.len());
         let mut utilization = Vec::with_capacity(candidates.len());
-        let table = self.meanfield.predict_table(state)?;
+        let table = self.meanfield.predict_table(state, running)?;
         let offsets = self.meanfield.table_offsets();
         for &c in candidates.iter() {
             self.space.decode(c, &mut joint);
@@ -451,8 +451,8 @@ impl Predictor for CandidateAware {
         self.space.size()
     }
 
-    fn predict_table(&self, state: &GpuState) -> Result<Vec<f32>, PredictError> {
-        self.meanfield.predict_table(state)
+    fn predict_table(&self, state: &GpuState, running: &[u32]) -> Result<Vec<f32>, PredictError> {
+        self.meanfield.predict_table(state, running)
     }
 
     fn predict_in_space(

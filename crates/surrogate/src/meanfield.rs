@@ -4,11 +4,18 @@
 //!
 //! Inference runs on [`InferenceBackend`]: the batched CPU reference
 //! (`surrogate::cpu`) or the wgpu shader (`surrogate::gpu`) with the CPU as
-//! fallback. The trained nets stay available for whoever needs them (the
+//! fallback. A bundle trained on a co-runner field (`[… | state | the
+//! co-runners' summed tables]`) runs row by row on the CPU instead
+//! ([`CorunnerRows`]): the backends' first-layer split knows the observed
+//! layout only. The trained nets stay available for whoever needs them (the
 //! backend agreement check, benchmarks).
 
 use super::backend::{BackendChoice, InferenceBackend};
 use super::cpu::check_nets;
+use super::features::{
+    CorunnerTables, FIELD_FEATURES, FieldFeatures, local_len, local_table, push_corunner_sums,
+    push_state,
+};
 use super::net::FoldedNet;
 use super::target::OutputMap;
 use anyhow::{Result, bail};
@@ -19,7 +26,7 @@ use mfsched_core::{InSpace, PredictError, Predictor, table_offsets};
 #[derive(Debug)]
 pub struct MeanField {
     nets: Vec<FoldedNet>,
-    inference: InferenceBackend,
+    inference: Inference,
     /// Per model: net output → throughput (identity for the absolute target).
     outputs: Vec<OutputMap>,
     space: JointSpace,
@@ -40,11 +47,39 @@ impl MeanField {
         choice: BackendChoice,
     ) -> Result<Self> {
         check_nets(problem, &nets)?;
-        let inference = InferenceBackend::select(choice, problem, &nets)?;
+        let inference =
+            Inference::Backend(Box::new(InferenceBackend::select(choice, problem, &nets)?));
         Ok(Self {
             outputs: vec![OutputMap::identity(); nets.len()],
             nets,
             inference,
+            space: problem.space(),
+            offsets: table_offsets(problem),
+        })
+    }
+
+    /// Binds nets trained on a co-runner `field` with its `tables` (per
+    /// model, per configuration: what it adds to its co-runners' inputs), on
+    /// the CPU: under the observed field a model's co-runners are those of the
+    /// running configuration, and a candidate-aware call gives each candidate
+    /// its own ([`MeanField::predict_joint_fields`]).
+    pub fn with_corunners(
+        problem: &Problem,
+        nets: Vec<FoldedNet>,
+        field: FieldFeatures,
+        tables: CorunnerTables,
+        choice: BackendChoice,
+    ) -> Result<Self> {
+        if choice == BackendChoice::Gpu {
+            bail!(
+                "the {field} field runs on the CPU only (the wgpu shader computes the observed layout); use the auto or cpu backend"
+            );
+        }
+        let rows = CorunnerRows::new(problem, &nets, field, tables)?;
+        Ok(Self {
+            outputs: vec![OutputMap::identity(); nets.len()],
+            nets,
+            inference: Inference::Rows(rows),
             space: problem.space(),
             offsets: table_offsets(problem),
         })
@@ -84,16 +119,18 @@ impl MeanField {
     }
 
     /// Joint predictions with each candidate's own (VRAM fraction, utilisation)
-    /// field; see [`InferenceBackend::predict_joint_fields`].
+    /// field; see [`InferenceBackend::predict_joint_fields`]. Under a
+    /// co-runner field each candidate's co-runners are its own too.
     pub fn predict_joint_fields(
         &self,
         state: &GpuState,
         candidates: InSpace<'_>,
         fields: Option<&[[f32; 2]]>,
     ) -> Result<Vec<f32>, PredictError> {
-        let mut out = self
-            .inference
-            .predict_joint_fields(state, candidates, fields)?;
+        let mut out = match &self.inference {
+            Inference::Backend(b) => b.predict_joint_fields(state, candidates, fields)?,
+            Inference::Rows(r) => r.joint(&self.nets, state, &candidates, fields)?,
+        };
         self.map_joint(&candidates, &mut out);
         Ok(out)
     }
@@ -105,17 +142,192 @@ impl MeanField {
 
     /// Where inference runs: `CPU` or `GPU on <adapter>`.
     pub fn backend_label(&self) -> String {
-        self.inference.label()
+        match &self.inference {
+            Inference::Backend(b) => b.label(),
+            Inference::Rows(r) => format!("CPU, row by row ({} field)", r.field),
+        }
     }
 
     /// Where inference runs and why.
     pub fn backend_reason(&self) -> &str {
-        &self.inference.reason
+        match &self.inference {
+            Inference::Backend(b) => &b.reason,
+            Inference::Rows(_) => {
+                "a co-runner field: the batched backends compute the observed layout only"
+            }
+        }
     }
 
     /// Threads a joint call of `candidates` candidates uses on the CPU backend.
     pub fn cpu_threads_for(&self, candidates: usize) -> usize {
-        self.inference.cpu().threads_for(candidates)
+        match &self.inference {
+            Inference::Backend(b) => b.cpu().threads_for(candidates),
+            Inference::Rows(_) => 1,
+        }
+    }
+}
+
+/// How a [`MeanField`] evaluates its nets.
+#[derive(Debug)]
+enum Inference {
+    /// The observed layout: the batched CPU or wgpu backend.
+    Backend(Box<InferenceBackend>),
+    /// A co-runner field: input rows built here, one per model and
+    /// configuration or candidate, through the folded nets on the CPU.
+    Rows(CorunnerRows),
+}
+
+/// What a co-runner field's rows are made of.
+#[derive(Debug)]
+struct CorunnerRows {
+    problem: Problem,
+    field: FieldFeatures,
+    tables: CorunnerTables,
+    /// Per model: its local feature table (`grid × local_len`).
+    locals: Vec<Vec<f32>>,
+}
+
+impl CorunnerRows {
+    fn new(
+        problem: &Problem,
+        nets: &[FoldedNet],
+        field: FieldFeatures,
+        tables: CorunnerTables,
+    ) -> Result<Self> {
+        if nets.len() != problem.models.len() || tables.len() != problem.models.len() {
+            bail!(
+                "{} predictors and {} co-runner tables for {} models",
+                nets.len(),
+                tables.len(),
+                problem.models.len()
+            );
+        }
+        let width = field.corunner_names().len();
+        for ((model, net), table) in problem.models.iter().zip(nets).zip(&tables) {
+            if let Err(why) = net.validate() {
+                bail!("predictor of model '{}' is malformed: {why}", model.name);
+            }
+            let want = local_len(model) + field.width();
+            if net.input_len() != want {
+                bail!(
+                    "predictor of model '{}' takes {} inputs but the {field} field's layout has {want}",
+                    model.name,
+                    net.input_len()
+                );
+            }
+            if table.len() != model.grid_size() || table.iter().any(|r| r.len() != width) {
+                bail!(
+                    "model '{}': its co-runner table is not {} rows of {width}",
+                    model.name,
+                    model.grid_size()
+                );
+            }
+        }
+        Ok(Self {
+            problem: problem.clone(),
+            field,
+            tables,
+            locals: problem.models.iter().map(local_table).collect(),
+        })
+    }
+
+    /// Model `i`'s input row in configuration `config`: its local features,
+    /// the state (its two field features replaced by `field` where given),
+    /// then the sums over the co-runners of `joint` (its own entry skipped).
+    fn push_row(
+        &self,
+        i: usize,
+        config: usize,
+        state: &[f32],
+        field: Option<[f32; 2]>,
+        joint: &[u32],
+        out: &mut Vec<f32>,
+    ) {
+        let len = local_len(&self.problem.models[i]);
+        out.extend_from_slice(&self.locals[i][config * len..(config + 1) * len]);
+        out.extend_from_slice(state);
+        if let Some(f) = field {
+            let at = out.len() - FIELD_FEATURES;
+            out[at..].copy_from_slice(&f);
+        }
+        let width = self.field.corunner_names().len();
+        push_corunner_sums(&self.tables, width, i, joint, out);
+    }
+
+    fn state_features(&self, state: &GpuState) -> Vec<f32> {
+        let mut v = Vec::new();
+        push_state(&self.problem, state, &mut v);
+        v
+    }
+
+    /// The table (model-major, as `Predictor::predict_table`) with every
+    /// model's co-runners taken from `running`.
+    fn table(
+        &self,
+        nets: &[FoldedNet],
+        state: &GpuState,
+        running: &[u32],
+    ) -> Result<Vec<f32>, PredictError> {
+        if running.len() != self.problem.models.len() {
+            return Err(PredictError::Mismatch(format!(
+                "the {} field needs the running configuration of {} models, got {}",
+                self.field,
+                self.problem.models.len(),
+                running.len()
+            )));
+        }
+        let state = self.state_features(state);
+        let mut out = Vec::new();
+        let mut rows = Vec::new();
+        for (i, (model, net)) in self.problem.models.iter().zip(nets).enumerate() {
+            rows.clear();
+            for c in 0..model.grid_size() {
+                self.push_row(i, c, &state, None, running, &mut rows);
+            }
+            out.extend(net.predict(&rows));
+        }
+        Ok(out)
+    }
+
+    /// N predictions per candidate (`out[c * N + i]`), each model's
+    /// co-runners those of the candidate, with `fields[c]` for its field
+    /// where given.
+    fn joint(
+        &self,
+        nets: &[FoldedNet],
+        state: &GpuState,
+        candidates: &[u64],
+        fields: Option<&[[f32; 2]]>,
+    ) -> Result<Vec<f32>, PredictError> {
+        if let Some(f) = fields
+            && f.len() != candidates.len()
+        {
+            return Err(PredictError::Mismatch(format!(
+                "{} fields for {} candidates: give one field per candidate",
+                f.len(),
+                candidates.len()
+            )));
+        }
+        let n = self.problem.models.len();
+        let space = self.problem.space();
+        let state = self.state_features(state);
+        let mut digits = vec![0u32; candidates.len() * n];
+        for (&c, d) in candidates.iter().zip(digits.chunks_exact_mut(n)) {
+            space.decode(c, d);
+        }
+        let mut out = vec![0.0; candidates.len() * n];
+        let mut rows = Vec::new();
+        for (i, net) in nets.iter().enumerate() {
+            rows.clear();
+            for (k, joint) in digits.chunks_exact(n).enumerate() {
+                let field = fields.map(|f| f[k]);
+                self.push_row(i, joint[i] as usize, &state, field, joint, &mut rows);
+            }
+            for (row, y) in out.chunks_exact_mut(n).zip(net.predict(&rows)) {
+                row[i] = y;
+            }
+        }
+        Ok(out)
     }
 }
 
@@ -126,8 +338,11 @@ impl Predictor for MeanField {
         self.space.size()
     }
 
-    fn predict_table(&self, state: &GpuState) -> Result<Vec<f32>, PredictError> {
-        let mut table = self.inference.predict_table(state)?;
+    fn predict_table(&self, state: &GpuState, running: &[u32]) -> Result<Vec<f32>, PredictError> {
+        let mut table = match &self.inference {
+            Inference::Backend(b) => b.predict_table(state, running)?,
+            Inference::Rows(r) => r.table(&self.nets, state, running)?,
+        };
         for (map, range) in self.outputs.iter().zip(self.offsets.windows(2)) {
             if !map.is_identity() {
                 for (c, y) in table[range[0]..range[1]].iter_mut().enumerate() {
@@ -141,10 +356,25 @@ impl Predictor for MeanField {
     fn predict_in_space(
         &self,
         state: &GpuState,
-        _running: &[u32],
+        running: &[u32],
         candidates: InSpace<'_>,
     ) -> Result<Vec<f32>, PredictError> {
-        self.predict_joint_fields(state, candidates, None)
+        match &self.inference {
+            Inference::Backend(_) => self.predict_joint_fields(state, candidates, None),
+            // The observed field: every candidate is read from the table of
+            // the running configuration's co-runners, as the policies see it.
+            Inference::Rows(_) => {
+                let table = self.predict_table(state, running)?;
+                let n = self.offsets.len() - 1;
+                let mut out = Vec::with_capacity(candidates.len() * n);
+                for &c in candidates.iter() {
+                    for (i, off) in self.offsets[..n].iter().enumerate() {
+                        out.push(table[off + self.space.digit(c, i) as usize]);
+                    }
+                }
+                Ok(out)
+            }
+        }
     }
 }
 
@@ -162,12 +392,16 @@ mod tests {
     /// Untrained-but-real nets: a short training run on noise gives arbitrary,
     /// well-formed weights, which is all these layout tests need.
     fn nets_for(problem: &Problem) -> Vec<FoldedNet> {
+        nets_with(problem, FieldFeatures::Observed)
+    }
+
+    fn nets_with(problem: &Problem, field: FieldFeatures) -> Vec<FoldedNet> {
         problem
             .models
             .iter()
             .enumerate()
             .map(|(i, m)| {
-                let width = features::input_len(m);
+                let width = local_len(m) + field.width();
                 let mut rng = Rng::new(i as u64);
                 let x: Vec<f32> = (0..20 * width).map(|_| rng.next_f64() as f32).collect();
                 let y: Vec<f32> = (0..20).map(|_| 100.0 * rng.next_f64() as f32).collect();
@@ -193,7 +427,7 @@ mod tests {
         let s = load_scenario("paper-n3").expect("bundled");
         let p = &s.problem;
         let mf = MeanField::new(p, nets_for(p)).expect("fits");
-        let table = mf.predict_table(&state()).expect("predicts");
+        let table = mf.predict_table(&state(), &p.current).expect("predicts");
         let offsets = table_offsets(p);
         assert_eq!(table.len(), offsets[p.models.len()]);
         for (i, model) in p.models.iter().enumerate() {
@@ -205,12 +439,95 @@ mod tests {
         }
     }
 
+    /// Under a co-runner field the table takes every model's co-runners from
+    /// the running configuration (and moves with it), the observed joint
+    /// predictions read that table, and a candidate-aware call gives each
+    /// candidate its own co-runners: each value is its model's net on the row
+    /// the features module builds.
+    #[test]
+    fn corunner_rows_take_the_running_or_the_candidates_corunners() {
+        let s = load_scenario("paper-n3").expect("bundled");
+        let p = &s.problem;
+        let field = FieldFeatures::CoRunnerFactors;
+        let width = field.corunner_names().len();
+        let tables: CorunnerTables = p
+            .models
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                (0..m.grid_size())
+                    .map(|c| (0..width).map(|k| 0.1 * (i + c + k) as f64).collect())
+                    .collect()
+            })
+            .collect();
+        let nets = nets_with(p, field);
+        let mf = MeanField::with_corunners(p, nets, field, tables.clone(), BackendChoice::Auto)
+            .expect("fits");
+        assert!(mf.backend_label().contains("row by row"));
+        let reference = |i: usize, config: usize, joint: &[u32], fields: Option<[f32; 2]>| {
+            let mut row = features::input_row(p, i, config, &state());
+            if let Some(f) = fields {
+                let at = row.len() - FIELD_FEATURES;
+                row[at..].copy_from_slice(&f);
+            }
+            push_corunner_sums(&tables, width, i, joint, &mut row);
+            mf.nets()[i].predict(&row)[0]
+        };
+        let close = |a: f32, b: f32| (a - b).abs() <= 1e-4 * b.abs().max(1.0);
+        let running = p.current.clone();
+        let table = mf.predict_table(&state(), &running).expect("predicts");
+        let offsets = table_offsets(p);
+        for (i, model) in p.models.iter().enumerate() {
+            for c in 0..model.grid_size() {
+                assert!(close(
+                    table[offsets[i] + c],
+                    reference(i, c, &running, None)
+                ));
+            }
+        }
+        let mut other = running.clone();
+        other[1] = u32::from(other[1] == 0);
+        let moved = mf.predict_table(&state(), &other).expect("predicts");
+        assert_ne!(table[offsets[0]..offsets[1]], moved[offsets[0]..offsets[1]]);
+        assert_eq!(table[offsets[1]..offsets[2]], moved[offsets[1]..offsets[2]]);
+
+        let space = p.space();
+        let candidates: Vec<u64> = (0..space.size()).step_by(97).collect();
+        let n = p.models.len();
+        let observed = mf
+            .predict_joint(&state(), &running, &candidates)
+            .expect("predicts");
+        let fields: Vec<[f32; 2]> = candidates.iter().map(|_| [0.4, 0.7]).collect();
+        let aware = mf
+            .predict_joint_fields(
+                &state(),
+                InSpace::check(space.size(), &candidates).expect("in space"),
+                Some(&fields),
+            )
+            .expect("predicts");
+        for (k, &c) in candidates.iter().enumerate() {
+            let tuple = space.tuple(c).expect("in range");
+            for i in 0..n {
+                let d = tuple[i] as usize;
+                assert_eq!(observed[k * n + i], table[offsets[i] + d]);
+                assert!(close(
+                    aware[k * n + i],
+                    reference(i, d, &tuple, Some([0.4, 0.7]))
+                ));
+            }
+        }
+        let err =
+            MeanField::with_corunners(p, nets_with(p, field), field, tables, BackendChoice::Gpu)
+                .expect_err("CPU only");
+        assert!(err.to_string().contains("CPU only"), "{err}");
+    }
+
     #[test]
     fn joint_rows_agree_with_the_table() {
         let s = load_scenario("paper-n3").expect("bundled");
         let p = &s.problem;
         let mf = MeanField::new(p, nets_for(p)).expect("fits");
-        let table = mf.predict_table(&state()).expect("predicts");
+        let table = mf.predict_table(&state(), &p.current).expect("predicts");
         let offsets = table_offsets(p);
         let space = p.space();
         // More than one chunk.
@@ -260,8 +577,10 @@ mod tests {
             .with_outputs(maps.clone())
             .expect("three maps");
         let offsets = table_offsets(p);
-        let before = raw.predict_table(&state()).expect("predicts");
-        let after = mapped.predict_table(&state()).expect("predicts");
+        let before = raw.predict_table(&state(), &p.current).expect("predicts");
+        let after = mapped
+            .predict_table(&state(), &p.current)
+            .expect("predicts");
         for (i, map) in maps.iter().enumerate() {
             for c in 0..p.models[i].grid_size() {
                 let k = offsets[i] + c;

@@ -275,7 +275,7 @@ impl Harness {
     ) -> Result<Vec<f64>> {
         let predictions: Vec<f32> = match predictor.field() {
             Field::Observed => {
-                let table = predictor.predict_table(state)?;
+                let table = predictor.predict_table(state, &problem.current)?;
                 let n = problem.models.len();
                 self.feasible_locals
                     .chunks_exact(n)

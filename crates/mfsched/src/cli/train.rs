@@ -48,11 +48,11 @@ pub struct TrainArgs {
     /// never sees a row's mirror in training.
     #[arg(long, value_delimiter = ',', value_name = "COLS")]
     group_by: Vec<String>,
-    /// The field features the nets see: `observed` (the state; the only field
-    /// the scheduler serves), `co-runner-solo` (plus the co-runners' summed
-    /// solo profiles; needs solo rows) or `co-runner-factors` (plus the
-    /// co-runners' summed factors, learnt from the training rows' co-location
-    /// throughputs); the last two are scored by `surrogate eval`, not served yet.
+    /// The field features the nets see: `observed` (the state; served on the
+    /// CPU or the GPU), `co-runner-solo` (plus the co-runners' summed solo
+    /// profiles; needs solo rows) or `co-runner-factors` (plus the co-runners'
+    /// summed factors, learnt from the training rows' co-location
+    /// throughputs); the last two are served on the CPU (docs/model-bundle.md).
     #[arg(long, value_parser = super::choices::field_features(), default_value = "observed")]
     field: FieldFeatures,
     /// What to train: `meanfield` (one net per model on its own configuration
