@@ -88,13 +88,7 @@ fn the_dashboard_charts_live_ticks_and_switches_the_policy_with_the_token() {
     // The simulated card at burst load, where the active policy (a test
     // component that passes its start-up self-check, then refuses at burst)
     // fails every tick; reads need the token too, so the page must send it.
-    let plugins = dir.path().join("plugins");
-    std::fs::create_dir(&plugins).expect("plugin dir");
-    std::fs::copy(
-        common::test_plugin("hostile-decide"),
-        plugins.join("turncoat.wasm"),
-    )
-    .expect("copy");
+    common::plugin_dir(dir.path(), &[("hostile-decide", "turncoat")]);
     let config = dir.path().join("mfsched.toml");
     std::fs::write(
         &config,

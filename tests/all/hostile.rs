@@ -128,13 +128,7 @@ fn a_bloated_self_description_is_refused_at_load_in_one_line() {
 #[test]
 fn the_daemon_survives_a_policy_that_turns_hostile() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let plugins = dir.path().join("plugins");
-    std::fs::create_dir(&plugins).expect("plugin dir");
-    std::fs::copy(
-        crate::common::test_plugin("hostile-decide"),
-        plugins.join("turncoat.wasm"),
-    )
-    .expect("copy");
+    crate::common::plugin_dir(dir.path(), &[("hostile-decide", "turncoat")]);
     let config = crate::common::daemon_config(
         dir.path(),
         "paper-n3",
@@ -220,15 +214,14 @@ fn hostile_files_in_the_plugin_directory_are_refused_without_blocking() {
 #[test]
 fn printing_or_panicking_components_at_start_up_do_not_stop_the_daemon() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let plugins = dir.path().join("plugins");
-    std::fs::create_dir(&plugins).expect("plugin dir");
-    for name in ["noisy", "panic-name", "trap"] {
-        std::fs::copy(
-            crate::common::test_plugin(name),
-            plugins.join(format!("{name}.wasm")),
-        )
-        .expect("copy");
-    }
+    crate::common::plugin_dir(
+        dir.path(),
+        &[
+            ("noisy", "noisy"),
+            ("panic-name", "panic-name"),
+            ("trap", "trap"),
+        ],
+    );
     let config = crate::common::daemon_config(
         dir.path(),
         "paper-n3",

@@ -70,10 +70,8 @@ fn collect_lines(
 #[test]
 fn a_policy_failing_every_tick_is_one_warn_line_then_one_recovery_line() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let plugins = dir.path().join("plugins");
-    std::fs::create_dir(&plugins).expect("plugin dir");
+    let plugins = common::plugin_dir(dir.path(), &[("hostile-decide", "turncoat")]);
     let file = plugins.join("turncoat.wasm");
-    std::fs::copy(common::test_plugin("hostile-decide"), &file).expect("copy");
     let config = common::daemon_config(
         dir.path(),
         "paper-n3",
@@ -203,13 +201,7 @@ fn a_configuration_that_cannot_decide_is_refused_at_start_up_naming_the_key() {
     ];
     for (policy, expected) in cases {
         let dir = tempfile::tempdir().expect("temp dir");
-        let plugins = dir.path().join("plugins");
-        std::fs::create_dir(&plugins).expect("plugin dir");
-        std::fs::copy(
-            common::test_plugin("fairness"),
-            plugins.join("fairness.wasm"),
-        )
-        .expect("copy");
+        common::plugin_dir(dir.path(), &[("fairness", "fairness")]);
         let config = common::daemon_config(dir.path(), "paper-n2", 400, policy, "");
         let config = config.to_str().expect("utf-8");
         let out = mfsched(&[
@@ -622,13 +614,7 @@ fn plugins_check_prints_the_gap_to_the_optimum() {
 #[test]
 fn replay_names_the_utility_each_tick_was_scored_with() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let plugins = dir.path().join("plugins");
-    std::fs::create_dir(&plugins).expect("plugin dir");
-    std::fs::copy(
-        common::test_plugin("fairness"),
-        plugins.join("fairness.wasm"),
-    )
-    .expect("copy");
+    common::plugin_dir(dir.path(), &[("fairness", "fairness")]);
     // Two daemon runs appending to one log: the published utility, then fairness.
     for utility in ["utility", "fairness"] {
         let config = common::daemon_config(

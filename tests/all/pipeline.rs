@@ -86,13 +86,7 @@ fn ab_rejects_each_invalid_answer_on_every_tick() {
 fn the_daemon_refuses_each_invalid_policy_at_start_up_for_the_same_reason() {
     for (name, reason) in HOSTILE {
         let dir = tempfile::tempdir().expect("temp dir");
-        let plugins = dir.path().join("plugins");
-        std::fs::create_dir(&plugins).expect("plugin dir");
-        std::fs::copy(
-            crate::common::test_plugin(name),
-            plugins.join(format!("{name}.wasm")),
-        )
-        .expect("copy");
+        crate::common::plugin_dir(dir.path(), &[(name, name)]);
         let config = crate::common::daemon_config(
             dir.path(),
             "paper-n5",

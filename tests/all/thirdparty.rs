@@ -378,13 +378,7 @@ fn plugins_test_catches_a_policy_that_reads_the_clock() {
 #[test]
 fn plugins_test_on_a_log_scores_with_the_logs_utility() {
     let dir = tempfile::tempdir().expect("a temporary directory");
-    let plugins = dir.path().join("plugins");
-    std::fs::create_dir(&plugins).expect("plugin dir");
-    std::fs::copy(
-        crate::common::test_plugin("fairness"),
-        plugins.join("fairness.wasm"),
-    )
-    .expect("copy");
+    let plugins = crate::common::plugin_dir(dir.path(), &[("fairness", "fairness")]);
     let config = crate::common::daemon_config(
         dir.path(),
         "paper-n2",

@@ -5,7 +5,7 @@
 //! present: a software adapter (lavapipe, llvmpipe; `DeviceType::Cpu`) is slower
 //! than the CPU backend, so the automatic choice skips it.
 
-use crate::cpu::CpuBackend;
+use crate::cpu::{CpuBackend, check_fields};
 use crate::gpu::{AdapterSummary, GpuBackend, probe_adapter};
 use crate::net::FoldedNet;
 use anyhow::{Context, Result};
@@ -167,15 +167,7 @@ impl InferenceBackend {
         candidates: InSpace<'_>,
         fields: Option<&[[f32; 2]]>,
     ) -> Result<Vec<f32>, PredictError> {
-        if let Some(f) = fields
-            && f.len() != candidates.len()
-        {
-            return Err(PredictError::Mismatch(format!(
-                "{} fields for {} candidates",
-                f.len(),
-                candidates.len()
-            )));
-        }
+        check_fields(&candidates, fields).map_err(|e| PredictError::Mismatch(e.to_string()))?;
         self.run(
             |g| g.predict_joint_fields(state, candidates, fields),
             |c| c.predict_joint_fields(state, candidates, fields),

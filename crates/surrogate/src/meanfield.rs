@@ -11,7 +11,7 @@
 //! backend agreement check, benchmarks).
 
 use super::backend::{BackendChoice, InferenceBackend};
-use super::cpu::check_nets;
+use super::cpu::{check_fields, check_nets};
 use super::features::{
     CorunnerTables, FIELD_FEATURES, FieldFeatures, local_len, local_table, push_corunner_sums,
     push_state,
@@ -299,15 +299,7 @@ impl CorunnerRows {
         candidates: &[u64],
         fields: Option<&[[f32; 2]]>,
     ) -> Result<Vec<f32>, PredictError> {
-        if let Some(f) = fields
-            && f.len() != candidates.len()
-        {
-            return Err(PredictError::Mismatch(format!(
-                "{} fields for {} candidates: give one field per candidate",
-                f.len(),
-                candidates.len()
-            )));
-        }
+        check_fields(candidates, fields).map_err(|e| PredictError::Mismatch(e.to_string()))?;
         let n = self.problem.models.len();
         let space = self.problem.space();
         let state = self.state_features(state);

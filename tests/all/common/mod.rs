@@ -26,6 +26,18 @@ pub fn test_plugin(name: &str) -> PathBuf {
     Path::new(mfsched_test_programs::TEST_PLUGINS_DIR).join(format!("{name}.wasm"))
 }
 
+/// `dir/plugins`, created, holding each `(test component, file stem)` as
+/// `STEM.wasm`: a daemon's `plugin_dir = "plugins"`.
+pub fn plugin_dir(dir: &Path, components: &[(&str, &str)]) -> PathBuf {
+    let plugins = dir.join("plugins");
+    std::fs::create_dir(&plugins).expect("plugin dir");
+    for (component, stem) in components {
+        std::fs::copy(test_plugin(component), plugins.join(format!("{stem}.wasm")))
+            .expect("copy a test component");
+    }
+    plugins
+}
+
 /// A minimal blocking HTTP/1.1 exchange: returns (status code, body).
 pub fn http(addr: SocketAddr, method: &str, path: &str, body: Option<&str>) -> (u16, String) {
     http_with(addr, method, path, body, &[])
