@@ -23,6 +23,7 @@ Usage: drive.py --trace FILE --target NAME=URL,BODY,RATE [--target ...] [--worke
 
 import argparse
 import re
+import shutil
 import subprocess
 import sys
 
@@ -78,6 +79,11 @@ def main(argv):
     segments = parse_trace(args.trace)
     targets = [parse_target(t) for t in args.target]
     pin = ["taskset", "-c", args.cpus] if args.cpus else []
+    # Without hey every regime would "serve" nothing and a profile would
+    # record idle servers as loaded ones: refuse to start.
+    if shutil.which("hey") is None:
+        print("drive.py: `hey` is not on PATH (Debian: apt-get install hey)", file=sys.stderr)
+        return 2
     print("segment regime target offered_rps served_rps errors", flush=True)
     for k, (secs, regime) in enumerate(segments):
         procs = []
@@ -95,6 +101,10 @@ def main(argv):
             except subprocess.TimeoutExpired:
                 proc.kill()
                 out, _ = proc.communicate()
+            if proc.returncode not in (0, -9):
+                print(f"drive.py: hey for {name} exited with {proc.returncode}: {out.strip()[:300]}",
+                      file=sys.stderr)
+                return 1
             served = re.search(r"Requests/sec:\s+([0-9.]+)", out)
             ok = sum(int(n) for n in re.findall(r"\[200\]\s+(\d+) responses", out))
             total = sum(int(n) for n in re.findall(r"\[\d+\]\s+(\d+) responses", out))

@@ -17,6 +17,10 @@ RIG_DIR=$(cd "$RIG_DIR" && pwd)
 PY="$RIG_DIR/venv/bin/python"
 say() { echo "rig setup: $*" >&2; }
 
+# The load generator is a Debian package, not a registry one: say so first
+# (without it rig/drive.py refuses to drive, rather than profile idle servers).
+command -v hey >/dev/null || { say "hey is not on PATH: apt-get install hey"; exit 1; }
+
 if [ ! -x "$PY" ]; then
   say "venv"
   python3 -m venv "$RIG_DIR/venv"
