@@ -20,7 +20,7 @@
 //! any thread count.
 
 use crate::features::{
-    FIELD_FEATURES, STATE_FEATURES, input_len, local_len, local_table, push_state,
+    FIELD_FEATURES, FieldFeatures, STATE_FEATURES, local_len, local_table, push_state,
 };
 use crate::net::{BLOCK_ROWS, FoldedNet, Scratch};
 use anyhow::{Result, bail};
@@ -188,6 +188,12 @@ impl FirstLayer {
 
 /// Checks that `nets` holds one valid predictor per model with the model's input width.
 pub fn check_nets(problem: &Problem, nets: &[FoldedNet]) -> Result<()> {
+    check_nets_on(problem, nets, FieldFeatures::Observed)
+}
+
+/// As [`check_nets`], for nets whose field features follow the local ones
+/// as `field` lays them out (`surrogate::features`).
+pub fn check_nets_on(problem: &Problem, nets: &[FoldedNet], field: FieldFeatures) -> Result<()> {
     if nets.len() != problem.models.len() {
         bail!(
             "{} predictors for {} models: give one predictor per model",
@@ -199,12 +205,12 @@ pub fn check_nets(problem: &Problem, nets: &[FoldedNet]) -> Result<()> {
         if let Err(why) = net.validate() {
             bail!("predictor of model '{}' is malformed: {why}", model.name);
         }
-        if net.input_len() != input_len(model) {
+        let want = local_len(model) + field.width();
+        if net.input_len() != want {
             bail!(
-                "predictor of model '{}' takes {} inputs but the model's feature layout has {}",
+                "predictor of model '{}' takes {} inputs but the model's feature layout has {want}",
                 model.name,
-                net.input_len(),
-                input_len(model)
+                net.input_len()
             );
         }
     }

@@ -11,7 +11,7 @@
 //! backend agreement check, benchmarks).
 
 use super::backend::{BackendChoice, InferenceBackend};
-use super::cpu::{check_fields, check_nets};
+use super::cpu::{check_fields, check_nets, check_nets_on};
 use super::features::{
     CorunnerTables, FIELD_FEATURES, FieldFeatures, local_len, local_table, push_corunner_sums,
     push_state,
@@ -129,7 +129,7 @@ impl MeanField {
     ) -> Result<Vec<f32>, PredictError> {
         let mut out = match &self.inference {
             Inference::Backend(b) => b.predict_joint_fields(state, candidates, fields)?,
-            Inference::Rows(r) => r.joint(&self.nets, state, &candidates, fields)?,
+            Inference::Rows(r) => r.joint(&self.nets, &self.space, state, &candidates, fields)?,
         };
         self.map_joint(&candidates, &mut out);
         Ok(out)
@@ -194,27 +194,16 @@ impl CorunnerRows {
         field: FieldFeatures,
         tables: CorunnerTables,
     ) -> Result<Self> {
-        if nets.len() != problem.models.len() || tables.len() != problem.models.len() {
+        check_nets_on(problem, nets, field)?;
+        if tables.len() != problem.models.len() {
             bail!(
-                "{} predictors and {} co-runner tables for {} models",
-                nets.len(),
+                "{} co-runner tables for {} models",
                 tables.len(),
                 problem.models.len()
             );
         }
         let width = field.corunner_names().len();
-        for ((model, net), table) in problem.models.iter().zip(nets).zip(&tables) {
-            if let Err(why) = net.validate() {
-                bail!("predictor of model '{}' is malformed: {why}", model.name);
-            }
-            let want = local_len(model) + field.width();
-            if net.input_len() != want {
-                bail!(
-                    "predictor of model '{}' takes {} inputs but the {field} field's layout has {want}",
-                    model.name,
-                    net.input_len()
-                );
-            }
+        for (model, table) in problem.models.iter().zip(&tables) {
             if table.len() != model.grid_size() || table.iter().any(|r| r.len() != width) {
                 bail!(
                     "model '{}': its co-runner table is not {} rows of {width}",
@@ -295,13 +284,13 @@ impl CorunnerRows {
     fn joint(
         &self,
         nets: &[FoldedNet],
+        space: &JointSpace,
         state: &GpuState,
         candidates: &[u64],
         fields: Option<&[[f32; 2]]>,
     ) -> Result<Vec<f32>, PredictError> {
         check_fields(candidates, fields).map_err(|e| PredictError::Mismatch(e.to_string()))?;
         let n = self.problem.models.len();
-        let space = self.problem.space();
         let state = self.state_features(state);
         let mut digits = vec![0u32; candidates.len() * n];
         for (&c, d) in candidates.iter().zip(digits.chunks_exact_mut(n)) {

@@ -133,10 +133,7 @@ fn choose_penalty(
     if groups.len() < INNER_FOLDS {
         return PENALTIES[PENALTIES.len() / 2];
     }
-    let mut rng = Rng::derive(seed, STREAM_INNER);
-    for i in (1..groups.len()).rev() {
-        groups.swap(i, rng.below(i as u64 + 1) as usize);
-    }
+    super::split::shuffle(&mut groups, &mut Rng::derive(seed, STREAM_INNER));
     let fold_of: BTreeMap<usize, usize> = groups
         .iter()
         .enumerate()
@@ -230,8 +227,7 @@ fn fit(problem: &Problem, profile: &Profile, obs: &[Obs], penalty: f64, seed: u6
     let mut corunner = NormalEquations::new([penalty; WIDTH]);
     for _ in 0..SWEEPS {
         for (&(i, c), members) in &as_victim {
-            let system = &mut victim;
-            system.clear();
+            victim.clear();
             for &k in members {
                 let o = &obs[k];
                 let joint = &profile.rows[o.row].joint;
@@ -245,13 +241,12 @@ fn fit(problem: &Problem, profile: &Profile, obs: &[Obs], penalty: f64, seed: u6
                         x[d] += f[d];
                     }
                 }
-                system.add(&x, target);
+                victim.add(&x, target);
             }
-            model.own[i][c as usize] = system.solve();
+            model.own[i][c as usize] = victim.solve();
         }
         for (&(j, c), members) in &as_corunner {
-            let system = &mut corunner;
-            system.clear();
+            corunner.clear();
             for &k in members {
                 let o = &obs[k];
                 let joint = &profile.rows[o.row].joint;
@@ -260,9 +255,9 @@ fn fit(problem: &Problem, profile: &Profile, obs: &[Obs], penalty: f64, seed: u6
                 x[0] = 1.0;
                 let target =
                     o.y - model.mu[o.victim] - own[0] - model.corunners(joint, o.victim, j);
-                system.add(&x, target);
+                corunner.add(&x, target);
             }
-            model.inflicted[j][c as usize] = system.solve();
+            model.inflicted[j][c as usize] = corunner.solve();
         }
     }
     model
