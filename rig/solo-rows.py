@@ -16,7 +16,7 @@ import os
 import sys
 import tempfile
 
-SHARED = ["format_version", "scenario", "workload", "vram_used_mib", "utilization"]
+SHARED = ["format_version", "scenario", "workload", "vram_used_mib", "utilization", "contention"]
 
 
 def main(argv):

@@ -1552,6 +1552,7 @@ fn own_measurements(scenario_path: &str, file: &Path) {
                 workload,
                 vram_used_mib: p.vram_mib(&joint) as f64,
                 utilization: 0.3 + 0.15 * workload.ordinal() as f64,
+                contention: None,
             };
             let throughput = (0..p.models.len())
                 .map(|i| {
@@ -2011,4 +2012,118 @@ fn repro_correction_breaks_fewer_floors_on_a_perturbed_card() {
         Some(6),
         "{results}"
     );
+}
+
+/// The contention field end to end on the simulator: its profiles carry the
+/// reading, `train --field contention` learns it, the daemon serves it from
+/// its sampler's reading with no tick falling back, the decision log keeps the
+/// reading for `replay --policy`, and a state without one is refused rather
+/// than predicted as 0.
+#[test]
+fn the_contention_field_is_profiled_trained_served_and_replayed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = |name: &str| dir.path().join(name).to_str().expect("utf-8").to_owned();
+    let (csv, bundle) = (path("p.csv"), path("bundle"));
+    let out = mfsched(&[
+        "profile",
+        "--scenario",
+        "paper-n2",
+        "--seed",
+        "5",
+        "--samples",
+        "96",
+        "--out",
+        &csv,
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let header = std::fs::read_to_string(&csv).expect("profile");
+    assert!(
+        header
+            .lines()
+            .next()
+            .expect("header")
+            .contains(",contention,"),
+        "{header}"
+    );
+    let out = mfsched(&[
+        "train",
+        "--data",
+        &csv,
+        "--scenario",
+        "paper-n2",
+        "--field",
+        "contention",
+        "--epochs",
+        "30",
+        "--out",
+        &bundle,
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let meta: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("bundle/bundle.json")).expect("bundle.json"),
+    )
+    .expect("JSON");
+    assert_eq!(meta["field_features"], "contention");
+    let features = meta["models"][0]["features"].as_array().expect("features");
+    assert_eq!(features.last().expect("some"), "contention");
+
+    let config = dir.path().join("mfsched.toml");
+    std::fs::write(
+        &config,
+        "scenario = \"paper-n2\"\nseed = 7\n\n[loop]\nperiod_ms = 100\ndeadline_ms = 75\n\n\
+         [policy]\nactive = \"exact\"\nshadows = [\"ga\"]\nbundle_dir = \"bundle\"\n\n\
+         [sampler]\nkind = \"sim\"\n\n[log]\npath = \"decisions.log\"\n\n\
+         [api]\nlisten = \"127.0.0.1:0\"\n\n[workload]\ntrace = \"periodic\"\ntrace_ticks = 8\n",
+    )
+    .expect("config");
+    let out = mfsched(&[
+        "run",
+        "--config",
+        config.to_str().expect("utf-8"),
+        "--max-ticks",
+        "6",
+    ]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("stopped after 6 tick(s)"), "{err}");
+    let log = path("decisions.log");
+    let out = mfsched(&["replay", "--summary", &log]);
+    let summary = stdout(&out);
+    for (policy, role) in [("exact", "active"), ("ga", "shadow")] {
+        let line = summary
+            .lines()
+            .find(|l| l.starts_with(&format!("{policy} ")))
+            .unwrap_or_else(|| panic!("no {policy} line: {summary}"));
+        let words: Vec<&str> = line.split_whitespace().collect();
+        // policy, role, decisions, failed: every tick predicted with the reading.
+        assert_eq!(words[..4], [policy, role, "6", "0"], "{summary}");
+    }
+    // The log keeps each tick's reading: exact decided again reproduces the run.
+    let out = mfsched(&[
+        "replay", &log, "--policy", "exact", "--models", &bundle, "--json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let r: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("JSON");
+    assert_eq!(r["policies"][0]["decided"], 6, "{r}");
+    assert_eq!(r["policies"][0]["differ_from_ran"], 0, "{r}");
+
+    let decide = |state: &str| {
+        mfsched(&[
+            "decide",
+            "--scenario",
+            "paper-n2",
+            "--policy",
+            "exact",
+            "--models",
+            &bundle,
+            "--state",
+            state,
+        ])
+    };
+    let out =
+        decide(r#"{"workload":"high","vram_used_mib":12000,"utilization":0.8,"contention":0.6}"#);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = decide(r#"{"workload":"high","vram_used_mib":12000,"utilization":0.8}"#);
+    let text = format!("{}{}", stdout(&out), stderr(&out));
+    assert!(text.contains("contention reading"), "{text}");
 }

@@ -264,6 +264,7 @@ fn a_native_answer_after_the_deadline_is_a_deadline_failure() {
         workload: mfsched_core::WorkloadLevel::Medium,
         vram_used_mib: 8000.0,
         utilization: 0.5,
+        contention: None,
     };
     let verdict = pipeline.evaluate(&inputs, &policies, "test-stall", &state, &[], deadline);
     assert!(verdict.latency > deadline, "it slept past the deadline");
@@ -308,6 +309,7 @@ fn an_isolated_tick_does_not_wait_for_a_stalled_policy() {
         workload: mfsched_core::WorkloadLevel::Medium,
         vram_used_mib: 8000.0,
         utilization: 0.5,
+        contention: None,
     };
     let outcome = decider.decide(&problem, &state);
     assert!(

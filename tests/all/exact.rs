@@ -64,6 +64,7 @@ fn random_state(rng: &mut Rng, p: &Problem) -> GpuState {
         workload: WorkloadLevel::from_ordinal(rng.below(4) as usize).expect("0..4"),
         vram_used_mib: rng.next_f64() * f64::from(p.card.vram_mib),
         utilization: rng.next_f64(),
+        contention: None,
     }
 }
 

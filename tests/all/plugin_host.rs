@@ -55,6 +55,7 @@ fn state(workload: WorkloadLevel, utilization: f64) -> GpuState {
         workload,
         vram_used_mib: 12_000.0,
         utilization,
+        contention: None,
     }
 }
 

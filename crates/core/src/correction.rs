@@ -523,6 +523,7 @@ mod tests {
             workload: crate::domain::WorkloadLevel::Medium,
             vram_used_mib: 1000.0,
             utilization: 0.5,
+            contention: None,
         }
     }
 

@@ -73,6 +73,26 @@ pub struct GpuState {
     pub vram_used_mib: f64,
     /// Aggregate SM utilisation in [0, 1].
     pub utilization: f64,
+    /// The contention that the SM share does not show, in [0, 1]: on a GPU the
+    /// memory controller's busy share (NVML's memory utilisation, DCGM's DRAM
+    /// active), on a CPU host the share of the servers' runnable time spent
+    /// waiting for a core (their threads' run-queue delay). `None` where the
+    /// source cannot tell; absent from older logs and profiles.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contention: Option<f64>,
+}
+
+impl GpuState {
+    /// A state without a contention reading (the sources that give only memory
+    /// and utilisation).
+    pub fn new(workload: WorkloadLevel, vram_used_mib: f64, utilization: f64) -> Self {
+        Self {
+            workload,
+            vram_used_mib,
+            utilization,
+            contention: None,
+        }
+    }
 }
 
 /// One model variant (weights): its memory, its quality.

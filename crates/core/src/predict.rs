@@ -257,6 +257,7 @@ pub fn predicted_ranges(
                 workload,
                 vram_used_mib: f64::from(problem.card.vram_mib) / 2.0,
                 utilization,
+                contention: None,
             };
             let table = predictor.predict_table(&state, &problem.current)?;
             for (i, m) in problem.models.iter().enumerate() {
@@ -289,6 +290,7 @@ pub fn predicted_quantile_floors(
                 workload,
                 vram_used_mib: f64::from(problem.card.vram_mib) / 2.0,
                 utilization,
+                contention: None,
             };
             let table = predictor.predict_table(&state, &problem.current)?;
             for (i, s) in samples.iter_mut().enumerate() {
@@ -369,6 +371,7 @@ mod tests {
             workload: WorkloadLevel::Medium,
             vram_used_mib: 0.0,
             utilization: 0.5,
+            contention: None,
         };
         assert!(rows.predict_joint(&state, &[], &[1, u64::MAX]).is_err());
         assert_eq!(rows.0.load(std::sync::atomic::Ordering::Relaxed), 0);

@@ -606,6 +606,7 @@ impl Daemon {
                 vram_used_mib: None,
                 vram_total_mib: None,
                 utilization: None,
+                contention: None,
                 processes: Vec::new(),
             });
         let state = GpuState {
@@ -614,6 +615,7 @@ impl Daemon {
             utilization: sample
                 .utilization
                 .unwrap_or(self.settings.unknown_utilization),
+            contention: sample.contention,
         };
 
         let Roles { active, shadows } = read(&self.shared.roles).clone();

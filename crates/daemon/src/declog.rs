@@ -75,6 +75,8 @@ pub enum Entry {
     /// Last, for the same reason: a log without one enforced its floors on
     /// the point prediction.
     Floors(FloorsRecord),
+    /// Last, for the same reason: a log without one had no contention reading.
+    Contention(ContentionRecord),
 }
 
 /// [`Entry`] as it is written, borrowed: the same variants in the same order,
@@ -88,6 +90,93 @@ enum EntryRef<'a> {
     Utility(&'a UtilityRecord),
     Measured(&'a MeasuredRecord),
     Floors(&'a FloorsRecord),
+    Contention(&'a ContentionRecord),
+}
+
+/// The contention reading of tick `tick`'s state and sample, written just
+/// before its record: the tick record's state and sample keep the encoding
+/// they had before the reading existed ([`state_wire`], [`sample_wire`]), so
+/// every older log reads as it did, and a reader puts the reading back.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ContentionRecord {
+    pub tick: u64,
+    pub contention: f64,
+}
+
+/// A [`GpuState`] as every log version encodes it (workload, memory,
+/// utilisation); its contention reading travels in a [`ContentionRecord`].
+mod state_wire {
+    use mfsched_core::{GpuState, WorkloadLevel};
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    #[derive(Serialize, Deserialize)]
+    struct Wire {
+        workload: WorkloadLevel,
+        vram_used_mib: f64,
+        utilization: f64,
+    }
+
+    pub fn serialize<S: Serializer>(s: &GpuState, ser: S) -> Result<S::Ok, S::Error> {
+        Wire {
+            workload: s.workload,
+            vram_used_mib: s.vram_used_mib,
+            utilization: s.utilization,
+        }
+        .serialize(ser)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(de: D) -> Result<GpuState, D::Error> {
+        let w = Wire::deserialize(de)?;
+        Ok(GpuState::new(w.workload, w.vram_used_mib, w.utilization))
+    }
+}
+
+/// A [`Sample`] as every log version encodes it, without its contention
+/// reading (as [`state_wire`]).
+mod sample_wire {
+    use crate::sampler::{ProcessMemory, Sample};
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    #[derive(Serialize)]
+    struct WireRef<'a> {
+        source: &'a str,
+        vram_used_mib: Option<f64>,
+        vram_total_mib: Option<f64>,
+        utilization: Option<f64>,
+        processes: &'a [ProcessMemory],
+    }
+
+    #[derive(Deserialize)]
+    struct Wire {
+        source: String,
+        vram_used_mib: Option<f64>,
+        vram_total_mib: Option<f64>,
+        utilization: Option<f64>,
+        processes: Vec<ProcessMemory>,
+    }
+
+    pub fn serialize<S: Serializer>(s: &Sample, ser: S) -> Result<S::Ok, S::Error> {
+        WireRef {
+            source: &s.source,
+            vram_used_mib: s.vram_used_mib,
+            vram_total_mib: s.vram_total_mib,
+            utilization: s.utilization,
+            processes: &s.processes,
+        }
+        .serialize(ser)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(de: D) -> Result<Sample, D::Error> {
+        let w = Wire::deserialize(de)?;
+        Ok(Sample {
+            source: w.source,
+            vram_used_mib: w.vram_used_mib,
+            vram_total_mib: w.vram_total_mib,
+            utilization: w.utilization,
+            contention: None,
+            processes: w.processes,
+        })
+    }
 }
 
 /// How the ticks that follow (until the next daemon start) enforced their
@@ -219,8 +308,10 @@ pub struct TickRecord {
     pub unix_ms: u64,
     /// Ticks missed (not started on time) since the previous record.
     pub missed_before: u64,
+    #[serde(with = "sample_wire")]
     pub sample: Sample,
     /// The state the policies decided for.
+    #[serde(with = "state_wire")]
     pub state: GpuState,
     /// The load it came from.
     pub load: LoadRecord,
@@ -245,7 +336,9 @@ struct TickRecordV2 {
     tick: u64,
     unix_ms: u64,
     missed_before: u64,
+    #[serde(with = "sample_wire")]
     sample: Sample,
+    #[serde(with = "state_wire")]
     state: GpuState,
     active: PolicyRecord,
     shadows: Vec<PolicyRecord>,
@@ -454,6 +547,7 @@ pub fn parse(bytes: &[u8]) -> Result<LogContents> {
     let mut utilities = Vec::new();
     let mut measured = Vec::new();
     let mut floors = Vec::new();
+    let mut contention: Option<ContentionRecord> = None;
     let mut skipped = Vec::new();
     let mut at = MAGIC.len();
     let budget = (bytes.len() as u64).saturating_add(RESYNC_WORK_BYTES);
@@ -466,13 +560,21 @@ pub fn parse(bytes: &[u8]) -> Result<LogContents> {
         match frame_at(rest, version) {
             Ok((entry, len)) => {
                 match entry {
-                    Entry::Tick(record) => records.push(*record),
+                    Entry::Tick(mut record) => {
+                        // The reading written just before this tick's record.
+                        if let Some(c) = contention.take().filter(|c| c.tick == record.tick) {
+                            record.state.contention = Some(c.contention);
+                            record.sample.contention = Some(c.contention);
+                        }
+                        records.push(*record);
+                    }
                     Entry::Run(run) => runs.push((records.len(), run)),
                     Entry::Component(c) => components.push(c),
                     Entry::Reconfig(r) => reconfigurations.push(r),
                     Entry::Utility(u) => utilities.push(u),
                     Entry::Measured(m) => measured.push(m),
                     Entry::Floors(f) => floors.push((records.len(), f)),
+                    Entry::Contention(c) => contention = Some(c),
                 }
                 at += len;
             }
@@ -889,8 +991,15 @@ impl DecisionLog {
         Ok(file)
     }
 
-    /// Appends one tick record in a single write.
+    /// Appends one tick record in a single write (after its contention
+    /// reading, where it has one: a crash between the two loses the tick only).
     pub fn append(&mut self, record: &TickRecord) -> Result<()> {
+        if let Some(contention) = record.state.contention {
+            self.write(&EntryRef::Contention(&ContentionRecord {
+                tick: record.tick,
+                contention,
+            }))?;
+        }
         self.write(&EntryRef::Tick(record))?;
         self.records += 1;
         self.last_tick = Some(record.tick);
@@ -985,12 +1094,14 @@ pub(crate) mod tests {
                 vram_used_mib: Some(1234.0),
                 vram_total_mib: Some(24576.0),
                 utilization: None,
+                contention: None,
                 processes: vec![],
             },
             state: GpuState {
                 workload: mfsched_core::WorkloadLevel::High,
                 vram_used_mib: 1234.0,
                 utilization: 0.5,
+                contention: None,
             },
             load: LoadRecord {
                 observed: Some(0.8),
@@ -1038,6 +1149,33 @@ pub(crate) mod tests {
         let contents = read(&path).expect("read");
         assert_eq!(contents.torn, None);
         assert_eq!(contents.records, vec![record(0), record(1), record(2)]);
+    }
+
+    /// A tick's contention reading travels in its own entry before the tick
+    /// record, whose bytes are those of a record without one: older readers'
+    /// encoding is kept, and this reader puts the reading back.
+    #[test]
+    fn a_contention_reading_round_trips_and_leaves_the_tick_encoding_alone() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("d.log");
+        let (mut log, _) = DecisionLog::open(&path).expect("open");
+        let mut measured = record(1);
+        measured.state.contention = Some(0.42);
+        measured.sample.contention = Some(0.42);
+        log.append(&record(0)).expect("append");
+        log.append(&measured).expect("append");
+        log.append(&record(2)).expect("append");
+        drop(log);
+        let contents = read(&path).expect("read");
+        assert_eq!(
+            contents.records,
+            vec![record(0), measured.clone(), record(2)]
+        );
+        let plain =
+            bincode::serde::encode_to_vec(EntryRef::Tick(&record(1)), config()).expect("encodes");
+        let with =
+            bincode::serde::encode_to_vec(EntryRef::Tick(&measured), config()).expect("encodes");
+        assert_eq!(plain, with, "the reading is not in the tick record's bytes");
     }
 
     #[test]

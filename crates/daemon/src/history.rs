@@ -32,6 +32,9 @@ pub struct TickPoint {
     pub unix_ms: u64,
     pub vram_used_mib: f64,
     pub utilization: f64,
+    /// The contention reading, where the sampler gives one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub contention: Option<f64>,
     pub level: WorkloadLevel,
     pub load_observed: Option<f64>,
     pub load_forecast: Option<f64>,
@@ -343,6 +346,7 @@ impl TickPoint {
             unix_ms: record.unix_ms,
             vram_used_mib: record.state.vram_used_mib,
             utilization: record.state.utilization,
+            contention: record.state.contention,
             level: record.state.workload,
             load_observed: record.load.observed,
             load_forecast: record.load.forecast,
@@ -398,6 +402,7 @@ mod tests {
                 unix_ms: tick,
                 vram_used_mib: 1.0,
                 utilization: 0.5,
+                contention: None,
                 level: WorkloadLevel::Low,
                 load_observed: None,
                 load_forecast: None,

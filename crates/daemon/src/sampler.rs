@@ -32,6 +32,11 @@ pub struct Sample {
     /// Fraction of time a kernel ran, in [0, 1] (on a host: the servers' share
     /// of their cores' time).
     pub utilization: Option<f64>,
+    /// What the busy share does not show, in [0, 1]
+    /// ([`mfsched_core::GpuState::contention`]): the memory controller's busy
+    /// share on a card, the servers' run-queue wait share on a host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contention: Option<f64>,
     pub processes: Vec<ProcessMemory>,
 }
 
@@ -133,6 +138,7 @@ impl Sampler for FootprintSampler {
             vram_used_mib: Some(problem.vram_mib(applied) as f64),
             vram_total_mib: Some(f64::from(problem.card.vram_mib)),
             utilization: None,
+            contention: None,
             processes: Vec::new(),
         })
     }
@@ -167,10 +173,11 @@ impl NvmlSampler {
             .device_by_index(self.device)
             .with_context(|| format!("NVML device {}", self.device))?;
         let memory = dev.memory_info().ok();
-        let utilization = dev
-            .utilization_rates()
-            .ok()
-            .map(|u| f64::from(u.gpu) / 100.0);
+        let rates = dev.utilization_rates().ok();
+        let utilization = rates.as_ref().map(|u| f64::from(u.gpu) / 100.0);
+        // NVML's "memory" rate: the share of the sample period in which the
+        // device memory was read or written.
+        let contention = rates.as_ref().map(|u| f64::from(u.memory) / 100.0);
         let processes = dev
             .running_compute_processes()
             .unwrap_or_default()
@@ -185,6 +192,7 @@ impl NvmlSampler {
             vram_used_mib: memory.as_ref().map(|m| m.used as f64 / MIB),
             vram_total_mib: memory.as_ref().map(|m| m.total as f64 / MIB),
             utilization,
+            contention,
             processes,
         })
     }
@@ -244,6 +252,15 @@ pub fn nvml_probe() -> Result<String> {
             out,
             "  utilisation   {}",
             show(sample.utilization.map(|u| u * 100.0), "%")
+        )
+        .ok();
+        writeln!(
+            out,
+            "  memory busy   {}",
+            show(
+                sample.contention.map(|u| u * 100.0),
+                "% (the contention reading)"
+            )
         )
         .ok();
         writeln!(out, "  processes     {}", sample.processes.len()).ok();

@@ -117,11 +117,13 @@ mod tests {
             workload: WorkloadLevel::Low,
             vram_used_mib: 4000.0,
             utilization: 0.2,
+            contention: None,
         };
         let busy = GpuState {
             workload: WorkloadLevel::Burst,
             vram_used_mib: 20000.0,
             utilization: 0.95,
+            contention: None,
         };
         let analytic = AnalyticPredictor::new(&p);
         let table = analytic.predict_table(&calm, &p.current).expect("predicts");

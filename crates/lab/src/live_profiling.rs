@@ -306,6 +306,12 @@ pub async fn run(
                 workload: opts.workload,
                 vram_used_mib: states.iter().map(|s| s.0).sum::<f64>() / n,
                 utilization: states.iter().map(|s| s.1).sum::<f64>() / n,
+                // A mean of the window's readings where each has one.
+                contention: states
+                    .iter()
+                    .map(|s| s.2)
+                    .sum::<Option<f64>>()
+                    .map(|c| c / n),
             },
             throughput,
         };
@@ -377,19 +383,30 @@ struct StateReader {
 }
 
 impl StateReader {
-    /// (VRAM used MiB, utilisation 0..1) now.
+    /// (VRAM used MiB, utilisation 0..1, contention 0..1 where the source
+    /// gives it) now.
     async fn read(
         &mut self,
         problem: &Problem,
         joint: &[u32],
         workload: WorkloadLevel,
-    ) -> Result<(f64, f64)> {
+    ) -> Result<(f64, f64, Option<f64>)> {
         if let Some(uri) = &self.dcgm {
             let body = http_get(&self.client, uri, self.timeout, MAX_PAGE_BYTES).await?;
             let text = std::str::from_utf8(&body).context("the GPU metrics page is not UTF-8")?;
             let vram = sample_sum(text, "DCGM_FI_DEV_FB_USED", "gpu", &self.device)?;
             let util = sample_sum(text, "DCGM_FI_DEV_GPU_UTIL", "gpu", &self.device)? / 100.0;
-            return Ok((vram, util.clamp(0.0, 1.0)));
+            // DRAM active (a profiling field, a fraction) where the exporter
+            // serves it, else the memory-copy utilisation (percent).
+            let contention = sample_sum(text, "DCGM_FI_PROF_DRAM_ACTIVE", "gpu", &self.device)
+                .or_else(|_| {
+                    sample_sum(text, "DCGM_FI_DEV_MEM_COPY_UTIL", "gpu", &self.device)
+                        .map(|p| p / 100.0)
+                })
+                .ok()
+                .filter(|c| c.is_finite())
+                .map(|c| c.clamp(0.0, 1.0));
+            return Ok((vram, util.clamp(0.0, 1.0), contention));
         }
         let sampler = self.sampler.as_mut().context("no GPU state source")?;
         let s = sampler.sample(problem, joint, workload)?;
@@ -399,6 +416,7 @@ impl StateReader {
             s.utilization.context(
                 "the sampler gives no utilisation (footprint): profile with nvml, sim or --gpu-metrics",
             )?,
+            s.contention,
         ))
     }
 }

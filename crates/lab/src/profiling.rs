@@ -81,6 +81,7 @@ mod tests {
                 workload: WorkloadLevel::Low,
                 vram_used_mib: 0.0,
                 utilization: 0.0,
+                contention: None,
             },
             throughput: vec![t],
         };

@@ -61,13 +61,14 @@ impl From<&GpuState> for wit::GpuState {
     }
 }
 
-impl From<wit::GpuState> for GpuState {
-    fn from(s: wit::GpuState) -> Self {
-        Self {
-            workload: s.workload.into(),
-            vram_used_mib: s.vram_used_mib,
-            utilization: s.utilization,
-        }
+/// A state a policy passes to the host's predictor. The WIT's state is the
+/// policy's view of the field (workload, memory, utilisation); the contention
+/// reading is not in it, so the tick's own carries over: a policy asking about
+/// another utilisation asks about it under the contention measured now.
+pub fn state_from_policy(s: wit::GpuState, tick: &GpuState) -> GpuState {
+    GpuState {
+        contention: tick.contention,
+        ..GpuState::new(s.workload.into(), s.vram_used_mib, s.utilization)
     }
 }
 

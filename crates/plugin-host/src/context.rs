@@ -4,7 +4,7 @@
 
 use super::bindings::policy::mfsched::scheduler::{objective, space, surrogate, types};
 use super::bindings::utility::Utility;
-use super::bindings::wit;
+use super::bindings::{state_from_policy, wit};
 use super::engine::{PluginEngine, arm_deadline};
 use super::failure::{PluginFailure, classify, describe};
 use super::output::OutputCapture;
@@ -369,7 +369,7 @@ impl surrogate::Host for PolicyCtx {
     fn predict_table(&mut self, state: types::GpuState) -> wasmtime::Result<Vec<f32>> {
         let call = self.call("predict-table")?;
         let started = Instant::now();
-        let state = GpuState::from(state);
+        let state = state_from_policy(state, &call.state);
         let table = call
             .predictor
             .predict_table(&state, &call.problem.current)
@@ -398,7 +398,7 @@ impl surrogate::Host for PolicyCtx {
         // Checked once, before any slice is predicted.
         let checked = InSpace::check(call.predictor.joint_size(), &candidates).map_err(failed)?;
         let started = Instant::now();
-        let state = GpuState::from(state);
+        let state = state_from_policy(state, &call.state);
         let mut out = Vec::with_capacity(candidates.len() * call.problem.models.len());
         for slice in checked.chunks(PREDICT_SLICE) {
             if Instant::now() >= call.deadline_at {

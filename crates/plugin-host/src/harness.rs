@@ -219,6 +219,7 @@ mod tests {
                 workload: WorkloadLevel::High,
                 vram_used_mib: 1.0,
                 utilization: 0.5,
+                contention: None,
             },
             latencies: vec![Duration::from_millis(latency_ms); answers.len()],
             answers,

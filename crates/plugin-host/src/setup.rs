@@ -66,12 +66,15 @@ pub fn with_declared_params(
     Ok(given)
 }
 
-/// The state a one-off decision is made for when none is given: medium load,
-/// the running configuration's memory in use, half the SMs busy.
+/// The state a one-off decision (and a component's self-check) is made for
+/// when none is given: medium load, the running configuration's memory in
+/// use, half the SMs and half the memory controller busy (a reading, so a
+/// bundle trained on the contention field can be checked before the first).
 pub fn default_state(problem: &Problem) -> GpuState {
     GpuState {
         workload: WorkloadLevel::Medium,
         vram_used_mib: problem.vram_mib(&problem.current) as f64,
         utilization: 0.5,
+        contention: Some(0.5),
     }
 }

@@ -92,6 +92,7 @@ pub fn check_states(problem: &Problem) -> Vec<GpuState> {
             workload,
             vram_used_mib: vram * (0.3 + 0.2 * i as f64),
             utilization: 0.25 + 0.2 * i as f64,
+            contention: None,
         })
         .collect()
 }

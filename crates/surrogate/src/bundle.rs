@@ -490,11 +490,13 @@ impl Bundle {
             );
         }
         let nets = self.nets.iter().map(fold).collect();
-        let meanfield = match (self.meta.field_features, self.corunner_tables()) {
+        let field = self.meta.field_features;
+        let meanfield = match (field, self.corunner_tables()) {
             (FieldFeatures::Observed, _) => MeanField::with_backend(problem, nets, choice)?,
-            (field, Some(tables)) => {
-                MeanField::with_corunners(problem, nets, field, tables, choice)?
+            (FieldFeatures::Contention, _) => {
+                MeanField::with_field(problem, nets, field, CorunnerTables::new(), choice)?
             }
+            (field, Some(tables)) => MeanField::with_field(problem, nets, field, tables, choice)?,
             (field, None) => bail!(
                 "this bundle was trained on the {field} field but records no co-runner tables; {REMEDY}"
             ),
@@ -517,7 +519,7 @@ impl Bundle {
     /// field, or where a model's record lacks it).
     pub fn corunner_tables(&self) -> Option<CorunnerTables> {
         match self.meta.field_features {
-            FieldFeatures::Observed => None,
+            FieldFeatures::Observed | FieldFeatures::Contention => None,
             FieldFeatures::CoRunnerSolo => self
                 .meta
                 .models
@@ -826,6 +828,7 @@ mod tests {
                 workload: mfsched_core::WorkloadLevel::High,
                 vram_used_mib: 14000.0,
                 utilization: 0.8,
+                contention: None,
             };
             for (i, (net, folded)) in bundle.nets.iter().zip(mf.nets()).enumerate() {
                 let model = &s.problem.models[i];

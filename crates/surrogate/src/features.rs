@@ -162,7 +162,7 @@ pub fn layout_names(
                 })
                 .collect();
             names.extend(STATE_NAMES.iter().map(|s| s.to_string()));
-            names.extend(field.corunner_names().iter().map(|s| s.to_string()));
+            names.extend(field.names_after_state());
             names
         }
     }
@@ -185,6 +185,11 @@ pub fn layout_names(
 ///   learns from the own configuration). Unlike the solo profiles they come
 ///   from co-location rows, so a held-out score must learn them from its
 ///   training rows only ([`FieldFeatures::is_learnt`]).
+/// - [`FieldFeatures::Contention`]: the state, then the measured contention
+///   reading ([`GpuState::contention`]: the memory controller's busy share on a
+///   card, the servers' run-queue wait share on a CPU host): what the SM
+///   share cannot show. Observed like the state, so under the candidate-aware
+///   field every candidate sees the contention measured now.
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
 )]
@@ -194,13 +199,15 @@ pub enum FieldFeatures {
     Observed,
     CoRunnerSolo,
     CoRunnerFactors,
+    Contention,
 }
 
 impl FieldFeatures {
-    pub const ALL: [FieldFeatures; 3] = [
+    pub const ALL: [FieldFeatures; 4] = [
         FieldFeatures::Observed,
         FieldFeatures::CoRunnerSolo,
         FieldFeatures::CoRunnerFactors,
+        FieldFeatures::Contention,
     ];
 
     pub fn name(self) -> &'static str {
@@ -208,6 +215,7 @@ impl FieldFeatures {
             FieldFeatures::Observed => "observed",
             FieldFeatures::CoRunnerSolo => "co-runner-solo",
             FieldFeatures::CoRunnerFactors => "co-runner-factors",
+            FieldFeatures::Contention => "contention",
         }
     }
 
@@ -225,15 +233,37 @@ impl FieldFeatures {
     /// [`push_corunner_sums`]' output for this field.
     pub fn corunner_names(self) -> &'static [&'static str] {
         match self {
-            FieldFeatures::Observed => &[],
+            FieldFeatures::Observed | FieldFeatures::Contention => &[],
             FieldFeatures::CoRunnerSolo => &SOLO_NAMES,
             FieldFeatures::CoRunnerFactors => &FACTOR_NAMES,
         }
     }
 
+    /// Whether the contention reading follows the state.
+    pub fn uses_contention(self) -> bool {
+        self == FieldFeatures::Contention
+    }
+
+    /// Whether the field needs per-configuration co-runner tables (solo
+    /// profiles or learnt factors).
+    pub fn has_corunner_tables(self) -> bool {
+        !self.corunner_names().is_empty()
+    }
+
+    /// Names of the inputs after the state: the contention reading, then the
+    /// co-runner sums.
+    pub fn names_after_state(self) -> Vec<String> {
+        self.uses_contention()
+            .then_some(CONTENTION_NAME)
+            .into_iter()
+            .chain(self.corunner_names().iter().copied())
+            .map(str::to_string)
+            .collect()
+    }
+
     /// Inputs after the local features.
     pub fn width(self) -> usize {
-        STATE_FEATURES + self.corunner_names().len()
+        STATE_FEATURES + usize::from(self.uses_contention()) + self.corunner_names().len()
     }
 }
 
@@ -242,6 +272,9 @@ impl std::fmt::Display for FieldFeatures {
         f.write_str(self.name())
     }
 }
+
+/// Name of the contention field's feature.
+const CONTENTION_NAME: &str = "contention";
 
 /// Names of the co-runner-solo field's features.
 const SOLO_NAMES: [&str; 2] = [
@@ -361,8 +394,29 @@ pub fn push_corunner_sums(
 /// Names of model i's full input row under `field`.
 pub fn input_names_with(model: &Model, field: FieldFeatures) -> Vec<String> {
     let mut names = input_names(model);
-    names.extend(field.corunner_names().iter().map(|s| s.to_string()));
+    names.extend(field.names_after_state());
     names
+}
+
+/// The state features under `field` appended to `out`: [`push_state`]'s, then
+/// the contention reading where the field has it (an error when the state has
+/// none: a row or a reading without it cannot be this field's input).
+pub fn push_field_state(
+    problem: &Problem,
+    field: FieldFeatures,
+    state: &GpuState,
+    out: &mut Vec<f32>,
+) -> Result<(), String> {
+    push_state(problem, state, out);
+    if field.uses_contention() {
+        let c = state.contention.ok_or_else(|| {
+            "the contention field needs a contention reading, and this state has none \
+             (a sampler or profile without it: docs/model-bundle.md)"
+                .to_string()
+        })?;
+        out.push(c as f32);
+    }
+    Ok(())
 }
 
 /// The local feature table of one model: `grid_size × local_len` values, row-major.
@@ -409,6 +463,7 @@ mod tests {
             workload: WorkloadLevel::High,
             vram_used_mib: 12288.0,
             utilization: 0.7,
+            contention: None,
         };
         for (i, m) in s.problem.models.iter().enumerate() {
             let names = input_names(m);

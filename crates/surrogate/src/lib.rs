@@ -56,8 +56,8 @@ pub use cpu::{CpuBackend, MIN_CANDIDATES_PER_THREAD, default_threads};
 /// What a net sees and learns: the input layout, the targets, the folded form.
 pub use features::{
     CorunnerTables, FACTOR_RANK, FieldFeatures, Layout, STATE_FEATURES, SoloProfiles, input_row,
-    layout_names, local_len, local_table, push_corunner_sums, push_local, push_state,
-    solo_profiles, solo_tables as solo_corunner_tables,
+    layout_names, local_len, local_table, push_corunner_sums, push_field_state, push_local,
+    push_state, solo_profiles, solo_tables as solo_corunner_tables,
 };
 pub use field::{CandidateAware, TOLERANCE as FIELD_TOLERANCE};
 pub use fold::fold;

@@ -4,17 +4,17 @@
 //!
 //! Inference runs on [`InferenceBackend`]: the batched CPU reference
 //! (`surrogate::cpu`) or the wgpu shader (`surrogate::gpu`) with the CPU as
-//! fallback. A bundle trained on a co-runner field (`[… | state | the
-//! co-runners' summed tables]`) runs row by row on the CPU instead
-//! ([`CorunnerRows`]): the backends' first-layer split knows the observed
-//! layout only. The trained nets stay available for whoever needs them (the
+//! fallback. A bundle trained on another field (`[… | state | the contention
+//! reading]`, `[… | state | the co-runners' summed tables]`) runs row by row
+//! on the CPU instead ([`FieldRows`]): the backends' first-layer split knows
+//! the observed layout only. The trained nets stay available for whoever needs them (the
 //! backend agreement check, benchmarks).
 
 use super::backend::{BackendChoice, InferenceBackend};
 use super::cpu::{check_fields, check_nets, check_nets_on};
 use super::features::{
     CorunnerTables, FIELD_FEATURES, FieldFeatures, local_len, local_table, push_corunner_sums,
-    push_state,
+    push_field_state,
 };
 use super::net::FoldedNet;
 use super::target::OutputMap;
@@ -58,12 +58,13 @@ impl MeanField {
         })
     }
 
-    /// Binds nets trained on a co-runner `field` with its `tables` (per
-    /// model, per configuration: what it adds to its co-runners' inputs), on
-    /// the CPU: under the observed field a model's co-runners are those of the
-    /// running configuration, and a candidate-aware call gives each candidate
-    /// its own ([`MeanField::predict_joint_fields`]).
-    pub fn with_corunners(
+    /// Binds nets trained on another `field` than the observed one, on the
+    /// CPU. A co-runner field comes with its `tables` (per model, per
+    /// configuration: what it adds to its co-runners' inputs; empty for a field
+    /// without them): under the observed field a model's co-runners are those
+    /// of the running configuration, and a candidate-aware call gives each
+    /// candidate its own ([`MeanField::predict_joint_fields`]).
+    pub fn with_field(
         problem: &Problem,
         nets: Vec<FoldedNet>,
         field: FieldFeatures,
@@ -75,7 +76,7 @@ impl MeanField {
                 "the {field} field runs on the CPU only (the wgpu shader computes the observed layout); use the auto or cpu backend"
             );
         }
-        let rows = CorunnerRows::new(problem, &nets, field, tables)?;
+        let rows = FieldRows::new(problem, &nets, field, tables)?;
         Ok(Self {
             outputs: vec![OutputMap::identity(); nets.len()],
             nets,
@@ -153,7 +154,7 @@ impl MeanField {
         match &self.inference {
             Inference::Backend(b) => &b.reason,
             Inference::Rows(_) => {
-                "a co-runner field: the batched backends compute the observed layout only"
+                "a field beyond the observed one: the batched backends compute the observed layout only"
             }
         }
     }
@@ -172,14 +173,23 @@ impl MeanField {
 enum Inference {
     /// The observed layout: the batched CPU or wgpu backend.
     Backend(Box<InferenceBackend>),
-    /// A co-runner field: input rows built here, one per model and
+    /// Another field: input rows built here, one per model and
     /// configuration or candidate, through the folded nets on the CPU.
-    Rows(CorunnerRows),
+    Rows(FieldRows),
 }
 
-/// What a co-runner field's rows are made of.
+/// A state's features in a field's rows: the observed state features, then
+/// the contention reading where the field has one (after the part a
+/// candidate-aware call replaces).
 #[derive(Debug)]
-struct CorunnerRows {
+struct RowState {
+    state: Vec<f32>,
+    contention: Option<f32>,
+}
+
+/// What the rows of a field beyond the observed one are made of.
+#[derive(Debug)]
+struct FieldRows {
     problem: Problem,
     field: FieldFeatures,
     tables: CorunnerTables,
@@ -187,7 +197,7 @@ struct CorunnerRows {
     locals: Vec<Vec<f32>>,
 }
 
-impl CorunnerRows {
+impl FieldRows {
     fn new(
         problem: &Problem,
         nets: &[FoldedNet],
@@ -195,7 +205,11 @@ impl CorunnerRows {
         tables: CorunnerTables,
     ) -> Result<Self> {
         check_nets_on(problem, nets, field)?;
-        if tables.len() != problem.models.len() {
+        if !field.has_corunner_tables() {
+            if !tables.is_empty() {
+                bail!("the {field} field has no co-runner tables");
+            }
+        } else if tables.len() != problem.models.len() {
             bail!(
                 "{} co-runner tables for {} models",
                 tables.len(),
@@ -221,32 +235,43 @@ impl CorunnerRows {
     }
 
     /// Model `i`'s input row in configuration `config`: its local features,
-    /// the state (its two field features replaced by `field` where given),
+    /// the state (its two field features replaced by `field` where given;
+    /// `state` ends with them, so the contention reading follows in the row),
     /// then the sums over the co-runners of `joint` (its own entry skipped).
     fn push_row(
         &self,
         i: usize,
         config: usize,
-        state: &[f32],
+        state: &RowState,
         field: Option<[f32; 2]>,
         joint: &[u32],
         out: &mut Vec<f32>,
     ) {
         let len = local_len(&self.problem.models[i]);
         out.extend_from_slice(&self.locals[i][config * len..(config + 1) * len]);
-        out.extend_from_slice(state);
+        out.extend_from_slice(&state.state);
         if let Some(f) = field {
             let at = out.len() - FIELD_FEATURES;
             out[at..].copy_from_slice(&f);
         }
+        out.extend(state.contention);
         let width = self.field.corunner_names().len();
         push_corunner_sums(&self.tables, width, i, joint, out);
     }
 
-    fn state_features(&self, state: &GpuState) -> Vec<f32> {
+    fn state_features(&self, state: &GpuState) -> Result<RowState, PredictError> {
         let mut v = Vec::new();
-        push_state(&self.problem, state, &mut v);
-        v
+        push_field_state(&self.problem, self.field, state, &mut v)
+            .map_err(PredictError::Mismatch)?;
+        let contention = if self.field.uses_contention() {
+            v.pop()
+        } else {
+            None
+        };
+        Ok(RowState {
+            state: v,
+            contention,
+        })
     }
 
     /// The table (model-major, as `Predictor::predict_table`) with every
@@ -265,7 +290,7 @@ impl CorunnerRows {
                 running.len()
             )));
         }
-        let state = self.state_features(state);
+        let state = self.state_features(state)?;
         let mut out = Vec::new();
         let mut rows = Vec::new();
         for (i, (model, net)) in self.problem.models.iter().zip(nets).enumerate() {
@@ -291,7 +316,7 @@ impl CorunnerRows {
     ) -> Result<Vec<f32>, PredictError> {
         check_fields(candidates, fields).map_err(|e| PredictError::Mismatch(e.to_string()))?;
         let n = self.problem.models.len();
-        let state = self.state_features(state);
+        let state = self.state_features(state)?;
         let mut digits = vec![0u32; candidates.len() * n];
         for (&c, d) in candidates.iter().zip(digits.chunks_exact_mut(n)) {
             space.decode(c, d);
@@ -400,6 +425,7 @@ mod tests {
             workload: WorkloadLevel::Medium,
             vram_used_mib: 15000.0,
             utilization: 0.62,
+            contention: None,
         }
     }
 
@@ -442,7 +468,7 @@ mod tests {
             })
             .collect();
         let nets = nets_with(p, field);
-        let mf = MeanField::with_corunners(p, nets, field, tables.clone(), BackendChoice::Auto)
+        let mf = MeanField::with_field(p, nets, field, tables.clone(), BackendChoice::Auto)
             .expect("fits");
         assert!(mf.backend_label().contains("row by row"));
         let reference = |i: usize, config: usize, joint: &[u32], fields: Option<[f32; 2]>| {
@@ -497,10 +523,77 @@ mod tests {
                 ));
             }
         }
-        let err =
-            MeanField::with_corunners(p, nets_with(p, field), field, tables, BackendChoice::Gpu)
-                .expect_err("CPU only");
+        let err = MeanField::with_field(p, nets_with(p, field), field, tables, BackendChoice::Gpu)
+            .expect_err("CPU only");
         assert!(err.to_string().contains("CPU only"), "{err}");
+    }
+
+    /// Under the contention field every row is the observed one plus the
+    /// reading (a candidate-aware call replaces the two field features before
+    /// it), and a state without a reading is refused, not predicted as 0.
+    #[test]
+    fn contention_rows_follow_the_state_with_the_reading() {
+        let s = load_scenario("paper-n3").expect("bundled");
+        let p = &s.problem;
+        let field = FieldFeatures::Contention;
+        let mf = MeanField::with_field(
+            p,
+            nets_with(p, field),
+            field,
+            CorunnerTables::new(),
+            BackendChoice::Auto,
+        )
+        .expect("fits");
+        let measured = GpuState {
+            contention: Some(0.35),
+            ..state()
+        };
+        let reference = |i: usize, config: usize, fields: Option<[f32; 2]>| {
+            let mut row = features::input_row(p, i, config, &measured);
+            if let Some(f) = fields {
+                let at = row.len() - FIELD_FEATURES;
+                row[at..].copy_from_slice(&f);
+            }
+            row.push(0.35);
+            mf.nets()[i].predict(&row)[0]
+        };
+        let close = |a: f32, b: f32| (a - b).abs() <= 1e-4 * b.abs().max(1.0);
+        let table = mf.predict_table(&measured, &p.current).expect("predicts");
+        let offsets = table_offsets(p);
+        for (i, model) in p.models.iter().enumerate() {
+            for c in 0..model.grid_size() {
+                assert!(close(table[offsets[i] + c], reference(i, c, None)));
+            }
+        }
+        let space = p.space();
+        let candidates: Vec<u64> = (0..space.size()).step_by(211).collect();
+        let fields: Vec<[f32; 2]> = candidates.iter().map(|_| [0.3, 0.9]).collect();
+        let aware = mf
+            .predict_joint_fields(
+                &measured,
+                InSpace::check(space.size(), &candidates).expect("in space"),
+                Some(&fields),
+            )
+            .expect("predicts");
+        let n = p.models.len();
+        for (k, &c) in candidates.iter().enumerate() {
+            let tuple = space.tuple(c).expect("in range");
+            for (i, &d) in tuple.iter().enumerate() {
+                assert!(close(
+                    aware[k * n + i],
+                    reference(i, d as usize, Some([0.3, 0.9]))
+                ));
+            }
+        }
+        let err = mf
+            .predict_table(&state(), &p.current)
+            .expect_err("no reading");
+        assert!(matches!(err, PredictError::Mismatch(_)), "{err}");
+        let tables = vec![vec![vec![]; 1]; p.models.len()];
+        assert!(
+            MeanField::with_field(p, nets_with(p, field), field, tables, BackendChoice::Cpu)
+                .is_err()
+        );
     }
 
     #[test]

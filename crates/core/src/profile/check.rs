@@ -1,6 +1,6 @@
 //! `data check`: which scenario a profile file belongs to, and a summary of it.
 
-use super::csv::{self as profile_csv, COL_UTILIZATION, COL_VRAM, Record};
+use super::csv::{self as profile_csv, COL_CONTENTION, COL_UTILIZATION, COL_VRAM, Record};
 use super::{ProfileRow, SoloRow};
 use crate::domain::{KnobType, KnobValue};
 use crate::domain::{Problem, WorkloadLevel};
@@ -117,6 +117,12 @@ impl ColumnSummary {
         }
     }
 
+    pub fn name(&self) -> &str {
+        match self {
+            ColumnSummary::Numeric { name, .. } | ColumnSummary::Categorical { name, .. } => name,
+        }
+    }
+
     fn see_number(&mut self, v: f64) {
         if let ColumnSummary::Numeric { min, max, .. } = self {
             *min = min.min(v);
@@ -146,6 +152,9 @@ pub struct Summarizer<'p> {
     regimes: [usize; WorkloadLevel::ALL.len()],
     /// Per model: solo rows, and which configurations they measured.
     solo: Vec<(usize, Vec<bool>)>,
+    /// Co-location rows with a contention reading (its column is summarised
+    /// only where some row has one).
+    contention_rows: usize,
     columns: Vec<ColumnSummary>,
 }
 
@@ -155,6 +164,7 @@ impl<'p> Summarizer<'p> {
             ColumnSummary::categorical(profile_csv::COL_WORKLOAD.into()),
             ColumnSummary::numeric(COL_VRAM.into()),
             ColumnSummary::numeric(COL_UTILIZATION.into()),
+            ColumnSummary::numeric(COL_CONTENTION.into()),
         ];
         for m in &problem.models {
             columns.push(ColumnSummary::categorical(format!("{}.variant", m.name)));
@@ -176,6 +186,7 @@ impl<'p> Summarizer<'p> {
                 .iter()
                 .map(|m| (0, vec![false; m.grid_size()]))
                 .collect(),
+            contention_rows: 0,
             columns,
         }
     }
@@ -196,6 +207,11 @@ impl<'p> Summarizer<'p> {
         next().see_value(row.workload.as_str());
         next().see_number(row.state.vram_used_mib);
         next().see_number(row.state.utilization);
+        let contention = next();
+        if let Some(c) = row.state.contention {
+            contention.see_number(c);
+            self.contention_rows += 1;
+        }
         for (i, m) in self.problem.models.iter().enumerate() {
             let config = row.joint[i] as usize;
             next().see_value(&m.variants[m.configs[config].variant].name);
@@ -224,7 +240,10 @@ impl<'p> Summarizer<'p> {
         }
     }
 
-    pub fn finish(self) -> Summary {
+    pub fn finish(mut self) -> Summary {
+        if self.contention_rows == 0 {
+            self.columns.retain(|c| c.name() != COL_CONTENTION);
+        }
         Summary {
             rows: self.rows,
             models: self
@@ -302,6 +321,26 @@ mod tests {
             unreachable!("matched as numeric above")
         };
         assert!(min <= max && *min > 0.0);
+        assert!(
+            s.columns.iter().all(|c| c.name() != COL_CONTENTION),
+            "no row has a reading: no contention column"
+        );
+
+        // With readings, the column is summarised as the others are.
+        let mut profile = profile_csv::read_csv(&fixture("good.csv"), &problem).expect("good");
+        for (k, row) in profile.rows.iter_mut().enumerate() {
+            row.state.contention = Some(0.1 * (k + 1) as f64);
+        }
+        let mut summary = Summarizer::new(&problem);
+        for row in &profile.rows {
+            summary.add(&Record::CoLocation(row.clone()));
+        }
+        let s = summary.finish();
+        let column = s.columns.iter().find(|c| c.name() == COL_CONTENTION);
+        let Some(ColumnSummary::Numeric { min, max, .. }) = column else {
+            panic!("a contention column: {:?}", s.columns)
+        };
+        assert!((min - 0.1).abs() < 1e-12 && (max - 0.4).abs() < 1e-12);
     }
 
     /// The summary built row by row while streaming is the one the rows, read

@@ -7,7 +7,9 @@
 //! format_version,scenario,workload,vram_used_mib,utilization,<model>.variant,<model>.<knob>…,<model>.throughput,…
 //! ```
 //!
-//! Knob columns are named by the scenario's knobs; columns starting with `x-`
+//! An optional `contention` column after `utilization` holds the contention
+//! reading where the sampler gives one ([`GpuState::contention`]; an empty cell
+//! where it did not). Knob columns are named by the scenario's knobs; columns starting with `x-`
 //! (provenance, pair ids) are ignored. Nothing in it is specific to the
 //! simulator: real measurements use the same file.
 //! Reading validates every cell against the scenario and reports the first problem
@@ -42,6 +44,8 @@ pub const COL_SCENARIO: &str = "scenario";
 pub const COL_WORKLOAD: &str = "workload";
 pub const COL_VRAM: &str = "vram_used_mib";
 pub const COL_UTILIZATION: &str = "utilization";
+/// Optional: written only where some row has a contention reading.
+pub const COL_CONTENTION: &str = "contention";
 /// How far above the card's memory a measured mean may read: the simulator's
 /// sampler (like any noisy reading) lands a fraction of a percent over a full
 /// card (0.24 % at most in the shipped profiles). A peak in another unit or a
@@ -85,9 +89,13 @@ impl fmt::Display for FormatError {
     }
 }
 
-/// The column names of a problem's profile, in file order.
-pub fn columns(problem: &Problem) -> Vec<String> {
+/// The column names of a problem's profile, in file order, with the optional
+/// contention column or without it.
+pub fn columns(problem: &Problem, contention: bool) -> Vec<String> {
     let mut cols: Vec<String> = FIXED_COLUMNS.iter().map(|c| c.to_string()).collect();
+    if contention {
+        cols.push(COL_CONTENTION.to_string());
+    }
     for m in &problem.models {
         cols.extend(model_columns(m));
     }
@@ -113,19 +121,32 @@ pub fn write_csv(profile: &Profile, problem: &Problem, path: &Path) -> Result<()
         profile.models.join(", "),
         names.join(", ")
     );
+    let contention = profile
+        .rows
+        .iter()
+        .map(|r| &r.state)
+        .chain(profile.solo.iter().map(|r| &r.state))
+        .any(|s| s.contention.is_some());
+    let state_cells = |state: &GpuState, workload: WorkloadLevel| {
+        let mut cells = vec![
+            FORMAT_VERSION.to_string(),
+            profile.scenario.clone(),
+            workload.to_string(),
+            state.vram_used_mib.to_string(),
+            state.utilization.to_string(),
+        ];
+        if contention {
+            cells.push(state.contention.map(|c| c.to_string()).unwrap_or_default());
+        }
+        cells
+    };
     let mut text = Vec::new();
     {
         let mut w = ::csv::Writer::from_writer(&mut text);
-        w.write_record(columns(problem))?;
+        w.write_record(columns(problem, contention))?;
         for (k, row) in profile.rows.iter().enumerate() {
             check_row(row, problem).with_context(|| format!("profile row {k}"))?;
-            let mut record = vec![
-                FORMAT_VERSION.to_string(),
-                profile.scenario.clone(),
-                row.workload.to_string(),
-                row.state.vram_used_mib.to_string(),
-                row.state.utilization.to_string(),
-            ];
+            let mut record = state_cells(&row.state, row.workload);
             for (i, m) in problem.models.iter().enumerate() {
                 push_model_cells(&mut record, m, Some((row.joint[i], row.throughput[i])));
             }
@@ -144,13 +165,7 @@ pub fn write_csv(profile: &Profile, problem: &Problem, path: &Path) -> Result<()
             check_state(&row.state, problem)
                 .and_then(|()| check_model_throughput(&problem.models[row.model], row.throughput))
                 .with_context(|| format!("solo row {k}"))?;
-            let mut record = vec![
-                FORMAT_VERSION.to_string(),
-                profile.scenario.clone(),
-                row.state.workload.to_string(),
-                row.state.vram_used_mib.to_string(),
-                row.state.utilization.to_string(),
-            ];
+            let mut record = state_cells(&row.state, row.state.workload);
             for (i, other) in problem.models.iter().enumerate() {
                 let running = (i == row.model).then_some((row.config, row.throughput));
                 push_model_cells(&mut record, other, running);
@@ -186,14 +201,20 @@ pub fn check_row(row: &ProfileRow, problem: &Problem) -> Result<()> {
     Ok(())
 }
 
-/// A row's measured state, as the reader checks its two cells.
+/// A row's measured state, as the reader checks its cells.
 fn check_state(state: &GpuState, problem: &Problem) -> Result<()> {
     finite(state.vram_used_mib)
         .and_then(|()| check_vram(state.vram_used_mib, problem))
         .map_err(|m| anyhow::anyhow!("{COL_VRAM}: {m}"))?;
     finite(state.utilization)
-        .and_then(|()| check_utilization(state.utilization))
-        .map_err(|m| anyhow::anyhow!("{COL_UTILIZATION}: {m}"))
+        .and_then(|()| check_fraction(state.utilization, "utilisation"))
+        .map_err(|m| anyhow::anyhow!("{COL_UTILIZATION}: {m}"))?;
+    match state.contention {
+        Some(c) => finite(c)
+            .and_then(|()| check_fraction(c, "contention"))
+            .map_err(|m| anyhow::anyhow!("{COL_CONTENTION}: {m}")),
+        None => Ok(()),
+    }
 }
 
 fn check_model_throughput(m: &Model, tp: f64) -> Result<()> {
@@ -227,10 +248,11 @@ fn check_vram(vram_used_mib: f64, problem: &Problem) -> Result<(), String> {
     Ok(())
 }
 
-fn check_utilization(utilization: f64) -> Result<(), String> {
-    if !(0.0..=1.0).contains(&utilization) {
+/// A state column that is a mean share over the measuring window.
+fn check_fraction(value: f64, what: &str) -> Result<(), String> {
+    if !(0.0..=1.0).contains(&value) {
         return Err(format!(
-            "{utilization} is outside [0, 1] (the column is the mean utilisation over the \
+            "{value} is outside [0, 1] (the column is the mean {what} over the \
              measuring window, as a fraction)"
         ));
     }
@@ -438,6 +460,8 @@ struct Layout {
     workload: Option<usize>,
     vram: usize,
     utilization: usize,
+    /// Absent: no row has a contention reading.
+    contention: Option<usize>,
     /// Per model: variant, then its knobs in `knob_names` order, then throughput.
     models: Vec<Vec<usize>>,
 }
@@ -607,7 +631,15 @@ fn stream<R: std::io::Read>(
         let vram_used_mib = number(layout.vram)?;
         check_vram(vram_used_mib, problem).map_err(|m| bad(layout.vram, m))?;
         let utilization = number(layout.utilization)?;
-        check_utilization(utilization).map_err(|m| bad(layout.utilization, m))?;
+        check_fraction(utilization, "utilisation").map_err(|m| bad(layout.utilization, m))?;
+        let contention = match layout.contention {
+            Some(col) if !record.get(col).unwrap_or("").is_empty() => {
+                let c = number(col)?;
+                check_fraction(c, "contention").map_err(|m| bad(col, m))?;
+                Some(c)
+            }
+            _ => None,
+        };
 
         let mut joint = Vec::with_capacity(problem.models.len());
         let mut throughput = Vec::with_capacity(problem.models.len());
@@ -640,6 +672,7 @@ fn stream<R: std::io::Read>(
             workload,
             vram_used_mib,
             utilization,
+            contention,
         };
         let n = problem.models.len();
         match n - absent.len() {
@@ -759,7 +792,7 @@ fn parse_value(knob: &Knob, text: &str) -> Option<KnobValue> {
 
 /// Matches the header to the columns `problem` expects.
 fn layout(header: &[String], problem: &Problem) -> Result<Layout, (Option<String>, String)> {
-    let expected = columns(problem);
+    let expected = columns(problem, true);
     if header.len() > MAX_COLUMNS {
         return Err((
             None,
@@ -797,7 +830,7 @@ fn layout(header: &[String], problem: &Problem) -> Result<Layout, (Option<String
             },
             None if col.is_empty() => "a column has no name".to_string(),
             None => format!(
-                "unknown column (expected: {}, the models' columns, or a name starting with '{IGNORED_PREFIX}' for your own)",
+                "unknown column (expected: {}, an optional {COL_CONTENTION}, the models' columns, or a name starting with '{IGNORED_PREFIX}' for your own)",
                 FIXED_COLUMNS.join(", ")
             ),
         };
@@ -822,6 +855,7 @@ fn layout(header: &[String], problem: &Problem) -> Result<Layout, (Option<String
         workload: header.iter().position(|c| c == COL_WORKLOAD),
         vram: find(COL_VRAM)?,
         utilization: find(COL_UTILIZATION)?,
+        contention: header.iter().position(|c| c == COL_CONTENTION),
         models,
     })
 }
@@ -843,7 +877,7 @@ mod tests {
 
     #[test]
     fn the_header_names_every_knob_per_model() {
-        let cols = columns(&paper_n2());
+        let cols = columns(&paper_n2(), false);
         assert_eq!(
             cols,
             [
@@ -984,6 +1018,31 @@ mod tests {
         let path = dir.path().join("back.csv");
         write_csv(&profile, &problem, &path).expect("writes");
         assert_eq!(read_csv(&path, &problem).expect("reads back"), profile);
+        assert!(
+            !std::fs::read_to_string(&path)
+                .expect("reads")
+                .contains(COL_CONTENTION)
+        );
+
+        // A contention reading on some rows: the column is written, a row
+        // without one has an empty cell, and both read back.
+        let mut measured = profile.clone();
+        measured.rows[0].state.contention = Some(0.375);
+        write_csv(&measured, &problem, &path).expect("writes");
+        let text = std::fs::read_to_string(&path).expect("reads");
+        assert!(
+            text.lines()
+                .next()
+                .expect("header")
+                .contains(",contention,")
+        );
+        assert_eq!(read_csv(&path, &problem).expect("reads back"), measured);
+        let bad = text.replacen(",0.375,", ",1.5,", 1);
+        let err = read_csv_bytes(bad.as_bytes(), &path, &problem).expect_err("over 1");
+        assert!(
+            format!("{err:#}").contains("line 2, column contention"),
+            "{err:#}"
+        );
     }
 
     #[test]
@@ -999,7 +1058,7 @@ mod tests {
     #[test]
     fn many_columns_are_checked_in_linear_time_and_bounded() {
         let problem = paper_n2();
-        let mut header = columns(&problem);
+        let mut header = columns(&problem, false);
         header.extend((0..60_000).map(|i| format!("x-{i}")));
         assert!(layout(&header, &problem).is_ok());
         header.push("x-7".into());

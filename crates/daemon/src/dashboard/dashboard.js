@@ -305,7 +305,12 @@
       series("used", ticks.map((t) => t.vram_used_mib)),
       series("cap", ticks.map(() => meta.vram_cap_mib), { dash: true }),
     ], { min: 0 });
-    drawChart($("chart-util"), [series("utilisation", ticks.map((t) => t.utilization))], { min: 0, max: 1 });
+    const util = [series("utilisation", ticks.map((t) => t.utilization))];
+    // The contention reading (memory-controller or run-queue), where the sampler gives one.
+    if (ticks.some((t) => t.contention !== undefined)) {
+      util.push(series("contention", ticks.map((t) => t.contention ?? null), { dash: true }));
+    }
+    drawChart($("chart-util"), util, { min: 0, max: 1 });
     drawChart($("chart-load"), [
       series("regime", ticks.map((t) => LEVELS.indexOf(t.level)), { step: true }),
       series("observed", ticks.map((t) => t.load_observed)),

@@ -6,6 +6,13 @@
 //! kernel ran), and "VRAM" is the memory the servers hold (their resident set,
 //! or their cgroup's charge). docs/real-servers.md states the mapping.
 //!
+//! The contention reading is what a GPU's memory-controller utilisation is to
+//! its SM utilisation: what the busy share cannot show. On a core two servers
+//! can keep busy together, that is how long their threads wait for it: the
+//! share of the servers' runnable time spent in the run queue (each thread's
+//! `/proc/PID/task/TID/schedstat`), or, for a cgroup, the share of time some
+//! of its tasks waited (`cpu.pressure`).
+//!
 //! Every read is one small `/proc` or cgroup file, read to a size cap; a process
 //! that vanishes between listing and reading is skipped, never an error. The
 //! parsing is in pure functions over the files' text, tested on fixtures.
@@ -27,6 +34,8 @@ const MAX_STAT_BYTES: u64 = 1 << 20;
 const MAX_SMALL_BYTES: u64 = 16 << 10;
 /// Most `/proc` entries looked at per sample.
 const MAX_PROCESSES: usize = 32_768;
+/// Most threads of one process whose run-queue times are read per sample.
+const MAX_TASKS: usize = 4096;
 /// Most cores a cpu list may name.
 const MAX_CPUS: usize = 4096;
 /// The unit of `/proc/PID/stat` CPU times: Linux exports them in USER_HZ, which
@@ -253,6 +262,59 @@ pub fn process_ticks_between(
         .sum()
 }
 
+/// Time a task ran and time it waited runnable for a core, nanoseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RunWait {
+    pub run_ns: u64,
+    pub wait_ns: u64,
+}
+
+/// `/proc/PID/task/TID/schedstat`: "run_ns wait_ns timeslices".
+pub fn parse_schedstat(text: &str) -> Result<RunWait, ParseError> {
+    let mut fields = text.split_ascii_whitespace().map(|f| f.parse::<u64>());
+    match (fields.next(), fields.next()) {
+        (Some(Ok(run_ns)), Some(Ok(wait_ns))) => Ok(RunWait { run_ns, wait_ns }),
+        _ => Err(bad("schedstat is not \"run_ns wait_ns timeslices\"")),
+    }
+}
+
+/// The share of the runnable time spent waiting between two scans, over the
+/// processes seen in both (keyed as [`process_ticks_between`]'s); `None` when
+/// none ran or waited.
+pub fn wait_share_between(
+    before: &BTreeMap<(u32, u64), RunWait>,
+    now: &BTreeMap<(u32, u64), RunWait>,
+) -> Option<f64> {
+    let (run, wait) = now
+        .iter()
+        .filter_map(|(key, n)| {
+            before.get(key).map(|b| {
+                (
+                    n.run_ns.saturating_sub(b.run_ns),
+                    n.wait_ns.saturating_sub(b.wait_ns),
+                )
+            })
+        })
+        .fold((0u64, 0u64), |(r, w), (dr, dw)| {
+            (r.saturating_add(dr), w.saturating_add(dw))
+        });
+    let total = run.saturating_add(wait);
+    (total > 0).then(|| wait as f64 / total as f64)
+}
+
+/// cgroup v2 `cpu.pressure`: the `some` line's `total=` (microseconds during
+/// which some of the cgroup's tasks waited for a core).
+pub fn parse_cpu_pressure(text: &str) -> Result<u64, ParseError> {
+    text.lines()
+        .find_map(|l| l.strip_prefix("some "))
+        .and_then(|l| {
+            l.split_ascii_whitespace()
+                .find_map(|f| f.strip_prefix("total="))
+        })
+        .and_then(|t| t.parse::<u64>().ok())
+        .ok_or_else(|| bad("cpu.pressure has no \"some ... total=N\" line"))
+}
+
 /// Reads a small file to `cap` bytes; `/proc` and cgroup files never block.
 fn read_capped(path: &Path, cap: u64) -> std::io::Result<Vec<u8>> {
     let mut buf = Vec::new();
@@ -283,6 +345,9 @@ pub struct HostSampler {
     cores: usize,
     cgroup_cpu: Option<(PathBuf, CgroupCpuFile)>,
     cgroup_memory: Option<PathBuf>,
+    /// The cgroup's `cpu.pressure`, where the cgroup is the CPU source and
+    /// the kernel keeps pressure stall information.
+    cgroup_pressure: Option<PathBuf>,
     total_mib: Option<f64>,
     last: Reading,
 }
@@ -293,7 +358,11 @@ struct Reading {
     at: Option<Instant>,
     cores: CoreTimes,
     cgroup_usec: u64,
+    /// `cpu.pressure`'s some-total, microseconds.
+    cgroup_stall_usec: Option<u64>,
     process_ticks: BTreeMap<(u32, u64), u64>,
+    /// Per process, its threads' run and wait times summed.
+    process_run_wait: BTreeMap<(u32, u64), RunWait>,
 }
 
 impl HostSampler {
@@ -318,6 +387,12 @@ impl HostSampler {
             (Some(dir), HostCpuSource::Cgroup) => Some(cgroup_cpu_file(dir)?),
             _ => None,
         };
+        let cgroup_pressure = cgroup_cpu.as_ref().and_then(|_| {
+            let file = config.cgroup.as_ref()?.join("cpu.pressure");
+            read_text(&file, MAX_SMALL_BYTES)
+                .is_ok_and(|t| parse_cpu_pressure(&t).is_ok())
+                .then_some(file)
+        });
         let cgroup_memory = match (&config.cgroup, config.memory) {
             (Some(dir), HostMemorySource::Cgroup) => Some(cgroup_memory_dir(dir)?),
             _ => None,
@@ -345,6 +420,7 @@ impl HostSampler {
             cores,
             cgroup_cpu,
             cgroup_memory,
+            cgroup_pressure,
             total_mib,
             last: Reading::default(),
         };
@@ -431,6 +507,27 @@ impl HostSampler {
         parse_pid_stat(&text).ok()
     }
 
+    /// A process's threads' run and wait times summed (`None` when the kernel
+    /// keeps no schedstat or the process is gone). A thread that ends between
+    /// two scans takes its times with it: an undercount of one period.
+    fn run_wait(&self, pid: u32) -> Option<RunWait> {
+        let tasks = std::fs::read_dir(self.proc_root.join(pid.to_string()).join("task")).ok()?;
+        let mut sum = RunWait::default();
+        let mut any = false;
+        for task in tasks.flatten().take(MAX_TASKS) {
+            let Some(rw) = read_text(&task.path().join("schedstat"), MAX_SMALL_BYTES)
+                .ok()
+                .and_then(|t| parse_schedstat(&t).ok())
+            else {
+                continue;
+            };
+            sum.run_ns = sum.run_ns.saturating_add(rw.run_ns);
+            sum.wait_ns = sum.wait_ns.saturating_add(rw.wait_ns);
+            any = true;
+        }
+        any.then_some(sum)
+    }
+
     fn rss(&self, pid: u32) -> Option<u64> {
         let text = read_text(
             &self.proc_root.join(pid.to_string()).join("status"),
@@ -487,6 +584,31 @@ impl HostSampler {
                 })
             }
         };
+        let contention = match &self.cgroup_pressure {
+            Some(file) => {
+                let stall = read_text(file, MAX_SMALL_BYTES)
+                    .ok()
+                    .and_then(|t| parse_cpu_pressure(&t).ok());
+                next.cgroup_stall_usec = stall;
+                // "Some task waited" is one share of the wall time, however
+                // many cores: it is at most 1.
+                match (wall_s, self.last.cgroup_stall_usec, stall) {
+                    (Some(w), Some(a), Some(b)) if w > 0.0 && b >= a => {
+                        Some(((b - a) as f64 / 1e6 / w).clamp(0.0, 1.0))
+                    }
+                    _ => None,
+                }
+            }
+            None => {
+                next.process_run_wait = processes
+                    .iter()
+                    .filter_map(|s| self.run_wait(s.pid).map(|rw| ((s.pid, s.stat.start), rw)))
+                    .collect();
+                wall_s.and_then(|_| {
+                    wait_share_between(&self.last.process_run_wait, &next.process_run_wait)
+                })
+            }
+        };
         let mut per_process = Vec::new();
         let used_mib = match self.config.memory {
             HostMemorySource::Processes => {
@@ -519,6 +641,7 @@ impl HostSampler {
             vram_used_mib: used_mib,
             vram_total_mib: self.total_mib,
             utilization,
+            contention,
             processes: per_process,
         })
     }
@@ -721,6 +844,42 @@ mod tests {
         assert_eq!(time_utilization(1.0, 0.0, 2), None);
     }
 
+    #[test]
+    fn run_queue_waits_are_a_share_of_the_runnable_time() {
+        assert_eq!(
+            parse_schedstat("1118466 33422754 3\n"),
+            Ok(RunWait {
+                run_ns: 1_118_466,
+                wait_ns: 33_422_754
+            })
+        );
+        assert!(parse_schedstat("12\n").is_err());
+        assert!(parse_schedstat("a b c").is_err());
+        let rw = |run_ns, wait_ns| RunWait { run_ns, wait_ns };
+        let before = BTreeMap::from([((10, 1), rw(100, 100)), ((11, 5), rw(50, 50))]);
+        // 10 ran 300 ns and waited 100; 11 ended; 12 is new.
+        let now = BTreeMap::from([((10, 1), rw(400, 200)), ((12, 9), rw(900, 900))]);
+        assert_eq!(wait_share_between(&before, &now), Some(0.25));
+        assert_eq!(
+            wait_share_between(&now, &now),
+            None,
+            "nothing ran or waited"
+        );
+        let pressure = "some avg10=75.62 avg60=59.30 avg300=28.60 total=6020891062\n\
+                        full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n";
+        assert_eq!(parse_cpu_pressure(pressure), Ok(6_020_891_062));
+        assert!(parse_cpu_pressure("full avg10=0.00 total=0\n").is_err());
+    }
+
+    /// Threads of a fake process, each (tid, run ns, wait ns).
+    fn fake_tasks(dir: &Path, pid: u32, tasks: &[(u32, u64, u64)]) {
+        for &(tid, run, wait) in tasks {
+            let t = dir.join(pid.to_string()).join("task").join(tid.to_string());
+            std::fs::create_dir_all(&t).expect("mkdir");
+            std::fs::write(t.join("schedstat"), format!("{run} {wait} 7\n")).expect("write");
+        }
+    }
+
     /// A `/proc` tree on disk: the machine's stat and meminfo, and processes
     /// given as (pid, ppid, cpu ticks, RSS kB, argv).
     fn fake_proc(dir: &Path, stat: &str, procs: &[(u32, u32, u64, u64, &[u8])]) {
@@ -760,6 +919,9 @@ mod tests {
             (300, 1, 9999, 8192, b"/usr/bin/cc1plus\0x.cpp\0"),
         ];
         fake_proc(dir.path(), PROC_STAT, procs);
+        fake_tasks(dir.path(), 100, &[(100, 1000, 100), (102, 500, 0)]);
+        fake_tasks(dir.path(), 200, &[(200, 2000, 500)]);
+        fake_tasks(dir.path(), 300, &[(300, 1, 1_000_000)]);
         let config = HostSamplerConfig {
             commands: vec!["mlserver".into(), "llama-server".into()],
             ..HostSamplerConfig::default()
@@ -776,10 +938,17 @@ mod tests {
         // The worker vanishes; mlserver runs 100 more ticks.
         std::fs::remove_dir_all(dir.path().join("101")).expect("rm");
         fake_proc(dir.path(), PROC_STAT, &[(100, 1, 1100, 1024, procs[0].4)]);
+        fake_tasks(dir.path(), 100, &[(100, 1600, 400)]);
+        fake_tasks(dir.path(), 200, &[(200, 2400, 600)]);
+        fake_tasks(dir.path(), 300, &[(300, 1, 9_000_000)]);
         let second = s.read().expect("a vanished process is no error");
         assert_eq!(second.vram_used_mib, Some(5.0));
         let u = second.utilization.expect("a delta exists");
         assert!((0.0..=1.0).contains(&u), "{u}");
+        // The servers' threads ran 600 + 400 ns and waited 300 + 100 ns; the
+        // compiler's waits are not theirs.
+        let c = second.contention.expect("a delta exists");
+        assert!((c - 400.0 / 1400.0).abs() < 1e-12, "{c}");
     }
 
     #[test]
@@ -791,6 +960,11 @@ mod tests {
         std::fs::write(cg.join("cpu.stat"), "usage_usec 1000000\n").expect("write");
         std::fs::write(cg.join("memory.current"), "10485760\n").expect("write");
         std::fs::write(cg.join("memory.max"), "104857600\n").expect("write");
+        std::fs::write(
+            cg.join("cpu.pressure"),
+            "some avg10=0.00 avg60=0.00 avg300=0.00 total=5000\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n",
+        )
+        .expect("write");
         let config = HostSamplerConfig {
             cpu: HostCpuSource::Cgroup,
             memory: HostMemorySource::Cgroup,
@@ -800,7 +974,13 @@ mod tests {
         };
         let mut s = HostSampler::with_proc_root(&config, dir.path()).expect("cgroup");
         assert_eq!(s.total_mib, Some(100.0), "the cgroup's limit is the total");
-        assert_eq!(s.read().expect("reads").vram_used_mib, Some(10.0));
+        // No task waited since the sampler's first reading: pressure 0. Then
+        // a stall longer than any wall time between two reads: clamped to 1.
+        let read = s.read().expect("reads");
+        assert_eq!(read.vram_used_mib, Some(10.0));
+        assert_eq!(read.contention, Some(0.0));
+        std::fs::write(cg.join("cpu.pressure"), "some total=999999999999\n").expect("write");
+        assert_eq!(s.read().expect("reads").contention, Some(1.0));
         let cores = HostSamplerConfig {
             cpu: HostCpuSource::Cpus,
             cpus: Some("0".into()),

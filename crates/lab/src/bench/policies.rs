@@ -74,6 +74,7 @@ pub fn ticks(problem: &Problem, count: usize, seed: u64) -> Vec<(GpuState, u64)>
                 workload,
                 vram_used_mib: resident + (cap - resident) * rng.next_f64(),
                 utilization: 0.1 + 0.85 * rng.next_f64(),
+                contention: None,
             };
             (state, rng.next_u64() >> 11)
         })

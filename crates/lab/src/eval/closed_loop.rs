@@ -490,6 +490,7 @@ mod tests {
                 workload: WorkloadLevel::Medium,
                 vram_used_mib: 0.0,
                 utilization: 0.5,
+                contention: None,
             },
             config: vec![0],
             accepted: true,

@@ -38,7 +38,10 @@
 //! **Observed state.** VRAM used = Σ footprints + allocator jitter (the caching
 //! allocator holds a little more than reserved); utilisation = soft-min(D, 1) + noise,
 //! clamped to [0, 1] (time slicing: the GPU is busy for Σ of the shares, up to all of
-//! the time). `measure` averages `repeats` measurements, state included.
+//! the time); contention (the memory controller's busy share) = soft-min(ρ Σ bⱼ, 1) +
+//! noise, clamped, drawn from a stream of its own so that adding it left every other
+//! draw, and so every published figure, as it was. `measure` averages `repeats`
+//! measurements, state included.
 //!
 //! **Learnable by MeanField.** Given its own configuration and the workload level, a
 //! model's slowdown depends on the co-runners only through aggregate demand, which
@@ -92,7 +95,12 @@ pub struct Simulator {
     /// Per model, per local configuration, MiB.
     vram_mib: Vec<Vec<u32>>,
     rng: Rng,
+    /// The contention reading's noise (its own stream: see the module doc).
+    contention_rng: Rng,
 }
+
+/// Offsets the contention stream's seed from the main one.
+const CONTENTION_STREAM: u64 = 0x6d65_6d62_7573_7900;
 
 impl Simulator {
     /// Errors (clear message) if a model's family has no physics entry.
@@ -117,6 +125,7 @@ impl Simulator {
             configs,
             vram_mib,
             rng: Rng::new(seed),
+            contention_rng: Rng::new(seed ^ CONTENTION_STREAM),
         })
     }
 
@@ -140,6 +149,7 @@ impl Simulator {
         let mut throughput = vec![0.0; parts.len()];
         let mut vram = 0.0;
         let mut utilization = 0.0;
+        let mut contention = 0.0;
         let mut offered_load = 0.0;
         for _ in 0..repeats {
             let rho = self
@@ -157,6 +167,10 @@ impl Simulator {
             vram += footprint + obs.allocator_jitter_mib * self.rng.normal().abs();
             utilization += (self.utilization(demand) + obs.utilization_noise * self.rng.normal())
                 .clamp(0.0, 1.0);
+            let traffic = rho * parts.iter().map(|p| p.bandwidth).sum::<f64>();
+            contention += (self.utilization(traffic)
+                + obs.utilization_noise * self.contention_rng.normal())
+            .clamp(0.0, 1.0);
         }
         let r = f64::from(repeats);
         throughput.iter_mut().for_each(|t| *t /= r);
@@ -166,6 +180,7 @@ impl Simulator {
                 workload,
                 vram_used_mib: vram / r,
                 utilization: utilization / r,
+                contention: Some(contention / r),
             },
             offered_load: offered_load / r,
         }
@@ -318,6 +333,12 @@ mod tests {
         assert!((0.0..=1.0).contains(&m.state.utilization));
         let light = sim.measure(&[0, 0], WorkloadLevel::Low, 5);
         assert!(light.state.utilization < m.state.utilization);
+        let (busy, calm) = (m.state.contention, light.state.contention);
+        assert!(busy.is_some_and(|c| (0.0..=1.0).contains(&c)), "{busy:?}");
+        assert!(
+            calm < busy,
+            "less traffic, less contention: {calm:?} {busy:?}"
+        );
         assert_eq!(m.state.workload, WorkloadLevel::High);
     }
 

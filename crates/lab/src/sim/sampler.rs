@@ -42,6 +42,7 @@ impl Sampler for SimSampler {
             vram_used_mib: Some(m.state.vram_used_mib),
             vram_total_mib: Some(f64::from(problem.card.vram_mib)),
             utilization: Some(m.state.utilization),
+            contention: m.state.contention,
             processes: Vec::new(),
         })
     }

@@ -133,6 +133,8 @@ struct WorldView {
     offered_load: f64,
     vram_used_mib: f64,
     utilization: f64,
+    /// The memory controller's busy share (`GpuState::contention`).
+    contention: f64,
     joint: Vec<u32>,
     models: Vec<ServerState>,
 }
@@ -149,6 +151,7 @@ struct World {
     /// The simulated card's state in the last tick.
     vram_used_mib: f64,
     utilization: f64,
+    contention: f64,
     servers: Vec<ServerState>,
     stop: Vec<watch::Sender<bool>>,
 }
@@ -184,6 +187,7 @@ impl World {
             offered_load: 0.0,
             vram_used_mib: 0.0,
             utilization: 0.0,
+            contention: 0.0,
             servers,
             stop,
         })
@@ -203,6 +207,7 @@ impl World {
         self.offered_load = m.offered_load;
         self.vram_used_mib = m.state.vram_used_mib;
         self.utilization = m.state.utilization;
+        self.contention = m.state.contention.unwrap_or(0.0);
         for (i, s) in self.servers.iter_mut().enumerate() {
             let rate = m.offered_load * self.options.reference_rates[i];
             s.throughput = m.throughput[i];
@@ -223,6 +228,7 @@ impl World {
             offered_load: self.offered_load,
             vram_used_mib: self.vram_used_mib,
             utilization: self.utilization,
+            contention: self.contention,
             joint: self.joint(),
             models: self.servers.clone(),
         }
@@ -311,7 +317,8 @@ impl World {
             writeln!(out, "{metric}{{{label}=\"{name}\"{version}}} {value}").ok();
         }
         // The card itself, as NVIDIA's DCGM exporter names it (memory in MiB,
-        // utilisation in percent): every server of the one card shows it.
+        // utilisation in percent, DRAM active as a fraction): every server of
+        // the one card shows it.
         for (metric, help, value) in [
             (
                 "DCGM_FI_DEV_FB_USED",
@@ -322,6 +329,11 @@ impl World {
                 "DCGM_FI_DEV_GPU_UTIL",
                 "GPU utilization (in %).",
                 100.0 * self.utilization,
+            ),
+            (
+                "DCGM_FI_PROF_DRAM_ACTIVE",
+                "Ratio of cycles the device memory interface is active sending or receiving data.",
+                self.contention,
             ),
         ] {
             writeln!(out, "# HELP {metric} {help}").ok();

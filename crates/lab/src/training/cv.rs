@@ -253,13 +253,13 @@ impl Setup<'_> {
                         &self.group_of,
                         field_seed,
                     )?;
-                    let corunners = tables.as_ref().map(|t| (field, t));
                     let data = dataset::build_with(
                         self.problem,
                         self.profile,
                         Layout::MeanField,
-                        corunners,
-                    );
+                        field,
+                        tables.as_ref(),
+                    )?;
                     out.insert((seed, fold, field), data);
                 }
             }
@@ -318,13 +318,13 @@ pub fn run(
             && let std::collections::btree_map::Entry::Vacant(slot) = mf.entry(field)
         {
             let tables = corunner_tables(problem, profile, field, &[], &group_of, 0)?;
-            let corunners = tables.as_ref().map(|t| (field, t));
             slot.insert(dataset::build_with(
                 problem,
                 profile,
                 Layout::MeanField,
-                corunners,
-            ));
+                field,
+                tables.as_ref(),
+            )?);
         }
     }
     let solo = solo_tables(problem, profile);
@@ -1323,6 +1323,7 @@ mod tests {
             workload: WorkloadLevel::Medium,
             vram_used_mib: 8000.0,
             utilization: u,
+            contention: None,
         };
         let (mut rows, mut groups, mut solo_rows) = (Vec::new(), Vec::new(), Vec::new());
         for &a in &configs {

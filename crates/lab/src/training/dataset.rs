@@ -8,8 +8,7 @@
 use mfsched_core::Problem;
 use mfsched_core::Profile;
 use mfsched_surrogate::{
-    CorunnerTables, FieldFeatures, STATE_FEATURES, local_len, local_table, push_corunner_sums,
-    push_state,
+    CorunnerTables, FieldFeatures, local_len, local_table, push_corunner_sums, push_field_state,
 };
 
 /// One predictor's training data: `rows × width` inputs (row-major), the
@@ -48,24 +47,32 @@ pub use mfsched_surrogate::Layout;
 
 /// One training matrix per model, rows in profile order, under the observed field.
 pub fn build(problem: &Problem, profile: &Profile, layout: Layout) -> Vec<ModelData> {
-    build_with(problem, profile, layout, None)
+    build_with(problem, profile, layout, FieldFeatures::Observed, None)
+        .expect("the observed field reads every row")
 }
 
-/// As [`build`]; with `corunners` (a field and its tables), every row's state
-/// is followed by the sums over the co-runners of what the tables give their
-/// configurations (`push_corunner_sums`).
+/// As [`build`], under `field`: every row's state is followed by its
+/// contention reading where the field has it (an error naming the first row
+/// without one), then by the sums over the co-runners of what `tables` give
+/// their configurations (`push_corunner_sums`; a co-runner field without its
+/// tables is an error).
 pub fn build_with(
     problem: &Problem,
     profile: &Profile,
     layout: Layout,
-    corunners: Option<(FieldFeatures, &CorunnerTables)>,
-) -> Vec<ModelData> {
-    let field = corunners.map_or(FieldFeatures::Observed, |(f, _)| f);
+    field: FieldFeatures,
+    tables: Option<&CorunnerTables>,
+) -> anyhow::Result<Vec<ModelData>> {
+    let corunners = match (field.has_corunner_tables(), tables) {
+        (false, _) => None,
+        (true, Some(t)) => Some(t),
+        (true, None) => anyhow::bail!("the {field} field needs its co-runner tables"),
+    };
     let sums = field.corunner_names().len();
     let tables: Vec<Vec<f32>> = problem.models.iter().map(local_table).collect();
     let local_lens: Vec<usize> = problem.models.iter().map(local_len).collect();
     let joint_local: usize = local_lens.iter().sum();
-    let mut state = Vec::with_capacity(STATE_FEATURES);
+    let mut state = Vec::with_capacity(field.width());
     let mut out: Vec<ModelData> = local_lens
         .iter()
         .map(|&len| {
@@ -85,9 +92,10 @@ pub fn build_with(
         let len = local_lens[m];
         &tables[m][c as usize * len..(c as usize + 1) * len]
     };
-    for row in &profile.rows {
+    for (k, row) in profile.rows.iter().enumerate() {
         state.clear();
-        push_state(problem, &row.state, &mut state);
+        push_field_state(problem, field, &row.state, &mut state)
+            .map_err(|e| anyhow::anyhow!("co-location row {}: {e}", k + 1))?;
         for (i, data) in out.iter_mut().enumerate() {
             match layout {
                 Layout::MeanField => data.x.extend_from_slice(local(i, row.joint[i])),
@@ -98,14 +106,14 @@ pub fn build_with(
                 }
             }
             data.x.extend_from_slice(&state);
-            if let Some((_, tables)) = corunners {
+            if let Some(tables) = corunners {
                 push_corunner_sums(tables, sums, i, &row.joint, &mut data.x);
             }
             data.y.push(row.throughput[i] as f32);
             data.configs.push(row.joint[i]);
         }
     }
-    out
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -114,7 +122,7 @@ mod tests {
     use mfsched_core::ProfileRow;
     use mfsched_core::load_scenario;
     use mfsched_core::{GpuState, WorkloadLevel};
-    use mfsched_surrogate::{input_row, push_local};
+    use mfsched_surrogate::{input_row, push_local, push_state};
 
     #[test]
     fn rows_are_the_feature_layout_and_targets() {
@@ -123,6 +131,7 @@ mod tests {
             workload: WorkloadLevel::Burst,
             vram_used_mib: 6144.0,
             utilization: 0.9,
+            contention: None,
         };
         let profile = Profile {
             scenario: "paper-n2".into(),
@@ -147,5 +156,20 @@ mod tests {
         assert_eq!(joint[0].x, expected);
         assert_eq!(joint[1].x, expected);
         assert_eq!(joint[1].subset(&[0, 0]).rows(), 2);
+
+        // The contention field: the reading follows the state, and a row
+        // without one is an error naming it.
+        let contention = FieldFeatures::Contention;
+        let err = build_with(&problem, &profile, Layout::MeanField, contention, None)
+            .expect_err("no reading");
+        assert!(err.to_string().contains("co-location row 1"), "{err}");
+        let mut measured = profile.clone();
+        measured.rows[0].state.contention = Some(0.25);
+        let mf =
+            build_with(&problem, &measured, Layout::MeanField, contention, None).expect("read");
+        let mut expected = input_row(&problem, 0, 5, &state);
+        expected.push(0.25);
+        assert_eq!(mf[0].x, expected);
+        assert_eq!(mf[0].width, expected.len());
     }
 }

@@ -316,6 +316,7 @@ mod tests {
             workload: WorkloadLevel::Medium,
             vram_used_mib: 4096.0,
             utilization: 0.5,
+            contention: None,
         };
         let (b, v): ([f64; 4], [f64; 4]) = ([0.0, -0.2, -0.5, -0.1], [0.3, -0.4, 0.8, 0.1]);
         let (a, u): ([f64; 4], [f64; 4]) = ([1.0, 1.5, 2.0, 0.5], [1.0, -0.5, 0.7, 0.2]);

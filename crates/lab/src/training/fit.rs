@@ -197,7 +197,7 @@ pub fn corunner_tables(
     seed: u64,
 ) -> Result<Option<CorunnerTables>> {
     Ok(match field {
-        FieldFeatures::Observed => None,
+        FieldFeatures::Observed | FieldFeatures::Contention => None,
         FieldFeatures::CoRunnerSolo => Some(solo_corunner_tables(
             &solo_profiles(problem, profile).map_err(anyhow::Error::msg)?,
         )),
@@ -299,8 +299,9 @@ pub fn train_bundle(
         problem,
         profile,
         options.layout,
-        tables.as_ref().map(|t| (options.field, t)),
-    );
+        options.field,
+        tables.as_ref(),
+    )?;
     let solo_profiles = match options.field {
         FieldFeatures::CoRunnerSolo => {
             Some(solo_profiles(problem, profile).map_err(anyhow::Error::msg)?)
@@ -423,15 +424,16 @@ pub fn predictions(
 ) -> Result<Vec<Vec<f32>>> {
     let field = bundle.meta.field_features;
     let tables = bundle.corunner_tables();
-    if !field.is_observed() && tables.is_none() {
+    if field.has_corunner_tables() && tables.is_none() {
         bail!("the bundle lacks the co-runner tables its {field} field needs");
     }
     let data = dataset::build_with(
         &scenario.problem,
         profile,
         bundle.meta.layout,
-        tables.as_ref().map(|t| (field, t)),
-    );
+        field,
+        tables.as_ref(),
+    )?;
     let maps = bundle.output_maps(&scenario.problem)?;
     Ok(bundle
         .nets

@@ -655,6 +655,7 @@ fn surrogate(args: SurrogateArgs) -> Result<()> {
         workload: WorkloadLevel::High,
         vram_used_mib: 0.8 * f64::from(problem.card.vram_mib),
         utilization: 0.85,
+        contention: None,
     };
 
     println!(

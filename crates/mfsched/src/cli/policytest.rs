@@ -264,6 +264,7 @@ fn cases_from_jsonl(path: &Path, problem: &Problem) -> Result<Vec<HarnessCase>> 
             workload: parsed.workload,
             vram_used_mib: parsed.vram_used_mib,
             utilization: parsed.utilization,
+            contention: None,
         })
         .with_context(at)?;
         let current = parsed.current.unwrap_or_else(|| problem.current.clone());

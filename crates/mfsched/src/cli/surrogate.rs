@@ -91,7 +91,8 @@ pub struct CvArgs {
     /// own row: `observed` (the state), `co-runner-solo` (the state plus the
     /// co-runners' summed solo profiles; needs solo rows), `co-runner-factors`
     /// (the state plus the co-runners' summed factors, learnt per fold from its
-    /// training rows alone).
+    /// training rows alone), `contention` (the state plus the measured
+    /// contention reading; needs the profile's contention column).
     #[arg(
         long,
         value_delimiter = ',',

@@ -50,9 +50,12 @@ pub struct TrainArgs {
     group_by: Vec<String>,
     /// The field features the nets see: `observed` (the state; served on the
     /// CPU or the GPU), `co-runner-solo` (plus the co-runners' summed solo
-    /// profiles; needs solo rows) or `co-runner-factors` (plus the co-runners'
+    /// profiles; needs solo rows), `co-runner-factors` (plus the co-runners'
     /// summed factors, learnt from the training rows' co-location
-    /// throughputs); the last two are served on the CPU (docs/model-bundle.md).
+    /// throughputs) or `contention` (plus the measured contention reading:
+    /// memory-controller utilisation on a card, run-queue wait on a CPU host;
+    /// needs the profile's contention column); all but the first are served
+    /// on the CPU (docs/model-bundle.md).
     #[arg(long, value_parser = super::choices::field_features(), default_value = "observed")]
     field: FieldFeatures,
     /// What to train: `meanfield` (one net per model on its own configuration
