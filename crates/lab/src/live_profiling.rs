@@ -306,12 +306,13 @@ pub async fn run(
                 workload: opts.workload,
                 vram_used_mib: states.iter().map(|s| s.0).sum::<f64>() / n,
                 utilization: states.iter().map(|s| s.1).sum::<f64>() / n,
-                // A mean of the window's readings where each has one.
-                contention: states
-                    .iter()
-                    .map(|s| s.2)
-                    .sum::<Option<f64>>()
-                    .map(|c| c / n),
+                // The mean of the readings that have one: a reading is a
+                // delta since the previous, and the first after a server's
+                // restart has no earlier reading of its processes.
+                contention: {
+                    let readings: Vec<f64> = states.iter().filter_map(|s| s.2).collect();
+                    (!readings.is_empty()).then(|| mfsched_core::mean(&readings))
+                },
             },
             throughput,
         };
