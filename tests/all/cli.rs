@@ -2066,6 +2066,12 @@ fn the_contention_field_is_profiled_trained_served_and_replayed() {
     assert_eq!(meta["field_features"], "contention");
     let features = meta["models"][0]["features"].as_array().expect("features");
     assert_eq!(features.last().expect("some"), "contention");
+    // The training profile is kept beside the bundle (the candidate-aware
+    // field fits on it; `decide --field candidate-aware` below reads it).
+    assert_eq!(
+        std::fs::read(dir.path().join("bundle/profile.csv")).expect("kept"),
+        std::fs::read(&csv).expect("profile")
+    );
 
     let config = dir.path().join("mfsched.toml");
     std::fs::write(
@@ -2107,7 +2113,7 @@ fn the_contention_field_is_profiled_trained_served_and_replayed() {
     assert_eq!(r["policies"][0]["decided"], 6, "{r}");
     assert_eq!(r["policies"][0]["differ_from_ran"], 0, "{r}");
 
-    let decide = |state: &str| {
+    let decide = |state: &str, field: &str| {
         mfsched(&[
             "decide",
             "--scenario",
@@ -2116,14 +2122,21 @@ fn the_contention_field_is_profiled_trained_served_and_replayed() {
             "exact",
             "--models",
             &bundle,
+            "--field",
+            field,
             "--state",
             state,
         ])
     };
-    let out =
-        decide(r#"{"workload":"high","vram_used_mib":12000,"utilization":0.8,"contention":0.6}"#);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let out = decide(r#"{"workload":"high","vram_used_mib":12000,"utilization":0.8}"#);
+    let reading = r#"{"workload":"high","vram_used_mib":12000,"utilization":0.8,"contention":0.6}"#;
+    for field in ["observed", "candidate-aware"] {
+        let out = decide(reading, field);
+        assert!(out.status.success(), "{field}: {}", stderr(&out));
+    }
+    let out = decide(
+        r#"{"workload":"high","vram_used_mib":12000,"utilization":0.8}"#,
+        "observed",
+    );
     let text = format!("{}{}", stdout(&out), stderr(&out));
     assert!(text.contains("contention reading"), "{text}");
 }

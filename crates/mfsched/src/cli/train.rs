@@ -9,7 +9,7 @@ use mfsched_lab::{
     load_average, output_maps, profile_on_simulator, regenerate_plan, train_bundle, train_net,
 };
 use mfsched_nn::TrainConfig;
-use mfsched_surrogate::{FieldFeatures, Layout};
+use mfsched_surrogate::{BUNDLED_PROFILE_FILE, FieldFeatures, Layout};
 use mfsched_surrogate::{OutputMap, Target};
 use std::path::PathBuf;
 
@@ -156,6 +156,11 @@ pub fn run(args: TrainArgs) -> Result<()> {
     )?;
     bar.finish_and_clear();
     bundle.write(&args.out)?;
+    // The profile beside the bundle, as the shipped bundles keep theirs: the
+    // candidate-aware field fits its utilisation model on it (checked against
+    // the bundle's data_sha256 when it is read).
+    mfsched_core::write_atomically(&args.out.join(BUNDLED_PROFILE_FILE), &bytes)
+        .with_context(|| format!("writing the training profile into {}", args.out.display()))?;
     println!("target    {}", bundle.meta.target);
     println!("field     {}", bundle.meta.field_features);
     let alpha = mfsched_core::DEFAULT_FLOOR_MISS_RATE;
