@@ -2104,6 +2104,30 @@ fn the_contention_field_is_profiled_trained_served_and_replayed() {
         // policy, role, decisions, failed: every tick predicted with the reading.
         assert_eq!(words[..4], [policy, role, "6", "0"], "{summary}");
     }
+    // A sampler that gives no reading cannot serve the bundle: one line.
+    let footprint = dir.path().join("footprint.toml");
+    std::fs::write(
+        &footprint,
+        std::fs::read_to_string(&config)
+            .expect("config")
+            .replace("kind = \"sim\"", "kind = \"footprint\""),
+    )
+    .expect("config");
+    let out = mfsched(&[
+        "run",
+        "--config",
+        footprint.to_str().expect("utf-8"),
+        "--max-ticks",
+        "1",
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out)
+            .lines()
+            .any(|l| l.starts_with("error: ") && l.contains("no contention reading")),
+        "{}",
+        stderr(&out)
+    );
     // The log keeps each tick's reading: exact decided again reproduces the run.
     let out = mfsched(&[
         "replay", &log, "--policy", "exact", "--models", &bundle, "--json",

@@ -197,6 +197,17 @@ pub async fn run(
         },
     )
     .context("policy.bundle_dir / policy.field")?;
+    let sampling = if note.is_some() {
+        config.sampler.fallback
+    } else {
+        config.sampler.kind
+    };
+    if served.needs_contention && sampling == SamplerKind::Footprint {
+        bail!(
+            "policy.bundle_dir: the bundle was trained on the contention field, and the footprint \
+             sampler gives no contention reading to predict with; sample with nvml, host or sim"
+        );
+    }
     tracing::info!(predictor = %served.name, "serving the predictor");
     let run_record = RunRecord {
         unix_ms: std::time::SystemTime::now()

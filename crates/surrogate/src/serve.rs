@@ -44,6 +44,9 @@ pub struct Served {
     /// Per model, measured / predicted throughput on the bundle's held-out
     /// rows, where it kept them: what [`Served::floors`] takes margins from.
     pub held_out_ratios: Vec<Option<Vec<f32>>>,
+    /// Whether every prediction needs the state's contention reading (a
+    /// bundle trained on the contention field).
+    pub needs_contention: bool,
     /// The same surrogate under the other field, when the bundle supports it.
     other_field: Option<(Field, Arc<dyn Predictor>)>,
 }
@@ -67,6 +70,7 @@ impl Served {
             origin: name.to_owned(),
             name: name.to_owned(),
             bundle_sha256: None,
+            needs_contention: false,
             other_field: None,
         }
     }
@@ -151,6 +155,7 @@ pub fn serve(scenario: &Scenario, options: ServeOptions<'_>) -> Result<Served> {
         .collect();
     Ok(Served {
         held_out_ratios,
+        needs_contention: bundle.meta.field_features.uses_contention(),
         name: format!("{origin}, {}", predictor.field().label()),
         bundle_sha256,
         relative_error,
