@@ -79,8 +79,11 @@ case "${1:-}" in
     name=$2 policy=$3 shadows=${4:-} period=${5:-1000}
     dir="$OUT/$name"
     rm -rf "$dir"; mkdir -p "$dir"
-    scenario=${SCENARIO:-$RUN/rig-n2.toml}
+    # Absolute: the daemon resolves a relative path against its config's
+    # directory ($dir), not the caller's.
+    scenario=$(realpath "${SCENARIO:-$RUN/rig-n2.toml}")
     bundle=${BUNDLE-$OUT/bundle}
+    [ -z "$bundle" ] || bundle=$(realpath "$bundle")
     # The config: the rig's, with this run's policy, period, scenario and bundle.
     sed -e "s|^scenario = .*|scenario = \"$scenario\"|" \
         -e "s|^active = .*|active = \"$policy\"${bundle:+\\nbundle_dir = \"$bundle\"}|" \
