@@ -100,6 +100,9 @@ case "${1:-}" in
     for _ in $(seq 1 240); do
       curl -sf "http://$api/healthz" >/dev/null && break; sleep 0.5
     done
+    # A daemon that did not start leaves the servers undriven by it: stop here.
+    curl -sf "http://$api/healthz" >/dev/null || {
+      say "run $name: the daemon does not answer: $(tail -n 1 "$dir/daemon.log")"; exit 1; }
     say "run $name: $policy active, under $(basename "$TRACE")"
     rig/rig.sh drive "$TRACE" | tee "$dir/drive.txt"
     curl -sf "http://$api/v1/history" > "$dir/history.json"
