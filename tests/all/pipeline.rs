@@ -179,6 +179,7 @@ fn the_daemon_rejects_each_invalid_answer_on_every_tick_and_applies_nothing_inva
             active: (*name).to_owned(),
             shadows: Vec::new(),
             unknown_utilization: 0.5,
+            contention_window: Duration::from_secs(5),
             downtime_as_cost: false,
             correction: None,
             floors: mfsched_core::Floors::point(served.problem.sla_floors.clone()),

@@ -216,6 +216,13 @@ pub struct SamplerConfig {
     /// Utilisation assumed when the sampler cannot give one (footprint sampler).
     #[serde(default = "default_unknown_utilization")]
     pub unknown_utilization: f64,
+    /// The time, ms, the contention reading is averaged over before a
+    /// decision reads it (an exponential average with this time constant; 0:
+    /// each tick's raw reading). A bundle learns the reading from profile rows,
+    /// each a mean over a window (`profile --live --window-ms`, 5000 by
+    /// default); decisions that follow a one-tick reading move with its noise.
+    #[serde(default = "default_contention_window_ms")]
+    pub contention_window_ms: u64,
     /// What the host sampler measures (`kind = "host"`).
     #[serde(default)]
     pub host: HostSamplerConfig,
@@ -352,6 +359,9 @@ fn default_fallback() -> SamplerKind {
 fn default_unknown_utilization() -> f64 {
     0.5
 }
+fn default_contention_window_ms() -> u64 {
+    5000
+}
 
 impl Default for SamplerConfig {
     fn default() -> Self {
@@ -361,6 +371,7 @@ impl Default for SamplerConfig {
             allow_fallback: false,
             fallback: default_fallback(),
             unknown_utilization: default_unknown_utilization(),
+            contention_window_ms: default_contention_window_ms(),
             host: HostSamplerConfig::default(),
         }
     }
@@ -1046,6 +1057,9 @@ impl DaemonConfig {
         }
         if !(0.0..=1.0).contains(&self.sampler.unknown_utilization) {
             bail!("sampler.unknown_utilization must be in [0, 1]");
+        }
+        if self.sampler.contention_window_ms > 3_600_000 {
+            bail!("sampler.contention_window_ms must be at most 3600000 (an hour)");
         }
         if self.sampler.fallback == SamplerKind::Nvml {
             bail!("sampler.fallback cannot be 'nvml': it is what the fallback replaces");

@@ -65,6 +65,8 @@ pub struct LoopSettings {
     pub shadows: Vec<String>,
     /// Utilisation assumed when the sampler cannot give one.
     pub unknown_utilization: f64,
+    /// The contention reading's averaging time (`sampler.contention_window_ms`).
+    pub contention_window: Duration,
     pub workload: WorkloadSource,
     /// Measured downtime, not the configured constants, as the
     /// reconfiguration cost (`actuator.downtime_as_cost`).
@@ -479,6 +481,36 @@ pub struct Daemon {
     downtime: DowntimeBook,
     /// The scenario's reconfiguration costs (before any measured ones).
     configured_costs: ReconfigCosts,
+    /// The contention reading the ticks decide with, averaged over time.
+    contention: TimeAverage,
+}
+
+/// An exponential average over time of a reading: each reading moves it by
+/// 1 − e^(−Δt / window) of the way; a missing reading starts it afresh (no
+/// reading is carried across a gap the sampler could not see).
+#[derive(Debug, Default)]
+struct TimeAverage {
+    last: Option<(Instant, f64)>,
+}
+
+impl TimeAverage {
+    fn update(&mut self, at: Instant, reading: Option<f64>, window: Duration) -> Option<f64> {
+        let value = reading.filter(|r| r.is_finite());
+        self.last = match (self.last, value) {
+            (_, None) => None,
+            (None, Some(r)) => Some((at, r)),
+            (Some((then, avg)), Some(r)) => {
+                let dt = at.saturating_duration_since(then).as_secs_f64();
+                let weight = if window.is_zero() {
+                    1.0
+                } else {
+                    1.0 - (-dt / window.as_secs_f64()).exp()
+                };
+                Some((at, avg + weight * (r - avg)))
+            }
+        };
+        self.last.map(|(_, avg)| avg)
+    }
 }
 
 impl Daemon {
@@ -530,6 +562,7 @@ impl Daemon {
             streaks: Streaks::default(),
             downtime: DowntimeBook::default(),
             configured_costs,
+            contention: TimeAverage::default(),
         })
     }
 
@@ -615,7 +648,11 @@ impl Daemon {
             utilization: sample
                 .utilization
                 .unwrap_or(self.settings.unknown_utilization),
-            contention: sample.contention,
+            contention: self.contention.update(
+                Instant::now(),
+                sample.contention,
+                self.settings.contention_window,
+            ),
         };
 
         let Roles { active, shadows } = read(&self.shared.roles).clone();
@@ -908,6 +945,30 @@ impl Daemon {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_contention_average_follows_time_and_restarts_after_a_gap() {
+        let window = Duration::from_secs(5);
+        let t0 = Instant::now();
+        let at = |s: f64| t0 + Duration::from_secs_f64(s);
+        let mut avg = TimeAverage::default();
+        assert_eq!(avg.update(at(0.0), Some(0.2), window), Some(0.2));
+        // One window later a reading of 0.8 has moved it 1 − 1/e of the way.
+        let moved = avg.update(at(5.0), Some(0.8), window).expect("a reading");
+        let expected = 0.2 + 0.6 * (1.0 - (-1.0f64).exp());
+        assert!((moved - expected).abs() < 1e-12, "{moved}");
+        // A tick's spike moves it by a tick's share only.
+        let spiked = avg.update(at(5.1), Some(1.0), window).expect("a reading");
+        assert!(spiked - moved < 0.01, "{moved} -> {spiked}");
+        // No reading: none carried over; the next one starts afresh.
+        assert_eq!(avg.update(at(6.0), None, window), None);
+        assert_eq!(avg.update(at(7.0), Some(0.5), window), Some(0.5));
+        assert_eq!(avg.update(at(7.0), Some(f64::NAN), window), None);
+        // A zero window is the raw reading.
+        let mut raw = TimeAverage::default();
+        raw.update(at(0.0), Some(0.1), Duration::ZERO);
+        assert_eq!(raw.update(at(0.1), Some(0.9), Duration::ZERO), Some(0.9));
+    }
 
     fn reconfig(model: u32, variant_switch: bool, ms: f64, error: Option<&str>) -> ReconfigRecord {
         ReconfigRecord {

@@ -307,6 +307,7 @@ pub async fn run(
         active: config.policy.active.clone(),
         shadows: config.policy.shadows.clone(),
         unknown_utilization: config.sampler.unknown_utilization,
+        contention_window: std::time::Duration::from_millis(config.sampler.contention_window_ms),
         workload,
         downtime_as_cost: config.actuator.downtime_as_cost,
         correction,
