@@ -93,14 +93,16 @@ enum EntryRef<'a> {
     Contention(&'a ContentionRecord),
 }
 
-/// The contention reading of tick `tick`'s state and sample, written just
-/// before its record: the tick record's state and sample keep the encoding
-/// they had before the reading existed ([`state_wire`], [`sample_wire`]), so
-/// every older log reads as it did, and a reader puts the reading back.
+/// The contention readings of tick `tick`, written just before its record:
+/// what the sampler read and what the tick decided with (averaged over time).
+/// The tick record's state and sample keep the encoding they had before the
+/// reading existed ([`state_wire`], [`sample_wire`]), so every older log reads
+/// as it did, and a reader puts the readings back.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct ContentionRecord {
     pub tick: u64,
-    pub contention: f64,
+    pub sample: Option<f64>,
+    pub state: Option<f64>,
 }
 
 /// A [`GpuState`] as every log version encodes it (workload, memory,
@@ -563,8 +565,8 @@ pub fn parse(bytes: &[u8]) -> Result<LogContents> {
                     Entry::Tick(mut record) => {
                         // The reading written just before this tick's record.
                         if let Some(c) = contention.take().filter(|c| c.tick == record.tick) {
-                            record.state.contention = Some(c.contention);
-                            record.sample.contention = Some(c.contention);
+                            record.state.contention = c.state;
+                            record.sample.contention = c.sample;
                         }
                         records.push(*record);
                     }
@@ -992,12 +994,14 @@ impl DecisionLog {
     }
 
     /// Appends one tick record in a single write (after its contention
-    /// reading, where it has one: a crash between the two loses the tick only).
+    /// readings, where it has one: a crash between the two loses the tick only).
     pub fn append(&mut self, record: &TickRecord) -> Result<()> {
-        if let Some(contention) = record.state.contention {
+        let (sample, state) = (record.sample.contention, record.state.contention);
+        if sample.is_some() || state.is_some() {
             self.write(&EntryRef::Contention(&ContentionRecord {
                 tick: record.tick,
-                contention,
+                sample,
+                state,
             }))?;
         }
         self.write(&EntryRef::Tick(record))?;
@@ -1161,7 +1165,7 @@ pub(crate) mod tests {
         let (mut log, _) = DecisionLog::open(&path).expect("open");
         let mut measured = record(1);
         measured.state.contention = Some(0.42);
-        measured.sample.contention = Some(0.42);
+        measured.sample.contention = Some(0.55);
         log.append(&record(0)).expect("append");
         log.append(&measured).expect("append");
         log.append(&record(2)).expect("append");
