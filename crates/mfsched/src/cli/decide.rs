@@ -22,8 +22,9 @@ pub struct DecideArgs {
     policy: String,
     #[command(flatten)]
     utility: UtilityChoice,
-    /// The GPU state, as JSON: {"workload":"high","vram_used_mib":12000,"utilization":0.7}.
-    /// Default: medium load, the running configuration's VRAM, utilisation 0.5.
+    /// The GPU state, as JSON: {"workload":"high","vram_used_mib":12000,"utilization":0.7},
+    /// with "contention":0.4 for a bundle trained on the contention field.
+    /// Default: medium load, the running configuration's VRAM, utilisation and contention 0.5.
     #[arg(long, value_name = "JSON")]
     state: Option<String>,
     /// A policy parameter (repeatable); `mfsched plugins list` shows each policy's.
