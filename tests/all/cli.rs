@@ -298,6 +298,23 @@ fn replay_decides_a_run_log_again_and_the_policy_that_ran_reproduces_it() {
     assert!(stderr(&out).starts_with("error: "), "{}", stderr(&out));
 }
 
+/// `replay --summary` of the log at `log`: each (policy, role) decided
+/// `ticks` ticks and failed none.
+fn assert_decided_every_tick(log: &str, policies: &[(&str, &str)], ticks: u32) {
+    let out = mfsched(&["replay", "--summary", log]);
+    let summary = stdout(&out);
+    let ticks = ticks.to_string();
+    for &(policy, role) in policies {
+        let line = summary
+            .lines()
+            .find(|l| l.starts_with(&format!("{policy} ")))
+            .unwrap_or_else(|| panic!("no {policy} line: {summary}"));
+        let words: Vec<&str> = line.split_whitespace().collect();
+        // policy, role, decisions, failed
+        assert_eq!(words[..4], [policy, role, &ticks, "0"], "{summary}");
+    }
+}
+
 #[test]
 fn the_daemon_decides_under_the_candidate_aware_field() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -309,17 +326,11 @@ fn the_daemon_decides_under_the_candidate_aware_field() {
     assert!(err.contains("candidate-aware field"), "{err}");
     assert!(err.contains("stopped after 3 tick(s)"), "{err}");
     let log = dir.path().join("decisions.log");
-    let out = mfsched(&["replay", "--summary", log.to_str().expect("utf-8 path")]);
-    let summary = stdout(&out);
-    for (policy, role) in [("ga", "active"), ("exhaustive", "shadow")] {
-        let line = summary
-            .lines()
-            .find(|l| l.starts_with(&format!("{policy} ")))
-            .unwrap_or_else(|| panic!("no {policy} line: {summary}"));
-        let words: Vec<&str> = line.split_whitespace().collect();
-        // policy, role, decisions, failed
-        assert_eq!(words[..4], [policy, role, "3", "0"], "{summary}");
-    }
+    assert_decided_every_tick(
+        log.to_str().expect("utf-8 path"),
+        &[("ga", "active"), ("exhaustive", "shadow")],
+        3,
+    );
     // A bundle without its training profile cannot serve the field: one line.
     let bundle = dir.path().join("bundle");
     std::fs::create_dir(&bundle).expect("mkdir");
@@ -2093,17 +2104,8 @@ fn the_contention_field_is_profiled_trained_served_and_replayed() {
     assert!(out.status.success(), "{err}");
     assert!(err.contains("stopped after 6 tick(s)"), "{err}");
     let log = path("decisions.log");
-    let out = mfsched(&["replay", "--summary", &log]);
-    let summary = stdout(&out);
-    for (policy, role) in [("exact", "active"), ("ga", "shadow")] {
-        let line = summary
-            .lines()
-            .find(|l| l.starts_with(&format!("{policy} ")))
-            .unwrap_or_else(|| panic!("no {policy} line: {summary}"));
-        let words: Vec<&str> = line.split_whitespace().collect();
-        // policy, role, decisions, failed: every tick predicted with the reading.
-        assert_eq!(words[..4], [policy, role, "6", "0"], "{summary}");
-    }
+    // Every tick predicted with the reading.
+    assert_decided_every_tick(&log, &[("exact", "active"), ("ga", "shadow")], 6);
     // A sampler that gives no reading cannot serve the bundle: one line.
     let footprint = dir.path().join("footprint.toml");
     std::fs::write(

@@ -408,15 +408,21 @@ pub fn push_field_state(
     out: &mut Vec<f32>,
 ) -> Result<(), String> {
     push_state(problem, state, out);
-    if field.uses_contention() {
-        let c = state.contention.ok_or_else(|| {
-            "the contention field needs a contention reading, and this state has none \
-             (a sampler or profile without it: docs/model-bundle.md)"
-                .to_string()
-        })?;
-        out.push(c as f32);
-    }
+    out.extend(contention_input(field, state)?);
     Ok(())
+}
+
+/// The contention input `field` puts after the state: none for a field
+/// without it, an error when the field has it and the state has no reading.
+pub fn contention_input(field: FieldFeatures, state: &GpuState) -> Result<Option<f32>, String> {
+    if !field.uses_contention() {
+        return Ok(None);
+    }
+    state.contention.map(|c| Some(c as f32)).ok_or_else(|| {
+        "the contention field needs a contention reading, and this state has none \
+         (a sampler or profile without it: docs/model-bundle.md)"
+            .to_string()
+    })
 }
 
 /// The local feature table of one model: `grid_size × local_len` values, row-major.

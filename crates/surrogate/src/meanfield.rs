@@ -13,8 +13,8 @@
 use super::backend::{BackendChoice, InferenceBackend};
 use super::cpu::{check_fields, check_nets, check_nets_on};
 use super::features::{
-    CorunnerTables, FIELD_FEATURES, FieldFeatures, local_len, local_table, push_corunner_sums,
-    push_field_state,
+    CorunnerTables, FIELD_FEATURES, FieldFeatures, contention_input, local_len, local_table,
+    push_corunner_sums, push_state,
 };
 use super::net::FoldedNet;
 use super::target::OutputMap;
@@ -260,14 +260,9 @@ impl FieldRows {
     }
 
     fn state_features(&self, state: &GpuState) -> Result<RowState, PredictError> {
+        let contention = contention_input(self.field, state).map_err(PredictError::Mismatch)?;
         let mut v = Vec::new();
-        push_field_state(&self.problem, self.field, state, &mut v)
-            .map_err(PredictError::Mismatch)?;
-        let contention = if self.field.uses_contention() {
-            v.pop()
-        } else {
-            None
-        };
+        push_state(&self.problem, state, &mut v);
         Ok(RowState {
             state: v,
             contention,

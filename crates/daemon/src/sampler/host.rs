@@ -257,9 +257,19 @@ pub fn process_ticks_between(
     before: &BTreeMap<(u32, u64), u64>,
     now: &BTreeMap<(u32, u64), u64>,
 ) -> u64 {
-    now.iter()
-        .filter_map(|(key, &t)| before.get(key).map(|&b| t.saturating_sub(b)))
+    seen_in_both(before, now)
+        .map(|(&b, &t)| t.saturating_sub(b))
         .sum()
+}
+
+/// Each process seen at both scans (keyed by PID and start time): its value
+/// at the first and at the second.
+fn seen_in_both<'a, V>(
+    before: &'a BTreeMap<(u32, u64), V>,
+    now: &'a BTreeMap<(u32, u64), V>,
+) -> impl Iterator<Item = (&'a V, &'a V)> {
+    now.iter()
+        .filter_map(|(key, n)| before.get(key).map(|b| (b, n)))
 }
 
 /// Time a task ran and time it waited runnable for a core, nanoseconds.
@@ -285,19 +295,12 @@ pub fn wait_share_between(
     before: &BTreeMap<(u32, u64), RunWait>,
     now: &BTreeMap<(u32, u64), RunWait>,
 ) -> Option<f64> {
-    let (run, wait) = now
-        .iter()
-        .filter_map(|(key, n)| {
-            before.get(key).map(|b| {
-                (
-                    n.run_ns.saturating_sub(b.run_ns),
-                    n.wait_ns.saturating_sub(b.wait_ns),
-                )
-            })
-        })
-        .fold((0u64, 0u64), |(r, w), (dr, dw)| {
-            (r.saturating_add(dr), w.saturating_add(dw))
-        });
+    let (run, wait) = seen_in_both(before, now).fold((0u64, 0u64), |(r, w), (b, n)| {
+        (
+            r.saturating_add(n.run_ns.saturating_sub(b.run_ns)),
+            w.saturating_add(n.wait_ns.saturating_sub(b.wait_ns)),
+        )
+    });
     let total = run.saturating_add(wait);
     (total > 0).then(|| wait as f64 / total as f64)
 }
