@@ -12,8 +12,9 @@
 //! `window` over which each
 //! model's throughput counter is read at both ends (a direct scrape of its
 //! `/metrics`: a rate over an exact window, which a PromQL `rate()` window
-//! would blur) and the GPU state is read at its start, middle and end and
-//! averaged. The profile is rewritten atomically after every row, so an
+//! would blur) and the GPU state is read at its start (which only starts a
+//! host sampler's deltas: that reading covers the reconfiguration), middle
+//! and end, the last two averaged. The profile is rewritten atomically after every row, so an
 //! interrupted run loses at most the row in progress, and a rerun skips the
 //! points already in the file.
 
@@ -261,15 +262,21 @@ pub async fn run(
             );
         }
         // The window: counters at both ends (its length is between the two
-        // readings), the state at start, middle and end.
+        // readings), the state at its middle and end. A host sampler's
+        // reading is a delta since its previous one, so the reading at the
+        // window's start covers the reconfiguration and the settle time
+        // before it (a restarted server's threads neither run nor wait):
+        // it only starts the window's deltas and is not the row's. The
+        // daemon's readings, one a tick under steady serving, never include
+        // such a stretch, and a row that did would skew what bundles learn.
         let mut first = Vec::with_capacity(readers.len());
         for r in &readers {
             first.push(r.counters(&client, timeout).await?);
         }
         let start = Instant::now();
-        let mut states = vec![state.read(problem, joint, opts.workload).await?];
+        state.read(problem, joint, opts.workload).await?;
         tokio::time::sleep(opts.window / 2).await;
-        states.push(state.read(problem, joint, opts.workload).await?);
+        let mut states = vec![state.read(problem, joint, opts.workload).await?];
         let remaining = opts.window.saturating_sub(start.elapsed());
         tokio::time::sleep(remaining).await;
         let mut last = Vec::with_capacity(readers.len());
@@ -308,7 +315,8 @@ pub async fn run(
                 utilization: states.iter().map(|s| s.1).sum::<f64>() / n,
                 // The mean of the readings that have one: a reading is a
                 // delta since the previous, and the first after a server's
-                // restart has no earlier reading of its processes.
+                // restart (one that crashed inside the window) has no
+                // earlier reading of its processes.
                 contention: {
                     let readings: Vec<f64> = states.iter().filter_map(|s| s.2).collect();
                     (!readings.is_empty()).then(|| mfsched_core::mean(&readings))
