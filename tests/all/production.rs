@@ -675,3 +675,90 @@ fn profile_live_measures_the_plan_through_the_actuators_and_resumes() {
         .count();
     assert_eq!(low, 4);
 }
+
+/// `sampler.kind = "dcgm"`: the daemon reads the card off a DCGM exporter's
+/// page (here `sim serve`'s, which names the simulated card's readings as the
+/// exporter does, DRAM active included). Every tick's sample comes from the
+/// page while it answers; once it stops, ticks go on unmeasured (the sample
+/// says why), none fails.
+#[test]
+fn the_dcgm_sampler_reads_the_card_off_an_exporters_page() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let log = d.join("sim.log");
+    let (sim, servers) = sim_serve(
+        d,
+        "dcgm",
+        &["--level", "medium", "--tick-ms", "100", "--seed", "3"],
+        &log,
+    );
+    let page = *servers.values().next().expect("a server");
+    let extra = format!(
+        "[sampler.dcgm]\nurl = \"http://{page}/metrics\"\npoll_ms = 1000\ntimeout_ms = 1000\nstale_ms = 5000\n"
+    );
+    let config = common::daemon_config(d, "paper-n2", 500, "active = \"hold\"", &extra);
+    let run = |ticks: &str| {
+        let o = common::process::mfsched(&[
+            "run",
+            "--config",
+            config.to_str().expect("utf-8"),
+            "--sampler",
+            "dcgm",
+            "--max-ticks",
+            ticks,
+        ]);
+        assert!(o.status.success(), "{}", common::process::stderr(&o));
+        mfsched_daemon::read_decision_log(&d.join("decisions.log"))
+            .expect("the decision log")
+            .records
+    };
+    let records = run("6");
+    assert_eq!(records.len(), 6);
+    // The poller reads the page when the sampler starts, before the daemon
+    // has loaded its predictor: every tick finds a reading younger than 5 s
+    // unless a read outlasts its timeout, which the sample would say.
+    let read: Vec<_> = records
+        .iter()
+        .filter(|r| r.sample.source == "dcgm")
+        .collect();
+    assert!(
+        !read.is_empty(),
+        "no tick read the page: {:?}",
+        records[0].sample
+    );
+    for r in &records {
+        assert!(
+            r.sample.source == "dcgm" || r.sample.source.contains("stale_ms"),
+            "tick {}: {}",
+            r.tick,
+            r.sample.source
+        );
+    }
+    for r in read {
+        let s = &r.sample;
+        let (vram, util, contention) = (
+            s.vram_used_mib.expect("memory"),
+            s.utilization.expect("utilisation"),
+            s.contention.expect("DRAM active"),
+        );
+        assert!(vram > 0.0 && (0.0..=1.0).contains(&util) && (0.0..=1.0).contains(&contention));
+        // The tick decided with what the page said (the reading averaged over
+        // time: one reading so far gives itself).
+        assert_eq!((r.state.vram_used_mib, r.state.utilization), (vram, util));
+        assert!(r.state.contention.is_some_and(|c| (0.0..=1.0).contains(&c)));
+    }
+    // The exporter gone: the next run's ticks are unmeasured, and the run ends
+    // as asked.
+    drop(sim);
+    let records = run("3");
+    let after = &records[records.len() - 3..];
+    for r in after {
+        assert!(
+            r.sample.source.starts_with("failed:") && r.sample.source.contains("stale_ms"),
+            "tick {}: {}",
+            r.tick,
+            r.sample.source
+        );
+        assert_eq!(r.sample.utilization, None);
+    }
+}

@@ -185,6 +185,9 @@ pub enum SamplerKind {
     Footprint,
     /// A CPU host: the servers' CPU time and the memory they hold (`[sampler.host]`).
     Host,
+    /// A DCGM exporter's `/metrics` page (`[sampler.dcgm]`): DCGM's fields,
+    /// profiling ones included, as a cluster's monitoring reads them.
+    Dcgm,
 }
 
 impl SamplerKind {
@@ -194,6 +197,7 @@ impl SamplerKind {
             "sim" => Some(Self::Sim),
             "footprint" => Some(Self::Footprint),
             "host" => Some(Self::Host),
+            "dcgm" => Some(Self::Dcgm),
             _ => None,
         }
     }
@@ -226,6 +230,60 @@ pub struct SamplerConfig {
     /// What the host sampler measures (`kind = "host"`).
     #[serde(default)]
     pub host: HostSamplerConfig,
+    /// Where the DCGM sampler reads (`kind = "dcgm"`).
+    #[serde(default)]
+    pub dcgm: Option<DcgmSamplerConfig>,
+}
+
+/// `[sampler.dcgm]`: a DCGM exporter's page, read for card `sampler.device`
+/// (its `gpu` label).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DcgmSamplerConfig {
+    /// The exporter's page, `http://HOST:PORT/metrics`.
+    pub url: String,
+    /// How often the page is read, ms.
+    #[serde(default = "default_dcgm_poll_ms")]
+    pub poll_ms: u64,
+    /// How long one read may take, ms (at most `poll_ms`).
+    #[serde(default = "default_dcgm_timeout_ms")]
+    pub timeout_ms: u64,
+    /// How old the newest reading may be for a tick to use it, ms.
+    #[serde(default = "default_dcgm_stale_ms")]
+    pub stale_ms: u64,
+    /// The largest page read, bytes.
+    #[serde(default = "default_dcgm_max_bytes")]
+    pub max_bytes: usize,
+}
+
+fn default_dcgm_poll_ms() -> u64 {
+    1000
+}
+fn default_dcgm_timeout_ms() -> u64 {
+    800
+}
+fn default_dcgm_stale_ms() -> u64 {
+    5000
+}
+fn default_dcgm_max_bytes() -> usize {
+    4 << 20
+}
+
+impl DcgmSamplerConfig {
+    /// Checks what parsing alone can: one line naming the key.
+    pub fn check(&self) -> Result<()> {
+        check_http_url("sampler.dcgm.url", &self.url)?;
+        if self.poll_ms == 0 || self.timeout_ms == 0 || self.timeout_ms > self.poll_ms {
+            bail!("sampler.dcgm: poll_ms must be positive and timeout_ms in 1..=poll_ms");
+        }
+        if self.stale_ms < self.poll_ms {
+            bail!("sampler.dcgm.stale_ms must be at least poll_ms (every reading would be stale)");
+        }
+        if self.max_bytes == 0 || self.max_bytes > 64 << 20 {
+            bail!("sampler.dcgm.max_bytes must be in 1..=67108864");
+        }
+        Ok(())
+    }
 }
 
 /// Where the host sampler reads the servers' CPU use.
@@ -373,6 +431,7 @@ impl Default for SamplerConfig {
             unknown_utilization: default_unknown_utilization(),
             contention_window_ms: default_contention_window_ms(),
             host: HostSamplerConfig::default(),
+            dcgm: None,
         }
     }
 }
@@ -1074,6 +1133,12 @@ impl DaemonConfig {
         if self.sampler.kind == SamplerKind::Host || self.sampler.fallback == SamplerKind::Host {
             self.sampler.host.check()?;
         }
+        if self.sampler.kind == SamplerKind::Dcgm || self.sampler.fallback == SamplerKind::Dcgm {
+            match &self.sampler.dcgm {
+                Some(d) => d.check()?,
+                None => bail!("sampler.kind or fallback is \"dcgm\": set [sampler.dcgm] url"),
+            }
+        }
         if let Some(trace) = &self.workload.trace
             && !mfsched_core::TRACE_NAMES.contains(&trace.as_str())
         {
@@ -1366,6 +1431,39 @@ mod tests {
             .expect("unused section");
         assert_eq!(nvml.sampler.kind, SamplerKind::Nvml);
         assert_eq!(SamplerKind::parse("host"), Some(SamplerKind::Host));
+    }
+
+    #[test]
+    fn dcgm_sampler_configs_are_checked_key_by_key() {
+        let base = "scenario = \"paper-n2\"\n[policy]\nactive = \"hold\"\n[log]\npath = \"l\"\n[sampler]\nkind = \"dcgm\"\n";
+        let parse = |extra: &str| DaemonConfig::parse(&format!("{base}{extra}"));
+        let ok = parse("[sampler.dcgm]\nurl = \"http://127.0.0.1:9400/metrics\"\n").expect("valid");
+        assert_eq!(ok.sampler.kind, SamplerKind::Dcgm);
+        let d = ok.sampler.dcgm.expect("the section");
+        assert_eq!((d.poll_ms, d.timeout_ms, d.stale_ms), (1000, 800, 5000));
+        let url = "[sampler.dcgm]\nurl = \"http://127.0.0.1:9400/metrics\"\n";
+        for (extra, says) in [
+            ("", "set [sampler.dcgm] url"),
+            (
+                "[sampler.dcgm]\nurl = \"https://x/metrics\"\n",
+                "sampler.dcgm.url",
+            ),
+            (
+                &format!("{url}timeout_ms = 2000\n"),
+                "timeout_ms in 1..=poll_ms",
+            ),
+            (&format!("{url}poll_ms = 0\n"), "poll_ms must be positive"),
+            (
+                &format!("{url}stale_ms = 10\n"),
+                "stale_ms must be at least poll_ms",
+            ),
+            (&format!("{url}max_bytes = 0\n"), "sampler.dcgm.max_bytes"),
+            (&format!("{url}device = 1\n"), "unknown field"),
+        ] {
+            let err = format!("{:#}", parse(extra).expect_err(says));
+            assert!(err.contains(says), "{says}: {err}");
+        }
+        assert_eq!(SamplerKind::parse("dcgm"), Some(SamplerKind::Dcgm));
     }
 
     #[test]

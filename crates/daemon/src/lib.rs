@@ -40,8 +40,9 @@ pub use api::{
 };
 /// The configuration file (`mfsched run --config`).
 pub use config::{
-    ActuatorConfig, ApiConfig, DEFAULT_THRESHOLDS, DaemonConfig, EXAMPLE as EXAMPLE_CONFIG,
-    HostSamplerConfig, ModelLoadConfig, SamplerConfig, SamplerKind, WebhookConfig,
+    ActuatorConfig, ApiConfig, DEFAULT_THRESHOLDS, DaemonConfig, DcgmSamplerConfig,
+    EXAMPLE as EXAMPLE_CONFIG, HostSamplerConfig, ModelLoadConfig, SamplerConfig, SamplerKind,
+    WebhookConfig,
 };
 /// Running the daemon: its loop, what it decides with and where its load comes from.
 pub use daemon::{Daemon, Deciding, LoopSettings, WorkloadSource};
@@ -60,7 +61,8 @@ pub use policies::PluginPolicies;
 pub use replay::{lines as replay_lines, summary as replay_summary};
 /// Reading the card or the host: the field a tick decides under.
 pub use sampler::{
-    FootprintSampler, HostSampler, Sample, Sampler, build as build_sampler, nvml_probe,
+    DcgmReading, DcgmSampler, FootprintSampler, HostSampler, Sample, Sampler,
+    build as build_sampler, dcgm::read_page as read_dcgm_page, nvml_probe,
 };
 
 use anyhow::{Context, Result, bail};
@@ -205,7 +207,7 @@ pub async fn run(
     if served.needs_contention && sampling == SamplerKind::Footprint {
         bail!(
             "policy.bundle_dir: the bundle was trained on the contention field, and the footprint \
-             sampler gives no contention reading to predict with; sample with nvml, host or sim"
+             sampler gives no contention reading to predict with; sample with nvml, host, dcgm or sim"
         );
     }
     tracing::info!(predictor = %served.name, "serving the predictor");

@@ -5,8 +5,8 @@
 //! the utilisation and the memory they hold as the "VRAM" (the field's names
 //! are the GPU's; on a host they mean CPU and host memory). `FootprintSampler`
 //! measures nothing: it reports the VRAM the applied configuration is modelled
-//! to take and leaves utilisation unknown. Values a sampler cannot give are
-//! `None`, never 0.
+//! to take and leaves utilisation unknown. `DcgmSampler` (dcgm.rs) reads a
+//! DCGM exporter's page. Values a sampler cannot give are `None`, never 0.
 
 use anyhow::{Context, Result, bail};
 use nvml_wrapper::Nvml;
@@ -16,7 +16,9 @@ use serde::{Deserialize, Serialize};
 use super::config::{SamplerConfig, SamplerKind};
 use mfsched_core::{Problem, WorkloadLevel};
 
+pub(crate) mod dcgm;
 pub(crate) mod host;
+pub use dcgm::{DcgmReading, DcgmSampler};
 pub use host::HostSampler;
 
 const MIB: f64 = 1024.0 * 1024.0;
@@ -24,7 +26,7 @@ const MIB: f64 = 1024.0 * 1024.0;
 /// One reading. `None` means the source cannot tell, not zero.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Sample {
-    /// Which sampler produced it (`nvml`, `host`, `footprint`, `sim`).
+    /// Which sampler produced it (`nvml`, `host`, `dcgm`, `footprint`, `sim`).
     pub source: String,
     /// The device memory in use: a card's VRAM; on a host, the servers' memory.
     pub vram_used_mib: Option<f64>,
@@ -103,6 +105,13 @@ fn build_plain(
         SamplerKind::Host => Ok(Box::new(
             HostSampler::new(&config.host).context("sampler.kind = \"host\"")?,
         )),
+        SamplerKind::Dcgm => {
+            let dcgm = config
+                .dcgm
+                .as_ref()
+                .context("sampler.kind = \"dcgm\" needs [sampler.dcgm] url")?;
+            Ok(Box::new(DcgmSampler::start(dcgm, config.device)?))
+        }
         SamplerKind::Sim => match simulated {
             Some(make) => make(problem, seed).context("starting the simulator sampler"),
             None => bail!(
@@ -119,6 +128,7 @@ pub fn kind_name(kind: SamplerKind) -> &'static str {
         SamplerKind::Sim => "sim",
         SamplerKind::Footprint => "footprint",
         SamplerKind::Host => "host",
+        SamplerKind::Dcgm => "dcgm",
     }
 }
 

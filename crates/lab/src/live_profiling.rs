@@ -32,7 +32,7 @@ use mfsched_daemon::ReconfigRecord;
 use mfsched_daemon::Sampler;
 use mfsched_daemon::build_sampler;
 use mfsched_daemon::{DaemonConfig, ModelLoadConfig};
-use mfsched_daemon::{HttpClient, http_client, http_get, sample_sum};
+use mfsched_daemon::{HttpClient, http_client, http_get, read_dcgm_page, sample_sum};
 
 /// Largest `/metrics` page read.
 const MAX_PAGE_BYTES: usize = 4 << 20;
@@ -401,21 +401,15 @@ impl StateReader {
         workload: WorkloadLevel,
     ) -> Result<(f64, f64, Option<f64>)> {
         if let Some(uri) = &self.dcgm {
-            let body = http_get(&self.client, uri, self.timeout, MAX_PAGE_BYTES).await?;
-            let text = std::str::from_utf8(&body).context("the GPU metrics page is not UTF-8")?;
-            let vram = sample_sum(text, "DCGM_FI_DEV_FB_USED", "gpu", &self.device)?;
-            let util = sample_sum(text, "DCGM_FI_DEV_GPU_UTIL", "gpu", &self.device)? / 100.0;
-            // DRAM active (a profiling field, a fraction) where the exporter
-            // serves it, else the memory-copy utilisation (percent).
-            let contention = sample_sum(text, "DCGM_FI_PROF_DRAM_ACTIVE", "gpu", &self.device)
-                .or_else(|_| {
-                    sample_sum(text, "DCGM_FI_DEV_MEM_COPY_UTIL", "gpu", &self.device)
-                        .map(|p| p / 100.0)
-                })
-                .ok()
-                .filter(|c| c.is_finite())
-                .map(|c| c.clamp(0.0, 1.0));
-            return Ok((vram, util.clamp(0.0, 1.0), contention));
+            let r = read_dcgm_page(
+                &self.client,
+                uri,
+                &self.device,
+                self.timeout,
+                MAX_PAGE_BYTES,
+            )
+            .await?;
+            return Ok((r.vram_used_mib, r.utilization, r.contention));
         }
         let sampler = self.sampler.as_mut().context("no GPU state source")?;
         let s = sampler.sample(problem, joint, workload)?;

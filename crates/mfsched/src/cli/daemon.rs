@@ -17,7 +17,7 @@ pub struct RunArgs {
     /// example value) and exits: a starting point for --config.
     #[arg(long, conflicts_with_all = ["config", "sampler", "listen", "max_ticks"])]
     print_config: bool,
-    /// Overrides sampler.kind: nvml, sim, host or footprint.
+    /// Overrides sampler.kind: nvml, sim, host, dcgm or footprint.
     #[arg(long)]
     sampler: Option<String>,
     /// Overrides api.listen (e.g. 127.0.0.1:0 for any free port).
@@ -39,7 +39,7 @@ pub fn run(args: RunArgs) -> Result<()> {
     let sampler = match args.sampler.as_deref() {
         None => None,
         Some(s) => Some(SamplerKind::parse(s).with_context(|| {
-            format!("--sampler '{s}' is unknown: use nvml, sim, host or footprint")
+            format!("--sampler '{s}' is unknown: use nvml, sim, host, dcgm or footprint")
         })?),
     };
     let overrides = Overrides {

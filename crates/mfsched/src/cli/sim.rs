@@ -193,6 +193,13 @@ fn run_serve(args: ServeArgs) -> Result<()> {
         for m in &problem.models {
             println!("{} = \"http://{}/config\"", m.name, servers.addresses[&m.name]);
         }
+        // Every server's page shows the one simulated card under DCGM's names.
+        if let Some(first) = problem.models.first() {
+            println!(
+                "\n[sampler]\nkind = \"dcgm\"\n\n[sampler.dcgm]\nurl = \"http://{}/metrics\"",
+                servers.addresses[&first.name]
+            );
+        }
         mfsched_daemon::wait_for_signal().await;
         drop(servers);
         anyhow::Ok(())
