@@ -2,9 +2,9 @@
 # The whole loop on the rig (docs/real-servers.md, "The loop on the rig"), one
 # step at a time; every step writes under $RIG_DIR/run/loop and says what it ran.
 #
-#   rig/loop.sh profile   live profile of the pair and of each model alone, at
-#                         every regime, each under `rig.sh hold REGIME` (resumable:
-#                         rows already measured are skipped)
+#   rig/loop.sh profile   live profile of the models together and of each alone,
+#                         at every regime, each under `rig.sh hold REGIME`
+#                         (resumable: rows already measured are skipped)
 #   rig/loop.sh fit       solo rows merged, data check, train, surrogate cv
 #   rig/loop.sh run NAME POLICY [SHADOWS] [PERIOD_MS]
 #                         the daemon under the trace (rig/traces/steps.txt), POLICY
@@ -12,16 +12,25 @@
 #   rig/loop.sh overhead [SECS]
 #                         the daemon's CPU and RSS at 10 Hz with three shadows
 #
-# Environment: as rig/rig.sh (RIG_DIR, RIG_CPUS, RIG_LOAD_CPUS, MLP_RATE,
-# GEMMA_RATE, GEMMA_TOKENS), MFSCHED (the binary; default target/release/mfsched),
-# SAMPLES (pair plan rows over the 4 regimes, default 128), SETTLE_MS, WINDOW_MS,
-# TRACE (default rig/traces/steps.txt).
+# Environment: as rig/rig.sh (RIG_DIR, RIG_MODELS, RIG_CPUS, RIG_LOAD_CPUS,
+# MLP_RATE, GEMMA_RATE, CONV_RATE, GEMMA_TOKENS; run `rig/rig.sh config` with
+# the same RIG_MODELS first), MFSCHED (the binary; default
+# target/release/mfsched), SAMPLES (plan rows of the models together over the 4
+# regimes, default 128), SETTLE_MS, WINDOW_MS, TRACE (default
+# rig/traces/steps.txt). rig-n2 writes under $RIG_DIR/run/loop, rig-n3 under
+# $RIG_DIR/run/loop-n3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$(pwd)
 RIG_DIR=$(cd "${RIG_DIR:-target/rig}" && pwd)
 RUN="$RIG_DIR/run"
-OUT="$RUN/loop"
+MODELS=${RIG_MODELS:-mlp gemma}
+N=$(echo "$MODELS" | wc -w)
+# As rig/rig.sh config names them.
+if [ "$N" = 2 ]; then CONFIG="$RUN/mfsched-rig.toml" OUT="$RUN/loop"
+else CONFIG="$RUN/mfsched-rig-n$N.toml" OUT="$RUN/loop-n$N"; fi
+SCEN="$RUN/rig-n$N.toml"
+[ -s "$CONFIG" ] || { echo "loop: no $CONFIG: run RIG_MODELS=\"$MODELS\" rig/rig.sh config" >&2; exit 2; }
 mkdir -p "$OUT"
 MFSCHED=${MFSCHED:-$REPO/target/release/mfsched}
 SAMPLES=${SAMPLES:-128}
@@ -55,20 +64,34 @@ profile_one() { # CONFIG SAMPLES CSV [RIG_ONLY]
 case "${1:-}" in
   profile)
     # Gemma alone with MLServer stopped (its memory and its idle CPU are not
-    # Gemma's co-runner), then MLServer alone, then the pair.
+    # Gemma's co-runner), then each MLServer model alone (the others unloaded
+    # from it), then the models together (MLServer restarted: every model loaded).
     rig/rig.sh mlserver stop
-    profile_one "$RUN/mfsched-solo-gemma.toml" 48 "$OUT/solo-gemma.csv" gemma
+    case " $MODELS " in *" gemma "*)
+      profile_one "$RUN/mfsched-solo-gemma.toml" 48 "$OUT/solo-gemma.csv" gemma ;; esac
+    for m in $MODELS; do
+      [ "$m" != gemma ] || continue
+      rig/rig.sh mlserver start
+      for other in $MODELS; do
+        [ "$other" = gemma ] || [ "$other" = "$m" ] || rig/rig.sh mlserver unload "$other"
+      done
+      profile_one "$RUN/mfsched-solo-$m.toml" 32 "$OUT/solo-$m.csv" "$m"
+      rig/rig.sh mlserver stop
+    done
     rig/rig.sh mlserver start
-    profile_one "$RUN/mfsched-solo-mlp.toml" 32 "$OUT/solo-mlp.csv" mlp
-    profile_one "$RUN/mfsched-rig.toml" "$SAMPLES" "$OUT/pair.csv" ;;
+    # (pair.csv: the name the N = 2 runs gave the models-together profile.)
+    profile_one "$CONFIG" "$SAMPLES" "$OUT/pair.csv" ;;
   fit)
-    "$RIG_DIR/venv/bin/python" rig/solo-rows.py --pair "$OUT/pair.csv" \
-      --solo "$OUT/solo-mlp.csv" --solo "$OUT/solo-gemma.csv" --out "$OUT/profile.csv"
-    "$MFSCHED" data check "$OUT/profile.csv" --scenario "$RUN/rig-n2.toml" | tee "$OUT/data-check.txt"
-    "$MFSCHED" train --data "$OUT/profile.csv" --scenario "$RUN/rig-n2.toml" --seed 1 \
-      --out "$OUT/bundle" | tee "$OUT/train.txt"
-    "$MFSCHED" surrogate cv --data "$OUT/profile.csv" --scenario "$RUN/rig-n2.toml" \
-      --fields observed,co-runner-solo --jobs 1 --out "$OUT/cv" | tee "$OUT/cv.txt" ;;
+    solos=()
+    for m in $MODELS; do solos+=(--solo "$OUT/solo-$m.csv"); done
+    "$RIG_DIR/venv/bin/python" rig/solo-rows.py --pair "$OUT/pair.csv" "${solos[@]}" \
+      --out "$OUT/profile.csv"
+    "$MFSCHED" data check "$OUT/profile.csv" --scenario "$SCEN" | tee "$OUT/data-check.txt"
+    "$MFSCHED" train --data "$OUT/profile.csv" --scenario "$SCEN" --seed 1 \
+      --field "${FIELD:-co-runner-factors}" --out "$OUT/bundle" | tee "$OUT/train.txt"
+    "$MFSCHED" surrogate cv --data "$OUT/profile.csv" --scenario "$SCEN" \
+      --targets absolute,relative --fields observed,contention,co-runner-solo,co-runner-factors \
+      --jobs 1 --out "$OUT/cv" | tee "$OUT/cv.txt" ;;
   run)
     # A daemon run under the trace: NAME, the active POLICY, SHADOWS (a TOML
     # list, default the config's), PERIOD_MS (default 1000), SCENARIO and
@@ -81,7 +104,7 @@ case "${1:-}" in
     rm -rf "$dir"; mkdir -p "$dir"
     # Absolute: the daemon resolves a relative path against its config's
     # directory ($dir), not the caller's.
-    scenario=$(realpath "${SCENARIO:-$RUN/rig-n2.toml}")
+    scenario=$(realpath "${SCENARIO:-$SCEN}")
     bundle=${BUNDLE-$OUT/bundle}
     [ -z "$bundle" ] || bundle=$(realpath "$bundle")
     # The config: the rig's, with this run's policy, period, scenario and bundle.
@@ -90,7 +113,7 @@ case "${1:-}" in
         -e "s|^period_ms = .*|period_ms = $period|" \
         ${shadows:+-e "s|^shadows = .*|shadows = $shadows|"} \
         ${DOWNTIME_AS_COST:+-e 's|^file = "applied.json"|file = "applied.json"\ndowntime_as_cost = true|'} \
-        "$RUN/mfsched-rig.toml" > "$dir/mfsched.toml"
+        "$CONFIG" > "$dir/mfsched.toml"
     [ -z "${NO_CORRECTION:-}" ] || printf '\n[correction]\nenabled = false\n' >> "$dir/mfsched.toml"
     rig/rig.sh mlserver start
     MFSCHED_API_TOKEN=rig RUST_LOG=info "$MFSCHED" run --config "$dir/mfsched.toml" \
@@ -109,7 +132,7 @@ case "${1:-}" in
     curl -sf "http://$api/metrics" > "$dir/metrics.txt"
     kill -TERM "$daemon"; wait "$daemon" || true
     "$RIG_DIR/venv/bin/python" rig/realised.py --history "$dir/history.json" \
-      --bundle "$OUT/bundle" --scenario "$RUN/rig-n2.toml" --json "$dir/realised.json" ;;
+      --bundle "$OUT/bundle" --scenario "$SCEN" --json "$dir/realised.json" ;;
   overhead)
     # The daemon's own CPU and memory at a 100 ms tick (10 Hz) with three
     # shadows, both servers under medium load for SECS (default 60) seconds:
@@ -117,11 +140,11 @@ case "${1:-}" in
     secs=${2:-60}
     dir="$OUT/overhead"
     rm -rf "$dir"; mkdir -p "$dir"
-    sed -e "s|^scenario = .*|scenario = \"$RUN/rig-n2.toml\"|" \
+    sed -e "s|^scenario = .*|scenario = \"$SCEN\"|" \
         -e "s|^active = .*|active = \"exact\"\\nbundle_dir = \"$OUT/bundle\"|" \
         -e "s|^period_ms = .*|period_ms = 100|" -e "s|^deadline_ms = .*|deadline_ms = 75|" \
         -e 's|^shadows = .*|shadows = ["ga", "static-budget", "hold"]|' \
-        "$RUN/mfsched-rig.toml" > "$dir/mfsched.toml"
+        "$CONFIG" > "$dir/mfsched.toml"
     rig/rig.sh mlserver start
     h=$(hold medium)
     MFSCHED_API_TOKEN=rig "$MFSCHED" run --config "$dir/mfsched.toml" > "$dir/daemon.log" 2>&1 &

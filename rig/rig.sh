@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
 # The real-workload rig (docs/real-servers.md, "The rig"). Run rig/setup.sh first.
 #
-#   rig/rig.sh config             write $RIG_DIR/run: the daemon config, MLServer's
+#   rig/rig.sh config             write $RIG_DIR/run: the daemon configs, MLServer's
 #                                 repository and settings, request bodies
 #   rig/rig.sh mlserver start|stop  MLServer (pinned to $RIG_CPUS with taskset)
-#   rig/rig.sh drive TRACE        drive both servers through a trace of regimes (hey)
-#   rig/rig.sh hold REGIME SECS   hold one regime on both servers for SECS
+#   rig/rig.sh drive TRACE        drive every model's server through a trace of regimes (hey)
+#   rig/rig.sh hold REGIME SECS   hold one regime on every server for SECS
 #
 # llama-server is not started here: the daemon's process actuator starts it
 # (and `profile --live`, which applies configurations through the same actuators).
-# Environment: RIG_DIR (default target/rig), RIG_CPUS (default 0-1: both servers
-# on the same cores, so that they contend), RIG_LOAD_CPUS (where the load
-# generator runs; default RIG_CPUS), RIG_PORT_BASE (default 27100),
-# MLP_RATE / GEMMA_RATE (full-load request and token rates, the reference rates),
-# RIG_ONLY (mlp or gemma: load that model alone, for its solo rows).
+# Environment: RIG_DIR (default target/rig), RIG_MODELS (the models served:
+# "mlp gemma", the default, is rig-n2; "mlp gemma conv" is rig-n3), RIG_CPUS
+# (default 0-1: every server on the same cores, so that they contend),
+# RIG_LOAD_CPUS (where the load generator runs; default RIG_CPUS),
+# RIG_PORT_BASE (default 27100), MLP_RATE / GEMMA_RATE / CONV_RATE (full-load
+# request and token rates, the reference rates), RIG_ONLY (one model: load it
+# alone, for its solo rows).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$(pwd)
@@ -28,50 +30,102 @@ ML_HTTP=$BASE ML_GRPC=$((BASE + 1)) ML_METRICS=$((BASE + 2))
 LLAMA_PORT=$((BASE + 10)) API_PORT=$((BASE + 20))
 MLP_RATE=${MLP_RATE:-400}
 GEMMA_RATE=${GEMMA_RATE:-40}
-# Requests the load generator sends: one 512-wide row for the MLP (MLServer
-# batches them), a short completion for Gemma (GEMMA_TOKENS tokens each).
+CONV_RATE=${CONV_RATE:-300}
+# Requests the load generator sends: one 512-wide row for the MLP and one
+# 64x64 RGB image for the convnet (MLServer batches them), a short completion
+# for Gemma (GEMMA_TOKENS tokens each).
 GEMMA_TOKENS=${GEMMA_TOKENS:-16}
+ALL="mlp gemma conv"
+MODELS=${RIG_MODELS:-mlp gemma}
+for m in $MODELS ${RIG_ONLY:-}; do
+  case " $ALL " in
+    *" $m "*) ;;
+    *) echo "rig.sh: unknown model '$m' (RIG_MODELS, RIG_ONLY: of $ALL)" >&2; exit 2 ;;
+  esac
+done
+N=$(echo "$MODELS" | wc -w)
+# What `config` writes for this set (rig-n2 keeps its first names).
+if [ "$N" = 2 ]; then CONFIG="$RUN/mfsched-rig.toml"; else CONFIG="$RUN/mfsched-rig-n$N.toml"; fi
+SCENARIO="$RUN/rig-n$N.toml"
+
+# The models of the list $1 that MLServer serves (in its one process).
+on_mlserver() { local m; for m in $1; do [ "$m" = gemma ] || echo "$m"; done; }
 
 config() {
-  mkdir -p "$RUN/mlserver/mlp"
-  cp "$RIG_DIR"/models/onnx/mlp-m-fp32.onnx "$RIG_DIR"/models/onnx/mlp-m-int8.onnx "$RUN/mlserver/mlp/"
+  # MLServer's repository holds this set's models only: it loads all of them
+  # at start-up, and a model served idle still holds memory.
+  rm -rf "$RUN/mlserver"
+  mkdir -p "$RUN/mlserver"
   cat > "$RUN/mlserver/settings.json" <<JSON
 {"host": "127.0.0.1", "http_port": $ML_HTTP, "grpc_port": $ML_GRPC, "metrics_port": $ML_METRICS,
  "parallel_workers": 0, "load_models_at_startup": true, "debug": false}
 JSON
-  # The least configuration, as the scenario starts; the actuator rewrites it.
-  cat > "$RUN/mlserver/mlp/model-settings.json" <<JSON
-{"name": "mlp", "implementation": "onnx_runtime.OnnxModel", "max_batch_size": 1, "max_batch_time": 0.004,
- "parameters": {"uri": "./mlp-m-int8.onnx", "version": "int8", "extra": {"threads": 1}}}
+  # Each model's least configuration, as the scenario starts; the actuator rewrites it.
+  local m uri version
+  for m in $(on_mlserver "$MODELS"); do
+    mkdir -p "$RUN/mlserver/$m"
+    case $m in
+      mlp) cp "$RIG_DIR"/models/onnx/mlp-m-{fp32,int8}.onnx "$RUN/mlserver/mlp/"
+           uri=./mlp-m-int8.onnx version=int8 ;;
+      conv) cp "$RIG_DIR"/models/onnx/conv-{s,m}-fp32.onnx "$RUN/mlserver/conv/"
+            uri=./conv-s-fp32.onnx version=s ;;
+    esac
+    cat > "$RUN/mlserver/$m/model-settings.json" <<JSON
+{"name": "$m", "implementation": "onnx_runtime.OnnxModel", "max_batch_size": 1, "max_batch_time": 0.004,
+ "parameters": {"uri": "$uri", "version": "$version", "extra": {"threads": 1}}}
 JSON
+  done
   "$RIG_DIR/venv/bin/python" - "$RUN" "$GEMMA_TOKENS" <<'PY'
 import json, sys
 run, tokens = sys.argv[1], int(sys.argv[2])
-json.dump({"inputs": [{"name": "input", "shape": [1, 512], "datatype": "FP32", "data": [0.5] * 512}]},
-          open(f"{run}/mlp-body.json", "w"))
+def image(shape):
+    n = 1
+    for d in shape:
+        n *= d
+    return {"inputs": [{"name": "input", "shape": shape, "datatype": "FP32", "data": [0.5] * n}]}
+json.dump(image([1, 512]), open(f"{run}/mlp-body.json", "w"))
+json.dump(image([1, 3, 64, 64]), open(f"{run}/conv-body.json", "w"))
 json.dump({"prompt": "Write one sentence about the sea.", "n_predict": tokens, "cache_prompt": True},
           open(f"{run}/gemma-body.json", "w"))
 PY
-  # The pair, and each model alone (its solo rows): the other model's marked
-  # blocks dropped from the scenario and the config.
-  cp rig/scenarios/rig-n2.toml "$RUN/rig-n2.toml"
-  render "$RUN/rig-n2.toml" none > "$RUN/mfsched-rig.toml"
-  for m in mlp gemma; do
-    other=$([ $m = mlp ] && echo gemma || echo mlp)
-    sed -e "/# @$other-begin/,/# @$other-end/d" -e "s|^name = \"rig-n2\"|name = \"rig-$m-solo\"|" \
-      rig/scenarios/rig-n2.toml > "$RUN/solo-$m.toml"
-    render "$RUN/solo-$m.toml" "$other" > "$RUN/mfsched-solo-$m.toml"
+  # The set's scenario and config, and each model alone (its solo rows): the
+  # other models' marked blocks dropped from both.
+  scenario "$MODELS" "rig-n$N" > "$SCENARIO"
+  render "$SCENARIO" "$MODELS" > "$CONFIG"
+  for m in $MODELS; do
+    scenario "$m" "rig-$m-solo" > "$RUN/solo-$m.toml"
+    render "$RUN/solo-$m.toml" "$m" > "$RUN/mfsched-solo-$m.toml"
   done
-  echo "$RUN/mfsched-rig.toml"
+  echo "$CONFIG"
 }
 
-# The config template for SCENARIO without the blocks of model DROP.
+# sed arguments, one a line, dropping the marked blocks of every model not in
+# the list $1, and MLServer's shared blocks where the list has none of its models.
+drop_others() {
+  local m
+  for m in $ALL; do
+    case " $1 " in *" $m "*) ;; *) printf -- '-e\n/# @%s-begin/,/# @%s-end/d\n' "$m" "$m" ;; esac
+  done
+  [ -n "$(on_mlserver "$1")" ] || printf -- '-e\n/# @mlserver-begin/,/# @mlserver-end/d\n'
+}
+
+# The scenario of the models $1, named $2.
+scenario() {
+  local args
+  mapfile -t args < <(drop_others "$1")
+  sed "${args[@]}" -e "s|^name = \"rig\"|name = \"$2\"|" rig/scenarios/rig.toml
+}
+
+# The config template for the scenario $1 with the blocks of the models $2.
 render() {
-  sed -e "/# @$2-begin/,/# @$2-end/d" -e "s|@SCENARIO@|$1|g" \
+  local args
+  mapfile -t args < <(drop_others "$2")
+  sed "${args[@]}" -e "s|@SCENARIO@|$1|g" \
       -e "s|@RIG_DIR@|$RIG_DIR|g" -e "s|@CPUS@|$CPUS|g" \
       -e "s|@ML_HTTP@|$ML_HTTP|g" -e "s|@ML_METRICS@|$ML_METRICS|g" \
       -e "s|@LLAMA_PORT@|$LLAMA_PORT|g" -e "s|@API_PORT@|$API_PORT|g" \
       -e "s|@MLP_RATE@|$MLP_RATE|g" -e "s|@GEMMA_RATE@|$GEMMA_RATE|g" \
+      -e "s|@CONV_RATE@|$CONV_RATE|g" \
       rig/mfsched-rig.toml.in
 }
 
@@ -86,8 +140,13 @@ mlserver() {
        PYTHONPATH="$REPO/rig/mlserver" nohup taskset -c "$CPUS" \
         "$RIG_DIR/venv/bin/mlserver" start . > "$RUN/mlserver.log" 2>&1 &
        echo $! > "$RUN/mlserver.pid")
+      local m ready
       for _ in $(seq 1 120); do
-        if curl -sf "http://127.0.0.1:$ML_HTTP/v2/models/mlp/ready" >/dev/null; then
+        ready=yes
+        for m in $(on_mlserver "$MODELS"); do
+          curl -sf "http://127.0.0.1:$ML_HTTP/v2/models/$m/ready" >/dev/null || ready=
+        done
+        if [ -n "$ready" ]; then
           echo "mlserver ready (pid $(cat "$RUN/mlserver.pid"))"; return
         fi
         sleep 0.5
@@ -98,31 +157,35 @@ mlserver() {
         kill "$(cat "$RUN/mlserver.pid")" 2>/dev/null || true
         rm -f "$RUN/mlserver.pid"
       fi ;;
-    *) echo "rig.sh mlserver start|stop" >&2; exit 2 ;;
+    unload) # MODEL: unloaded through the repository API (its solo rows are another's)
+      curl -sf -X POST "http://127.0.0.1:$ML_HTTP/v2/repository/models/$2/unload" >/dev/null ;;
+    *) echo "rig.sh mlserver start|stop|unload MODEL" >&2; exit 2 ;;
   esac
 }
 
-# The load generator's targets: both models, or RIG_ONLY's alone (solo rows).
+# The load generator's targets: every model of the set, or RIG_ONLY alone (solo rows).
 targets() {
-  if [ "${RIG_ONLY:-mlp}" = mlp ]; then
-    echo --target "mlp=http://127.0.0.1:$ML_HTTP/v2/models/mlp/infer,$RUN/mlp-body.json,$MLP_RATE"
-  fi
-  if [ "${RIG_ONLY:-gemma}" = gemma ]; then
-    # hey's rate is in requests: a Gemma request is GEMMA_TOKENS tokens.
-    local req_rate
-    req_rate=$(python3 -c "print($GEMMA_RATE / $GEMMA_TOKENS)")
-    echo --target "gemma=http://127.0.0.1:$LLAMA_PORT/completion,$RUN/gemma-body.json,$req_rate"
-  fi
+  local m req_rate
+  for m in ${RIG_ONLY:-$MODELS}; do
+    case $m in
+      mlp) echo --target "mlp=http://127.0.0.1:$ML_HTTP/v2/models/mlp/infer,$RUN/mlp-body.json,$MLP_RATE" ;;
+      conv) echo --target "conv=http://127.0.0.1:$ML_HTTP/v2/models/conv/infer,$RUN/conv-body.json,$CONV_RATE" ;;
+      gemma)
+        # hey's rate is in requests: a Gemma request is GEMMA_TOKENS tokens.
+        req_rate=$(python3 -c "print($GEMMA_RATE / $GEMMA_TOKENS)")
+        echo --target "gemma=http://127.0.0.1:$LLAMA_PORT/completion,$RUN/gemma-body.json,$req_rate" ;;
+    esac
+  done
 }
 
 case "${1:-}" in
   config) config ;;
-  mlserver) mlserver "${2:-}" ;;
+  mlserver) mlserver "${2:-}" "${3:-}" ;;
   drive) # shellcheck disable=SC2046
     python3 rig/drive.py --trace "$2" $(targets) --cpus "$LOAD_CPUS" ;;
   hold)
     t=$(mktemp); echo "$3 $2" > "$t"
     # shellcheck disable=SC2046
     python3 rig/drive.py --trace "$t" $(targets) --cpus "$LOAD_CPUS"; rm -f "$t" ;;
-  *) sed -n 2,16p "$0" >&2; exit 2 ;;
+  *) sed -n 2,18p "$0" >&2; exit 2 ;;
 esac
