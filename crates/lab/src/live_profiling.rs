@@ -42,8 +42,9 @@ const MAX_PAGE_BYTES: usize = 4 << 20;
 pub enum StateSource {
     /// The config's sampler (NVML on a real card; the simulator; the footprint).
     Sampler,
-    /// A DCGM exporter's `/metrics` (`DCGM_FI_DEV_FB_USED`, `DCGM_FI_DEV_GPU_UTIL`
-    /// for `sampler.device`); `sim serve`'s pages carry them too.
+    /// A DCGM exporter's `/metrics`, read for `sampler.device` as the daemon's
+    /// `dcgm` sampler reads it (`mfsched_daemon::DcgmReading`); `sim serve`'s
+    /// pages carry the fields too.
     Dcgm(String),
 }
 

@@ -25,7 +25,8 @@ pub struct DcgmReading {
     pub vram_used_mib: f64,
     /// `DCGM_FI_DEV_FB_USED + DCGM_FI_DEV_FB_FREE`, where the page has both.
     pub vram_total_mib: Option<f64>,
-    /// `DCGM_FI_DEV_GPU_UTIL` as a fraction.
+    /// `DCGM_FI_PROF_SM_ACTIVE` (a profiling field, a fraction) where the
+    /// exporter serves it, else `DCGM_FI_DEV_GPU_UTIL` (percent) as a fraction.
     pub utilization: f64,
     /// `DCGM_FI_PROF_DRAM_ACTIVE` (a profiling field, a fraction) where the
     /// exporter serves it, else `DCGM_FI_DEV_MEM_COPY_UTIL` (percent) as a
@@ -39,7 +40,12 @@ pub fn parse_page(text: &str, device: &str) -> Result<DcgmReading> {
     let vram_total_mib = sample_sum(text, "DCGM_FI_DEV_FB_FREE", "gpu", device)
         .ok()
         .map(|free| vram_used_mib + free);
-    let utilization = sample_sum(text, "DCGM_FI_DEV_GPU_UTIL", "gpu", device)? / 100.0;
+    // SM active (a profiling field: the cycles an SM had a warp resident,
+    // averaged over the SMs) where the exporter serves it: two models whose
+    // small kernels keep some kernel running all the time read 100 % GPU
+    // utilisation while leaving SMs idle, which SM active shows.
+    let utilization = sample_sum(text, "DCGM_FI_PROF_SM_ACTIVE", "gpu", device)
+        .or_else(|_| sample_sum(text, "DCGM_FI_DEV_GPU_UTIL", "gpu", device).map(|p| p / 100.0))?;
     let contention = sample_sum(text, "DCGM_FI_PROF_DRAM_ACTIVE", "gpu", device)
         .or_else(|_| {
             sample_sum(text, "DCGM_FI_DEV_MEM_COPY_UTIL", "gpu", device).map(|p| p / 100.0)
@@ -218,12 +224,17 @@ mod tests {
     }
 
     #[test]
-    fn the_dram_active_profiling_field_is_preferred_and_clamped() {
+    fn the_profiling_fields_are_preferred_where_served_and_clamped() {
         let page = format!(
             "{PAGE}# TYPE DCGM_FI_PROF_DRAM_ACTIVE gauge\n\
-             DCGM_FI_PROF_DRAM_ACTIVE{{gpu=\"0\",UUID=\"GPU-a\"}} 1.25\n"
+             DCGM_FI_PROF_DRAM_ACTIVE{{gpu=\"0\",UUID=\"GPU-a\"}} 1.25\n\
+             # TYPE DCGM_FI_PROF_SM_ACTIVE gauge\n\
+             DCGM_FI_PROF_SM_ACTIVE{{gpu=\"0\",UUID=\"GPU-a\"}} 0.31\n"
         );
-        assert_eq!(parse_page(&page, "0").unwrap().contention, Some(1.0));
+        let r = parse_page(&page, "0").unwrap();
+        assert_eq!((r.utilization, r.contention), (0.31, Some(1.0)));
+        // Card 1 has neither profiling field: the device fields stand in.
+        assert!((parse_page(&page, "1").unwrap().utilization - 0.03).abs() < 1e-12);
     }
 
     #[test]

@@ -36,7 +36,8 @@ pub struct ProfileArgs {
     #[arg(long, default_value_t = 10000, requires = "live")]
     window_ms: u64,
     /// Read the GPU state from a DCGM exporter's /metrics (sim serve's pages
-    /// carry it) instead of the config's sampler.
+    /// carry it) instead of the config's sampler; the same fields as
+    /// sampler.kind = "dcgm" reads.
     #[arg(long, requires = "live", value_name = "URL")]
     gpu_metrics: Option<String>,
     /// Print the live plan and its duration, measure nothing.
