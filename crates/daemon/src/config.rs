@@ -614,6 +614,13 @@ pub struct ModelLoadConfig {
     /// Read the counter from this `/metrics` URL directly, not through Prometheus.
     #[serde(default)]
     pub scrape: Option<String>,
+    /// With `scrape`: the rates are taken over the last `rate_window_ms` of
+    /// scrapes (0, the default: between two scrapes), as PromQL's `rate()`
+    /// takes its window. A counter that moves in steps (llama-server counts a
+    /// completion's tokens when it ends) reads 0 or twice its rate between
+    /// two scrapes a second apart; a window of several steps reads its rate.
+    #[serde(default)]
+    pub rate_window_ms: u64,
     /// A PromQL expression giving the offered requests per second (overrides
     /// the preset's query; needs `url`).
     #[serde(default)]
@@ -1020,6 +1027,14 @@ impl PrometheusConfig {
                     "{at}.label is empty (the page's every sample of the metric): that needs scrape, a page of this model alone"
                 );
             }
+            if m.rate_window_ms > MAX_RATE_WINDOW_MS {
+                bail!("{at}.rate_window_ms must be at most {MAX_RATE_WINDOW_MS} (10 minutes)");
+            }
+            if m.rate_window_ms > 0 && m.scrape.is_none() {
+                bail!(
+                    "{at}.rate_window_ms is for scraped counters; through Prometheus, {p}.rate_window is the window"
+                );
+            }
             match (&m.scrape, &m.query) {
                 (Some(_), Some(_)) => bail!("{at}: give scrape or query, not both"),
                 (Some(url), None) => check_http_url(&format!("{at}.scrape"), url)?,
@@ -1032,6 +1047,10 @@ impl PrometheusConfig {
         Ok(())
     }
 }
+
+/// The longest `rate_window_ms` of a scraped counter: the scrapes it keeps
+/// are bounded by it over the poll period.
+pub const MAX_RATE_WINDOW_MS: u64 = 600_000;
 
 fn check_http_url(key: &str, url: &str) -> Result<()> {
     if !url.starts_with("http://") || url.parse::<hyper::Uri>().is_err() {
@@ -1363,6 +1382,14 @@ mod tests {
             (
                 "[workload.prometheus]\nurl = \"http://x:1\"\n[workload.prometheus.models.llm]\nreference_rate = 1\n",
                 "needs a preset",
+            ),
+            (
+                "[workload.prometheus]\nurl = \"http://x:1\"\n[workload.prometheus.models.llm]\npreset = \"vllm\"\nreference_rate = 1\nrate_window_ms = 5000\n",
+                "rate_window_ms is for scraped counters",
+            ),
+            (
+                "[workload.prometheus.models.llm]\npreset = \"vllm\"\nreference_rate = 1\nscrape = \"http://x:1/metrics\"\nrate_window_ms = 600001\n",
+                "rate_window_ms must be at most 600000",
             ),
             (
                 "[workload.prometheus]\nurl = \"http://x:1\"\nthresholds = [0.8, 0.7, 1.0]\n[workload.prometheus.models.llm]\npreset = \"vllm\"\nreference_rate = 1\n",

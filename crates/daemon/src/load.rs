@@ -72,13 +72,14 @@ struct Reading {
 enum Source {
     /// `GET {url}/api/v1/query?query=…`: a rate, already per second.
     Query { uri: hyper::Uri, query: String },
-    /// `GET /metrics`: a counter; the rate between two scrapes.
+    /// `GET /metrics`: a counter; the rate over the scrapes of the last
+    /// `window` (at least the previous one).
     Scrape {
         uri: hyper::Uri,
         metric: String,
         label: String,
         name: String,
-        last: Option<(f64, Instant)>,
+        scrapes: ScrapeWindow,
     },
 }
 
@@ -118,7 +119,7 @@ impl Source {
                 metric,
                 label,
                 name,
-                last: None,
+                scrapes: ScrapeWindow::new(Duration::from_millis(m.rate_window_ms)),
             });
         }
         let query = match query {
@@ -174,27 +175,55 @@ impl Source {
                 metric,
                 label,
                 name,
-                last,
+                scrapes,
             } => {
                 let body = get(client, uri, timeout, max_bytes).await?;
                 let text = std::str::from_utf8(&body).context("the /metrics page is not UTF-8")?;
                 let value = sample_sum(text, metric, label, name)?;
-                let now = Instant::now();
-                let previous = last.replace((value, now));
-                match previous {
-                    Some((v, at)) if value >= v => {
-                        let dt = now.duration_since(at).as_secs_f64();
-                        Ok((dt > 0.0).then(|| (value - v) / dt))
-                    }
-                    // A counter that went down restarted with its server (or
-                    // is not a counter): said, and no rate from it this time.
-                    Some((v, _)) => {
-                        bail!("{metric} went down from {v} to {value}: the server restarted?")
-                    }
-                    None => Ok(None),
-                }
+                scrapes
+                    .rate(value, Instant::now())
+                    .map_err(|e| anyhow::anyhow!("{metric} {e}: the server restarted?"))
             }
         }
+    }
+}
+
+/// A scraped counter's readings over a rate window.
+#[derive(Debug)]
+struct ScrapeWindow {
+    window: Duration,
+    /// (value, when read), oldest first: the newest reading at least
+    /// `window` old, then every later one.
+    readings: std::collections::VecDeque<(f64, Instant)>,
+}
+
+impl ScrapeWindow {
+    fn new(window: Duration) -> Self {
+        Self {
+            window,
+            readings: std::collections::VecDeque::new(),
+        }
+    }
+
+    /// Records `value` read `now`; the rate since the oldest reading kept
+    /// (`None` on the first). A counter that went down restarted with its
+    /// server (or is not a counter): an error, and the rate starts again
+    /// from this reading.
+    fn rate(&mut self, value: f64, now: Instant) -> Result<Option<f64>> {
+        if let Some(&(last, _)) = self.readings.back()
+            && value < last
+        {
+            self.readings.clear();
+            self.readings.push_back((value, now));
+            bail!("went down from {last} to {value}");
+        }
+        self.readings.push_back((value, now));
+        while self.readings.len() > 2 && now.duration_since(self.readings[1].1) >= self.window {
+            self.readings.pop_front();
+        }
+        let &(first, at) = self.readings.front().expect("just pushed");
+        let dt = now.duration_since(at).as_secs_f64();
+        Ok((dt > 0.0).then(|| (value - first) / dt))
     }
 }
 
@@ -627,6 +656,30 @@ llamacpp:predicted_tokens_seconds 33.3397\n";
         let nan = br#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{},"value":[1,"NaN"]}]}}"#;
         assert!(query_value(nan).is_err());
         assert!(query_value(b"<html>").is_err());
+    }
+
+    #[test]
+    fn a_scraped_counter_rate_covers_its_window() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        // No window: the rate between two scrapes, 0 between two steps.
+        let mut plain = ScrapeWindow::new(Duration::ZERO);
+        assert_eq!(plain.rate(0.0, at(0)).unwrap(), None);
+        assert_eq!(plain.rate(8.0, at(1000)).unwrap(), Some(8.0));
+        assert_eq!(plain.rate(8.0, at(2000)).unwrap(), Some(0.0));
+        // A 4 s window over a counter stepping 8 every 2 s reads 4 a second
+        // once the window is full, and keeps what the window needs only.
+        let mut w = ScrapeWindow::new(Duration::from_secs(4));
+        let mut last = None;
+        for k in 0..=10u64 {
+            last = w.rate(8.0 * (k / 2) as f64, at(1000 * k)).unwrap();
+            assert!(w.readings.len() <= 6, "{} readings kept", w.readings.len());
+        }
+        assert_eq!(last, Some(4.0));
+        // A counter that went down is an error, and the rate restarts from it.
+        let e = w.rate(1.0, at(11_000)).unwrap_err().to_string();
+        assert!(e.contains("went down from 40 to 1"), "{e}");
+        assert_eq!(w.rate(3.0, at(12_000)).unwrap(), Some(2.0));
     }
 
     #[test]
