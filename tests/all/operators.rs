@@ -169,7 +169,7 @@ fn with_fairness(dir: &Path, period_ms: u64, policy: &str) -> PathBuf {
 /// decides.
 #[test]
 fn a_configuration_that_cannot_decide_is_refused_at_start_up_naming_the_key() {
-    let cases: [(&str, &[&str]); 5] = [
+    let cases: [(&str, &[&str]); 7] = [
         (
             "active = \"exact\"\nutility = \"fairness\"\nplugin_dir = \"plugins\"",
             &[
@@ -191,6 +191,16 @@ fn a_configuration_that_cannot_decide_is_refused_at_start_up_naming_the_key() {
         (
             "active = \"ga\"\nutility = \"nonesuch\"",
             &["policy.utility = 'nonesuch'", "unknown plugin 'nonesuch'"],
+        ),
+        (
+            "active = \"hold\"\nstart = { llama3b = \"fp16 concurrency=3\" }",
+            &[
+                "policy.start.llama3b: 'fp16 concurrency=3' is not one of its configurations (e.g. '",
+            ],
+        ),
+        (
+            "active = \"hold\"\nstart = { nobody = \"fp16\" }",
+            &["policy.start names model 'nobody', which the scenario does not have"],
         ),
         (
             "active = \"ga\"\nutility_params = { weight = 2 }",
@@ -232,6 +242,45 @@ fn a_configuration_that_cannot_decide_is_refused_at_start_up_naming_the_key() {
         "2",
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
+}
+
+/// `policy.start`: the daemon starts from the named configurations (what the
+/// servers run), so `hold` keeps them from the first tick; an unnamed model
+/// starts in its least-memory configuration.
+#[test]
+fn the_daemon_starts_from_the_configurations_policy_start_names() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let start = "fp16 concurrency=4 skip_rate=0.25";
+    let config = common::daemon_config(
+        dir.path(),
+        "paper-n2",
+        300,
+        &format!("active = \"hold\"\nstart = {{ llama3b = \"{start}\" }}"),
+        "",
+    );
+    let out = mfsched(&[
+        "run",
+        "--config",
+        config.to_str().expect("utf-8"),
+        "--max-ticks",
+        "3",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let problem = mfsched_core::load_scenario("paper-n2")
+        .expect("bundled")
+        .problem;
+    let records = mfsched_daemon::read_decision_log(&dir.path().join("decisions.log"))
+        .expect("the log")
+        .records;
+    assert_eq!(records.len(), 3);
+    for r in &records {
+        assert_eq!(
+            problem.models[0].knobs(r.applied[0] as usize).to_string(),
+            start
+        );
+        assert_eq!(r.applied[1], problem.current[1], "yolo-a: least memory");
+        assert!(r.changed_models.is_empty(), "hold changes nothing");
+    }
 }
 
 /// `POST /v1/policies/active`, as the issue 29 trial found it: making a

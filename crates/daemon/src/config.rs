@@ -140,6 +140,13 @@ pub struct PolicyConfig {
     /// The field the surrogate's joint predictions are made under.
     #[serde(default)]
     pub field: mfsched_core::Field,
+    /// The configuration a model starts in, by its label as the dashboard
+    /// and `/v1/history` show it (`fp32 max_batch_size=8 threads=1`): what
+    /// its servers run when the daemon starts, so the first ticks decide from
+    /// it (and the v2-repository and process actuators bring it up). A model
+    /// not named starts in its least-memory configuration.
+    #[serde(default)]
+    pub start: BTreeMap<String, String>,
 }
 
 /// A component parameter's value as TOML writes it: components take text,

@@ -164,6 +164,34 @@ fn floors_text(problem: &mfsched_core::Problem, floors: &mfsched_core::Floors) -
     format!("conformal α {alpha} ({})", raised.join(", "))
 }
 
+/// The joint configuration the daemon starts from: `policy.start`'s labels
+/// where given, else each model's least-memory configuration (the scenario's).
+fn start_configuration(
+    problem: &mfsched_core::Problem,
+    start: &std::collections::BTreeMap<String, String>,
+) -> Result<Vec<u32>> {
+    let mut current = problem.current.clone();
+    for (name, label) in start {
+        let i = problem.model_index(name).with_context(|| {
+            format!("policy.start names model '{name}', which the scenario does not have")
+        })?;
+        let model = &problem.models[i];
+        let config = (0..model.grid_size())
+            .find(|&c| model.knobs(c).to_string() == *label)
+            .with_context(|| {
+                format!(
+                    "policy.start.{name}: '{label}' is not one of its configurations (e.g. '{}')",
+                    model.knobs(0)
+                )
+            })?;
+        current[i] = config as u32;
+    }
+    problem
+        .check_feasible(&current)
+        .map_err(|e| anyhow::anyhow!("policy.start: {e}"))?;
+    Ok(current)
+}
+
 /// Runs the daemon until SIGINT/SIGTERM (or `max_ticks`). Must run inside tokio.
 /// Progress and notices are logged (`tracing`), one line each.
 /// `simulated_gpu` is the simulated card for `sampler.kind = "sim"` (the
@@ -246,6 +274,7 @@ pub async fn run(
         ..
     } = served;
     problem.sla_floors = floors.enforced().to_vec();
+    problem.current = start_configuration(&problem, &config.policy.start)?;
     // Decisions use predictions corrected from measured throughput (they stay
     // the surrogate's until a model's throughput is measured).
     let correction = config.correction.enabled.then(|| {
