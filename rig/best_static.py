@@ -19,8 +19,13 @@ its own share of rows under its floor. A plan of R rows over the regimes
 rarely measures one joint configuration of three models twice (rig-n3 has
 768), while each model's 8 to 12 configurations recur in every regime.
 
+With --start FILE it also writes the choice as the daemon's `policy.start`
+line (each model's configuration label): `hold` on the full scenario and its
+bundle then keeps it, and the run's predictions come from the same bundle as
+the policies' runs (rig/loop.sh run: START="$(cat FILE)").
+
 Usage: best_static.py --profile PROFILE.csv --bundle DIR --scenario S.toml
-                      --trace TRACE --out STATIC.toml [--per-model]
+                      --trace TRACE --out STATIC.toml [--per-model] [--start FILE]
 """
 
 import argparse
@@ -41,6 +46,7 @@ def main(argv):
     for a in ("--profile", "--bundle", "--scenario", "--trace", "--out"):
         p.add_argument(a, required=True)
     p.add_argument("--per-model", action="store_true")
+    p.add_argument("--start")
     args = p.parse_args(argv)
     with open(args.scenario, "rb") as f:
         scen = tomllib.load(f)
@@ -132,11 +138,19 @@ def main(argv):
             body = re.sub(rf'(?m)^(  {{ name = "{re.escape(k)}", values = )\[[^\]]*\]', rf"\g<1>[{value}]", body)
         text = text.replace(section.group(0), body)
     text = re.sub(r'(?m)^name = "([^"]+)"', r'name = "\1-static"', text, count=1)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(args.out)), suffix=".tmp")
+    write_atomically(args.out, text)
+    if args.start:
+        # The label the daemon shows: the variant, then the knobs by name.
+        labels = [f'{m} = "{" ".join([v] + [f"{k}={x}" for k, x in sorted(ks)])}"' for m, v, ks in joint]
+        write_atomically(args.start, f"start = {{ {', '.join(labels)} }}\n")
+    return 0
+
+
+def write_atomically(path, text):
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), suffix=".tmp")
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.write(text)
-    os.replace(tmp, args.out)
-    return 0
+    os.replace(tmp, path)
 
 
 if __name__ == "__main__":

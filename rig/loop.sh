@@ -96,7 +96,8 @@ case "${1:-}" in
     # A daemon run under the trace: NAME, the active POLICY, SHADOWS (a TOML
     # list, default the config's), PERIOD_MS (default 1000), SCENARIO and
     # BUNDLE (default the pair's and the trained bundle; a static run passes a
-    # one-configuration scenario and its bundle); DOWNTIME_AS_COST=1 makes the
+    # one-configuration scenario and its bundle, or START, a policy.start line
+    # that hold keeps: rig/best_static.py --start); DOWNTIME_AS_COST=1 makes the
     # measured downtime the utility's reconfiguration cost; NO_CORRECTION=1 turns
     # the online correction off (`[correction] enabled = false`).
     name=$2 policy=$3 shadows=${4:-} period=${5:-1000}
@@ -115,6 +116,7 @@ case "${1:-}" in
         ${DOWNTIME_AS_COST:+-e 's|^file = "applied.json"|file = "applied.json"\ndowntime_as_cost = true|'} \
         "$CONFIG" > "$dir/mfsched.toml"
     [ -z "${NO_CORRECTION:-}" ] || printf '\n[correction]\nenabled = false\n' >> "$dir/mfsched.toml"
+    [ -z "${START:-}" ] || sed -i "s|^active = .*|&\n$START|" "$dir/mfsched.toml"
     rig/rig.sh mlserver start
     MFSCHED_API_TOKEN=rig RUST_LOG=info "$MFSCHED" run --config "$dir/mfsched.toml" \
       > "$dir/daemon.log" 2>&1 &
