@@ -664,22 +664,22 @@ llamacpp:predicted_tokens_seconds 33.3397\n";
         let at = |ms: u64| t0 + Duration::from_millis(ms);
         // No window: the rate between two scrapes, 0 between two steps.
         let mut plain = ScrapeWindow::new(Duration::ZERO);
-        assert_eq!(plain.rate(0.0, at(0)).unwrap(), None);
-        assert_eq!(plain.rate(8.0, at(1000)).unwrap(), Some(8.0));
-        assert_eq!(plain.rate(8.0, at(2000)).unwrap(), Some(0.0));
+        assert_eq!(plain.rate(0.0, at(0)).expect("a value"), None);
+        assert_eq!(plain.rate(8.0, at(1000)).expect("a value"), Some(8.0));
+        assert_eq!(plain.rate(8.0, at(2000)).expect("a value"), Some(0.0));
         // A 4 s window over a counter stepping 8 every 2 s reads 4 a second
         // once the window is full, and keeps what the window needs only.
         let mut w = ScrapeWindow::new(Duration::from_secs(4));
         let mut last = None;
         for k in 0..=10u64 {
-            last = w.rate(8.0 * (k / 2) as f64, at(1000 * k)).unwrap();
+            last = w.rate(8.0 * (k / 2) as f64, at(1000 * k)).expect("a value");
             assert!(w.readings.len() <= 6, "{} readings kept", w.readings.len());
         }
         assert_eq!(last, Some(4.0));
         // A counter that went down is an error, and the rate restarts from it.
-        let e = w.rate(1.0, at(11_000)).unwrap_err().to_string();
+        let e = w.rate(1.0, at(11_000)).expect_err("an error").to_string();
         assert!(e.contains("went down from 40 to 1"), "{e}");
-        assert_eq!(w.rate(3.0, at(12_000)).unwrap(), Some(2.0));
+        assert_eq!(w.rate(3.0, at(12_000)).expect("a value"), Some(2.0));
     }
 
     #[test]

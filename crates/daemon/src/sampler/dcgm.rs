@@ -213,13 +213,13 @@ mod tests {
 
     #[test]
     fn a_page_gives_the_cards_memory_utilisation_and_memory_copy_share() {
-        let r = parse_page(PAGE, "0").unwrap();
+        let r = parse_page(PAGE, "0").expect("a value");
         assert_eq!(r.vram_used_mib, 5120.0);
         assert_eq!(r.vram_total_mib, Some(16384.0));
         assert!((r.utilization - 0.87).abs() < 1e-12);
         assert_eq!(r.contention, Some(0.4));
         // The other card: no free memory, no copy share on the page for it.
-        let other = parse_page(PAGE, "1").unwrap();
+        let other = parse_page(PAGE, "1").expect("a value");
         assert_eq!((other.vram_total_mib, other.contention), (None, None));
     }
 
@@ -231,21 +231,21 @@ mod tests {
              # TYPE DCGM_FI_PROF_SM_ACTIVE gauge\n\
              DCGM_FI_PROF_SM_ACTIVE{{gpu=\"0\",UUID=\"GPU-a\"}} 0.31\n"
         );
-        let r = parse_page(&page, "0").unwrap();
+        let r = parse_page(&page, "0").expect("a value");
         assert_eq!((r.utilization, r.contention), (0.31, Some(1.0)));
         // Card 1 has neither profiling field: the device fields stand in.
-        assert!((parse_page(&page, "1").unwrap().utilization - 0.03).abs() < 1e-12);
+        assert!((parse_page(&page, "1").expect("a value").utilization - 0.03).abs() < 1e-12);
     }
 
     #[test]
     fn a_page_without_the_card_or_with_broken_values_names_what_is_missing() {
-        let e = parse_page(PAGE, "7").unwrap_err().to_string();
+        let e = parse_page(PAGE, "7").expect_err("an error").to_string();
         assert!(
             e.contains("DCGM_FI_DEV_FB_USED") && e.contains("\"7\""),
             "{e}"
         );
         let nan = PAGE.replace("} 87", "} NaN");
-        let e = parse_page(&nan, "0").unwrap_err().to_string();
+        let e = parse_page(&nan, "0").expect_err("an error").to_string();
         assert!(e.contains("DCGM_FI_DEV_GPU_UTIL"), "{e}");
         let negative = PAGE.replace("} 5120", "} -5");
         assert!(parse_page(&negative, "0").is_err());
@@ -257,7 +257,7 @@ mod tests {
         // A port nothing listens on: every read fails, so no reading is fresh.
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
-            .unwrap()
+            .expect("a value")
             .port();
         let config = DcgmSamplerConfig {
             url: format!("http://127.0.0.1:{port}/metrics"),
@@ -266,12 +266,14 @@ mod tests {
             stale_ms: 1000,
             max_bytes: 1 << 20,
         };
-        let mut sampler = DcgmSampler::start(&config, 0).unwrap();
+        let mut sampler = DcgmSampler::start(&config, 0).expect("a value");
         tokio::time::sleep(Duration::from_millis(100)).await;
-        let problem = mfsched_core::load_scenario("paper-n2").unwrap().problem;
+        let problem = mfsched_core::load_scenario("paper-n2")
+            .expect("a value")
+            .problem;
         let e = sampler
             .sample(&problem, &problem.current, WorkloadLevel::Low)
-            .unwrap_err()
+            .expect_err("an error")
             .to_string();
         assert!(e.contains(&config.url) && e.contains("stale_ms"), "{e}");
     }
