@@ -2165,4 +2165,58 @@ fn the_contention_field_is_profiled_trained_served_and_replayed() {
     );
     let text = format!("{}{}", stdout(&out), stderr(&out));
     assert!(text.contains("contention reading"), "{text}");
+
+    // Both fields at once: the reading, then the co-runners' learnt factors.
+    let both = path("both");
+    let out = mfsched(&[
+        "train",
+        "--data",
+        &csv,
+        "--scenario",
+        "paper-n2",
+        "--field",
+        "contention+co-runner-factors",
+        "--epochs",
+        "30",
+        "--out",
+        &both,
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let meta: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("both/bundle.json")).expect("bundle.json"),
+    )
+    .expect("JSON");
+    assert_eq!(meta["field_features"], "contention+co-runner-factors");
+    let features: Vec<&str> = meta["models"][0]["features"]
+        .as_array()
+        .expect("features")
+        .iter()
+        .filter_map(|f| f.as_str())
+        .collect();
+    let at = features
+        .iter()
+        .position(|&f| f == "contention")
+        .expect("the reading");
+    assert_eq!(
+        features[at + 1],
+        "corunners.inflicted_log_slowdown",
+        "{features:?}"
+    );
+    assert!(meta["models"][0]["corunner_factors"].is_array());
+    for field in ["observed", "candidate-aware"] {
+        let out = mfsched(&[
+            "decide",
+            "--scenario",
+            "paper-n2",
+            "--policy",
+            "exact",
+            "--models",
+            &both,
+            "--field",
+            field,
+            "--state",
+            reading,
+        ]);
+        assert!(out.status.success(), "{field}: {}", stderr(&out));
+    }
 }

@@ -406,7 +406,7 @@ impl Bundle {
                 _ => {}
             }
             match (self.meta.field_features, &m.corunner_factors) {
-                (FieldFeatures::CoRunnerFactors, None) => bail!(
+                (field, None) if field.is_learnt() => bail!(
                     "model '{}' has no corunner_factors, which the {} field it was trained on needs; {REMEDY}",
                     m.name,
                     self.meta.field_features
@@ -493,7 +493,7 @@ impl Bundle {
         let field = self.meta.field_features;
         let meanfield = match (field, self.corunner_tables()) {
             (FieldFeatures::Observed, _) => MeanField::with_backend(problem, nets, choice)?,
-            (FieldFeatures::Contention, _) => {
+            (field, _) if !field.has_corunner_tables() => {
                 MeanField::with_field(problem, nets, field, CorunnerTables::new(), choice)?
             }
             (field, Some(tables)) => MeanField::with_field(problem, nets, field, tables, choice)?,
@@ -527,7 +527,7 @@ impl Bundle {
                 .map(|m| m.solo_profile.clone())
                 .collect::<Option<SoloProfiles>>()
                 .map(|s| features::solo_tables(&s)),
-            FieldFeatures::CoRunnerFactors => self
+            FieldFeatures::CoRunnerFactors | FieldFeatures::ContentionFactors => self
                 .meta
                 .models
                 .iter()

@@ -190,6 +190,9 @@ pub fn layout_names(
 ///   card, the servers' run-queue wait share on a CPU host): what the SM
 ///   share cannot show. Observed like the state, so under the candidate-aware
 ///   field every candidate sees the contention measured now.
+/// - [`FieldFeatures::ContentionFactors`]: both: the state, the contention
+///   reading, then the co-runners' learnt factors (on the rig the reading
+///   carried what the factors did not, and the other way round).
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
 )]
@@ -200,14 +203,17 @@ pub enum FieldFeatures {
     CoRunnerSolo,
     CoRunnerFactors,
     Contention,
+    #[serde(rename = "contention+co-runner-factors")]
+    ContentionFactors,
 }
 
 impl FieldFeatures {
-    pub const ALL: [FieldFeatures; 4] = [
+    pub const ALL: [FieldFeatures; 5] = [
         FieldFeatures::Observed,
         FieldFeatures::CoRunnerSolo,
         FieldFeatures::CoRunnerFactors,
         FieldFeatures::Contention,
+        FieldFeatures::ContentionFactors,
     ];
 
     pub fn name(self) -> &'static str {
@@ -216,6 +222,7 @@ impl FieldFeatures {
             FieldFeatures::CoRunnerSolo => "co-runner-solo",
             FieldFeatures::CoRunnerFactors => "co-runner-factors",
             FieldFeatures::Contention => "contention",
+            FieldFeatures::ContentionFactors => "contention+co-runner-factors",
         }
     }
 
@@ -226,7 +233,10 @@ impl FieldFeatures {
     /// Whether the co-runner features are learnt from co-location rows (and so
     /// from a training set's rows only), not read from solo rows.
     pub fn is_learnt(&self) -> bool {
-        *self == FieldFeatures::CoRunnerFactors
+        matches!(
+            self,
+            FieldFeatures::CoRunnerFactors | FieldFeatures::ContentionFactors
+        )
     }
 
     /// Names of the co-runner features that follow the state, parallel to
@@ -235,13 +245,16 @@ impl FieldFeatures {
         match self {
             FieldFeatures::Observed | FieldFeatures::Contention => &[],
             FieldFeatures::CoRunnerSolo => &SOLO_NAMES,
-            FieldFeatures::CoRunnerFactors => &FACTOR_NAMES,
+            FieldFeatures::CoRunnerFactors | FieldFeatures::ContentionFactors => &FACTOR_NAMES,
         }
     }
 
     /// Whether the contention reading follows the state.
     pub fn uses_contention(self) -> bool {
-        self == FieldFeatures::Contention
+        matches!(
+            self,
+            FieldFeatures::Contention | FieldFeatures::ContentionFactors
+        )
     }
 
     /// Whether the field needs per-configuration co-runner tables (solo

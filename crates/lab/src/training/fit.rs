@@ -201,7 +201,7 @@ pub fn corunner_tables(
         FieldFeatures::CoRunnerSolo => Some(solo_corunner_tables(
             &solo_profiles(problem, profile).map_err(anyhow::Error::msg)?,
         )),
-        FieldFeatures::CoRunnerFactors => {
+        FieldFeatures::CoRunnerFactors | FieldFeatures::ContentionFactors => {
             Some(factors::learn(problem, profile, train, group_of, seed))
         }
     })
@@ -379,7 +379,7 @@ pub fn train_bundle(
                 .then(|| maps[i].solo.iter().map(|&v| f64::from(v)).collect()),
             solo_profile: solo_profiles.as_ref().map(|s| s[i].clone()),
             corunner_factors: match (options.field, &tables) {
-                (FieldFeatures::CoRunnerFactors, Some(t)) => Some(t[i].clone()),
+                (field, Some(t)) if field.is_learnt() => Some(t[i].clone()),
                 _ => None,
             },
         });
