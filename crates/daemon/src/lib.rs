@@ -234,7 +234,7 @@ pub async fn run(
     };
     if served.needs_contention && sampling == SamplerKind::Footprint {
         bail!(
-            "policy.bundle_dir: the bundle was trained on the contention field, and the footprint \
+            "policy.bundle_dir: the bundle was trained on a field with the contention reading, and the footprint \
              sampler gives no contention reading to predict with; sample with nvml, host, dcgm or sim"
         );
     }
