@@ -14,8 +14,8 @@
 # (default 0-1: every server on the same cores, so that they contend),
 # RIG_LOAD_CPUS (where the load generator runs; default RIG_CPUS),
 # RIG_PORT_BASE (default 27100), MLP_RATE / GEMMA_RATE / CONV_RATE (full-load
-# request and token rates, the reference rates), RIG_ONLY (one model: load it
-# alone, for its solo rows).
+# request and token rates, the reference rates), MLP_FLOOR / GEMMA_FLOOR /
+# CONV_FLOOR (SLA floors), RIG_ONLY (one model: load it alone, for its solo rows).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$(pwd)
@@ -31,6 +31,8 @@ LLAMA_PORT=$((BASE + 10)) API_PORT=$((BASE + 20))
 MLP_RATE=${MLP_RATE:-400}
 GEMMA_RATE=${GEMMA_RATE:-40}
 CONV_RATE=${CONV_RATE:-300}
+# SLA floors, in each model's unit (rig/scenarios/rig.toml).
+MLP_FLOOR=${MLP_FLOOR:-150.0} GEMMA_FLOOR=${GEMMA_FLOOR:-5.0} CONV_FLOOR=${CONV_FLOOR:-50.0}
 # Requests the load generator sends: one 512-wide row for the MLP and one
 # 64x64 RGB image for the convnet (MLServer batches them), a short completion
 # for Gemma (GEMMA_TOKENS tokens each).
@@ -113,7 +115,8 @@ drop_others() {
 scenario() {
   local args
   mapfile -t args < <(drop_others "$1")
-  sed "${args[@]}" -e "s|^name = \"rig\"|name = \"$2\"|" rig/scenarios/rig.toml
+  sed "${args[@]}" -e "s|^name = \"rig\"|name = \"$2\"|" -e "s|@MLP_FLOOR@|$MLP_FLOOR|" \
+      -e "s|@GEMMA_FLOOR@|$GEMMA_FLOOR|" -e "s|@CONV_FLOOR@|$CONV_FLOOR|" rig/scenarios/rig.toml
 }
 
 # The config template for the scenario $1 with the blocks of the models $2.
