@@ -244,6 +244,57 @@ fn a_configuration_that_cannot_decide_is_refused_at_start_up_naming_the_key() {
     assert!(out.status.success(), "{}", stderr(&out));
 }
 
+/// A floor no configuration is predicted to meet makes the trial decision
+/// refuse: that is the state's answer, not a policy that cannot decide, so
+/// the daemon starts, says so once, and its ticks keep the last valid
+/// configuration while the floor stays out of reach.
+#[test]
+fn a_floor_out_of_reach_at_the_trial_state_does_not_stop_the_start() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let scenario = dir.path().join("unreachable.toml");
+    let text = std::fs::read_to_string(
+        common::workspace_root().join("examples/paper-n3-tight-floors.toml"),
+    )
+    .expect("the example scenario");
+    std::fs::write(
+        &scenario,
+        text.replace("sla_floor = 450", "sla_floor = 1e9"),
+    )
+    .expect("write");
+    let config = common::daemon_config(
+        dir.path(),
+        scenario.to_str().expect("utf-8"),
+        300,
+        "active = \"exact\"",
+        "",
+    );
+    let out = mfsched(&[
+        "run",
+        "--config",
+        config.to_str().expect("utf-8"),
+        "--max-ticks",
+        "2",
+    ]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(
+        err.matches(
+            "no configuration of 'qwen1.5b' is predicted to meet its floor at the trial state"
+        )
+        .count(),
+        1,
+        "{err}"
+    );
+    let records = mfsched_daemon::read_decision_log(&dir.path().join("decisions.log"))
+        .expect("the log")
+        .records;
+    assert_eq!(records.len(), 2);
+    assert!(
+        records.iter().all(|r| r.kept_last_valid),
+        "the ticks refused too"
+    );
+}
+
 /// `policy.start`: the daemon starts from the named configurations (what the
 /// servers run), so `hold` keeps them from the first tick; an unnamed model
 /// starts in its least-memory configuration.

@@ -239,7 +239,43 @@ impl Deciding {
                 Ok(_) => return Ok(()),
             }
         }
-        last.map_or(Ok(()), Err)
+        match last {
+            // No configuration of some model is predicted to meet its floor at
+            // the trial state: a refusal is then the state's answer, not the
+            // policy's fault; the ticks, at the states they measure, tell.
+            Some(PluginFailure::Refused(why))
+                if let Some(model) = self.floor_out_of_reach(problem, &state) =>
+            {
+                tracing::warn!(
+                    "policy '{policy}': its trial decision was refused ({}), and no configuration of '{model}' is predicted to meet its floor at the trial state; starting: the ticks decide at the states they measure",
+                    mfsched_core::printable(&why, 300)
+                );
+                Ok(())
+            }
+            last => last.map_or(Ok(()), Err),
+        }
+    }
+
+    /// A model no configuration of which is predicted to meet its (enforced)
+    /// floor at `state`, if there is one.
+    fn floor_out_of_reach<'p>(&self, problem: &'p Problem, state: &GpuState) -> Option<&'p str> {
+        let table = self
+            .pipeline
+            .predictor()
+            .predict_table(state, &problem.current)
+            .ok()?;
+        let offsets = mfsched_core::table_offsets(problem);
+        problem
+            .models
+            .iter()
+            .zip(offsets.windows(2))
+            .zip(&problem.sla_floors)
+            .find(|((_, range), floor)| {
+                table[range[0]..range[1]]
+                    .iter()
+                    .all(|&t| f64::from(t) < **floor)
+            })
+            .map(|((m, _), _)| m.name.as_str())
     }
 
     /// The decider of the daemon's ticks: every policy on a thread of its
