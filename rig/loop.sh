@@ -9,6 +9,10 @@
 #   rig/loop.sh run NAME POLICY [SHADOWS] [PERIOD_MS]
 #                         the daemon under the trace (rig/traces/steps.txt), POLICY
 #                         active; its log and /v1/history kept as NAME
+#   rig/loop.sh repeats [REGIME] [PASSES]
+#                         the measurement noise: one plan's points (REPEAT_SAMPLES/4,
+#                         default 8, at REGIME, default medium) measured PASSES times (3),
+#                         each pass applying them again; rig/noise.py reports it
 #   rig/loop.sh overhead [SECS]
 #                         the daemon's CPU and RSS at 10 Hz with three shadows
 #
@@ -17,7 +21,7 @@
 # the same RIG_MODELS first), MFSCHED (the binary; default
 # target/release/mfsched), SAMPLES (plan rows of the models together over the 4
 # regimes, default 128), SETTLE_MS, WINDOW_MS, TRACE (default
-# rig/traces/steps.txt). rig-n2 writes under $RIG_DIR/run/loop, rig-n3 under
+# rig/traces/steps.txt), REPEAT_SAMPLES (default 32). rig-n2 writes under $RIG_DIR/run/loop, rig-n3 under
 # $RIG_DIR/run/loop-n3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -135,6 +139,22 @@ case "${1:-}" in
     kill -TERM "$daemon"; wait "$daemon" || true
     "$RIG_DIR/venv/bin/python" rig/realised.py --history "$dir/history.json" \
       --bundle "$OUT/bundle" --scenario "$SCEN" --json "$dir/realised.json" ;;
+  repeats)
+    regime=${2:-medium} passes=${3:-3}
+    dir="$OUT/repeats"
+    mkdir -p "$dir"
+    rig/rig.sh mlserver start
+    h=$(hold "$regime")
+    sleep 3
+    args=()
+    for k in $(seq 1 "$passes"); do
+      (cd "$RUN" && "$MFSCHED" profile --live --config "$CONFIG" --workload "$regime" \
+        --samples "${REPEAT_SAMPLES:-32}" --seed 1 --settle-ms "$SETTLE_MS" --window-ms "$WINDOW_MS" \
+        --out "$dir/pass-$k.csv") || { stop_hold "$h"; exit 1; }
+      args+=(--pass "$dir/pass-$k.csv")
+    done
+    stop_hold "$h"
+    "$RIG_DIR/venv/bin/python" rig/noise.py "${args[@]}" --profile "$OUT/pair.csv" | tee "$dir/noise.txt" ;;
   overhead)
     # The daemon's own CPU and memory at a 100 ms tick (10 Hz) with three
     # shadows, both servers under medium load for SECS (default 60) seconds:
@@ -163,5 +183,5 @@ case "${1:-}" in
       uptime; } | tee "$dir/overhead.txt"
     kill -TERM "$daemon"; wait "$daemon" || true
     stop_hold "$h" ;;
-  *) sed -n 2,22p "$0" >&2; exit 2 ;;
+  *) sed -n 2,26p "$0" >&2; exit 2 ;;
 esac
