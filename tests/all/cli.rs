@@ -2056,24 +2056,27 @@ fn the_contention_field_is_profiled_trained_served_and_replayed() {
             .contains(",contention,"),
         "{header}"
     );
-    let out = mfsched(&[
-        "train",
-        "--data",
-        &csv,
-        "--scenario",
-        "paper-n2",
-        "--field",
-        "contention",
-        "--epochs",
-        "30",
-        "--out",
-        &bundle,
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let meta: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(dir.path().join("bundle/bundle.json")).expect("bundle.json"),
-    )
-    .expect("JSON");
+    // Trains a bundle on `field` into `out`; its bundle.json.
+    let train = |field: &str, out: &str| -> serde_json::Value {
+        let o = mfsched(&[
+            "train",
+            "--data",
+            &csv,
+            "--scenario",
+            "paper-n2",
+            "--field",
+            field,
+            "--epochs",
+            "30",
+            "--out",
+            out,
+        ]);
+        assert!(o.status.success(), "{field}: {}", stderr(&o));
+        let json =
+            std::fs::read_to_string(Path::new(out).join("bundle.json")).expect("bundle.json");
+        serde_json::from_str(&json).expect("JSON")
+    };
+    let meta = train("contention", &bundle);
     assert_eq!(meta["field_features"], "contention");
     let features = meta["models"][0]["features"].as_array().expect("features");
     assert_eq!(features.last().expect("some"), "contention");
@@ -2168,24 +2171,7 @@ fn the_contention_field_is_profiled_trained_served_and_replayed() {
 
     // Both fields at once: the reading, then the co-runners' learnt factors.
     let both = path("both");
-    let out = mfsched(&[
-        "train",
-        "--data",
-        &csv,
-        "--scenario",
-        "paper-n2",
-        "--field",
-        "contention+co-runner-factors",
-        "--epochs",
-        "30",
-        "--out",
-        &both,
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let meta: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(dir.path().join("both/bundle.json")).expect("bundle.json"),
-    )
-    .expect("JSON");
+    let meta = train("contention+co-runner-factors", &both);
     assert_eq!(meta["field_features"], "contention+co-runner-factors");
     let features: Vec<&str> = meta["models"][0]["features"]
         .as_array()

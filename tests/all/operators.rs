@@ -49,6 +49,17 @@ fn terminate(child: &mut std::process::Child) -> std::process::ExitStatus {
 }
 
 /// The daemon's stderr lines, read on a thread so the pipe never fills.
+/// `mfsched run --config CONFIG --max-ticks TICKS`.
+fn run_ticks(config: &Path, ticks: u32) -> std::process::Output {
+    mfsched(&[
+        "run",
+        "--config",
+        config.to_str().expect("utf-8"),
+        "--max-ticks",
+        &ticks.to_string(),
+    ])
+}
+
 fn collect_lines(
     err: impl BufRead + Send + 'static,
 ) -> (Arc<Mutex<Vec<String>>>, std::thread::JoinHandle<()>) {
@@ -234,13 +245,7 @@ fn a_configuration_that_cannot_decide_is_refused_at_start_up_naming_the_key() {
     }
     let dir = tempfile::tempdir().expect("temp dir");
     let config = with_fairness(dir.path(), 400, "active = \"ga\"\nutility = \"fairness\"");
-    let out = mfsched(&[
-        "run",
-        "--config",
-        config.to_str().expect("utf-8"),
-        "--max-ticks",
-        "2",
-    ]);
+    let out = run_ticks(&config, 2);
     assert!(out.status.success(), "{}", stderr(&out));
 }
 
@@ -268,13 +273,7 @@ fn a_floor_out_of_reach_at_the_trial_state_does_not_stop_the_start() {
         "active = \"exact\"",
         "",
     );
-    let out = mfsched(&[
-        "run",
-        "--config",
-        config.to_str().expect("utf-8"),
-        "--max-ticks",
-        "2",
-    ]);
+    let out = run_ticks(&config, 2);
     let err = stderr(&out);
     assert!(out.status.success(), "{err}");
     assert_eq!(
@@ -309,13 +308,7 @@ fn the_daemon_starts_from_the_configurations_policy_start_names() {
         &format!("active = \"hold\"\nstart = {{ llama3b = \"{start}\" }}"),
         "",
     );
-    let out = mfsched(&[
-        "run",
-        "--config",
-        config.to_str().expect("utf-8"),
-        "--max-ticks",
-        "3",
-    ]);
+    let out = run_ticks(&config, 3);
     assert!(out.status.success(), "{}", stderr(&out));
     let problem = mfsched_core::load_scenario("paper-n2")
         .expect("bundled")
@@ -724,13 +717,7 @@ fn replay_names_the_utility_each_tick_was_scored_with() {
             &format!("active = \"ga\"\nutility = \"{utility}\"\nplugin_dir = \"plugins\""),
             "",
         );
-        let out = mfsched(&[
-            "run",
-            "--config",
-            config.to_str().expect("utf-8"),
-            "--max-ticks",
-            "3",
-        ]);
+        let out = run_ticks(&config, 3);
         assert!(out.status.success(), "{}", stderr(&out));
     }
     let log = dir.path().join("decisions.log");
