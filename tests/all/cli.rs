@@ -2142,7 +2142,7 @@ fn the_contention_field_is_profiled_trained_served_and_replayed() {
     assert_eq!(r["policies"][0]["decided"], 6, "{r}");
     assert_eq!(r["policies"][0]["differ_from_ran"], 0, "{r}");
 
-    let decide = |state: &str, field: &str| {
+    let decide = |bundle: &str, state: &str, field: &str| {
         mfsched(&[
             "decide",
             "--scenario",
@@ -2150,7 +2150,7 @@ fn the_contention_field_is_profiled_trained_served_and_replayed() {
             "--policy",
             "exact",
             "--models",
-            &bundle,
+            bundle,
             "--field",
             field,
             "--state",
@@ -2159,10 +2159,11 @@ fn the_contention_field_is_profiled_trained_served_and_replayed() {
     };
     let reading = r#"{"workload":"high","vram_used_mib":12000,"utilization":0.8,"contention":0.6}"#;
     for field in ["observed", "candidate-aware"] {
-        let out = decide(reading, field);
+        let out = decide(&bundle, reading, field);
         assert!(out.status.success(), "{field}: {}", stderr(&out));
     }
     let out = decide(
+        &bundle,
         r#"{"workload":"high","vram_used_mib":12000,"utilization":0.8}"#,
         "observed",
     );
@@ -2190,19 +2191,7 @@ fn the_contention_field_is_profiled_trained_served_and_replayed() {
     );
     assert!(meta["models"][0]["corunner_factors"].is_array());
     for field in ["observed", "candidate-aware"] {
-        let out = mfsched(&[
-            "decide",
-            "--scenario",
-            "paper-n2",
-            "--policy",
-            "exact",
-            "--models",
-            &both,
-            "--field",
-            field,
-            "--state",
-            reading,
-        ]);
+        let out = decide(&both, reading, field);
         assert!(out.status.success(), "{field}: {}", stderr(&out));
     }
 }
