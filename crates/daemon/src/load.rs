@@ -319,6 +319,19 @@ fn query_value(body: &[u8]) -> Result<f64> {
 /// every sample of the metric: a server that serves one model and names none
 /// (llama.cpp's `llama-server`).
 pub fn sample_sum(text: &str, metric: &str, label: &str, name: &str) -> Result<f64> {
+    let [sum] = sample_sums(text, [metric], label, name)?;
+    sum
+}
+
+/// [`sample_sum`] of each of `metrics` (with the same `label` and `name`),
+/// from one parse of the page: an error for a page that does not parse, and
+/// per metric its sum or why there is none.
+pub fn sample_sums<const K: usize>(
+    text: &str,
+    metrics: [&str; K],
+    label: &str,
+    name: &str,
+) -> Result<[Result<f64>; K]> {
     // The text format ignores comment lines other than HELP and TYPE; the
     // parser refuses them, so they are dropped first.
     let page: String = text
@@ -335,24 +348,29 @@ pub fn sample_sum(text: &str, metric: &str, label: &str, name: &str) -> Result<f
             first_line(&e.to_string())
         )
     })?;
-    let mut found = None;
+    let mut found = [None; K];
     for sample in families.iter().flat_map(|f| &f.samples) {
-        if sample.name() == metric
-            && (label.is_empty()
-                || sample
-                    .labels()
-                    .iter()
-                    .any(|l| l.name == label && l.value == name))
+        let Some(k) = metrics.iter().position(|&m| sample.name() == m) else {
+            continue;
+        };
+        if label.is_empty()
+            || sample
+                .labels()
+                .iter()
+                .any(|l| l.name == label && l.value == name)
         {
-            *found.get_or_insert(0.0) += sample.number();
+            *found[k].get_or_insert(0.0) += sample.number();
         }
     }
-    let value =
-        found.with_context(|| format!("no sample {metric}{{{label}=\"{name}\"}} on the page"))?;
-    if !value.is_finite() {
-        bail!("{metric}{{{label}=\"{name}\"}} is {value}");
-    }
-    Ok(value)
+    Ok(std::array::from_fn(|k| {
+        let metric = metrics[k];
+        let value = found[k]
+            .with_context(|| format!("no sample {metric}{{{label}=\"{name}\"}} on the page"))?;
+        if !value.is_finite() {
+            bail!("{metric}{{{label}=\"{name}\"}} is {value}");
+        }
+        Ok(value)
+    }))
 }
 
 fn first_line(s: &str) -> &str {

@@ -32,7 +32,7 @@ use mfsched_daemon::ReconfigRecord;
 use mfsched_daemon::Sampler;
 use mfsched_daemon::build_sampler;
 use mfsched_daemon::{DaemonConfig, ModelLoadConfig};
-use mfsched_daemon::{HttpClient, http_client, http_get, read_dcgm_page, sample_sum};
+use mfsched_daemon::{HttpClient, http_client, http_get, read_dcgm_page, sample_sums};
 
 /// Largest `/metrics` page read.
 const MAX_PAGE_BYTES: usize = 4 << 20;
@@ -110,10 +110,13 @@ impl ModelReader {
             }
         };
         let text = std::str::from_utf8(&body).context("the /metrics page is not UTF-8")?;
-        Ok((
-            sample_sum(text, &self.requests, &self.label, &self.name)?,
-            sample_sum(text, &self.throughput, &self.label, &self.name)?,
-        ))
+        let [requests, throughput] = sample_sums(
+            text,
+            [self.requests.as_str(), self.throughput.as_str()],
+            &self.label,
+            &self.name,
+        )?;
+        Ok((requests?, throughput?))
     }
 }
 

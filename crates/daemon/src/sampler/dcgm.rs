@@ -15,7 +15,7 @@ use tokio::task::JoinHandle;
 
 use super::{Sample, Sampler};
 use crate::config::DcgmSamplerConfig;
-use crate::load::{HttpClient, get, http_client, sample_sum};
+use crate::load::{HttpClient, get, http_client, sample_sums};
 use mfsched_core::{Problem, WorkloadLevel};
 
 /// One reading of the page for one card.
@@ -36,20 +36,29 @@ pub struct DcgmReading {
 
 /// Reads card `device` (the `gpu` label) off a DCGM exporter's page.
 pub fn parse_page(text: &str, device: &str) -> Result<DcgmReading> {
-    let vram_used_mib = sample_sum(text, "DCGM_FI_DEV_FB_USED", "gpu", device)?;
-    let vram_total_mib = sample_sum(text, "DCGM_FI_DEV_FB_FREE", "gpu", device)
-        .ok()
-        .map(|free| vram_used_mib + free);
+    // One parse of the page for every field.
+    let [used, free, sm_active, gpu_util, dram_active, copy_util] = sample_sums(
+        text,
+        [
+            "DCGM_FI_DEV_FB_USED",
+            "DCGM_FI_DEV_FB_FREE",
+            "DCGM_FI_PROF_SM_ACTIVE",
+            "DCGM_FI_DEV_GPU_UTIL",
+            "DCGM_FI_PROF_DRAM_ACTIVE",
+            "DCGM_FI_DEV_MEM_COPY_UTIL",
+        ],
+        "gpu",
+        device,
+    )?;
+    let vram_used_mib = used?;
+    let vram_total_mib = free.ok().map(|free| vram_used_mib + free);
     // SM active (a profiling field: the cycles an SM had a warp resident,
     // averaged over the SMs) where the exporter serves it: two models whose
     // small kernels keep some kernel running all the time read 100 % GPU
     // utilisation while leaving SMs idle, which SM active shows.
-    let utilization = sample_sum(text, "DCGM_FI_PROF_SM_ACTIVE", "gpu", device)
-        .or_else(|_| sample_sum(text, "DCGM_FI_DEV_GPU_UTIL", "gpu", device).map(|p| p / 100.0))?;
-    let contention = sample_sum(text, "DCGM_FI_PROF_DRAM_ACTIVE", "gpu", device)
-        .or_else(|_| {
-            sample_sum(text, "DCGM_FI_DEV_MEM_COPY_UTIL", "gpu", device).map(|p| p / 100.0)
-        })
+    let utilization = sm_active.or_else(|_| gpu_util.map(|p| p / 100.0))?;
+    let contention = dram_active
+        .or_else(|_| copy_util.map(|p| p / 100.0))
         .ok()
         .map(|c| c.clamp(0.0, 1.0));
     if vram_used_mib < 0.0 {
