@@ -9,14 +9,13 @@
 //! models whose servers an actuator reconfigures and awaits (v2-repository,
 //! process), the wait until they serve it (each reconfiguration's downtime is
 //! kept for the summary); then `settle` for the servers to warm up, then a
-//! `window` over which each
-//! model's throughput counter is read at both ends (a direct scrape of its
-//! `/metrics`: a rate over an exact window, which a PromQL `rate()` window
-//! would blur) and the GPU state is read at its start (which only starts a
-//! host sampler's deltas: that reading covers the reconfiguration), middle
-//! and end, the last two averaged. The profile is rewritten atomically after every row, so an
-//! interrupted run loses at most the row in progress, and a rerun skips the
-//! points already in the file.
+//! `window` over which each model's throughput counter is read at both ends
+//! (a direct scrape of its `/metrics`: a rate over an exact window, which a
+//! PromQL `rate()` window would blur) and the GPU state is read at its start
+//! (which only starts a host sampler's deltas: that reading covers the
+//! reconfiguration), middle and end, the last two averaged. The profile is
+//! rewritten atomically after every row, so an interrupted run loses at most
+//! the row in progress, and a rerun skips the points already in the file.
 
 use anyhow::{Context, Result, bail};
 use std::path::PathBuf;
