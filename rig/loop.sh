@@ -44,16 +44,16 @@ TRACE=${TRACE:-$REPO/rig/traces/steps.txt}
 REGIMES="low medium high burst"
 say() { echo "loop: $*" >&2; }
 
-# Holds REGIME on the servers of RIG_ONLY (or both) until the returned group is killed.
+# Holds REGIME on the servers of RIG_ONLY (or every model's) until the returned group is killed.
 hold() {
   setsid rig/rig.sh hold "$1" 14000 > "$OUT/hold-$1.log" 2>&1 &
   echo $!
 }
 stop_hold() { kill -- "-$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; }
 
-profile_one() { # CONFIG SAMPLES CSV [RIG_ONLY]
+profile_one() { # CONFIG SAMPLES CSV [RIG_ONLY] (at each of PROFILE_REGIMES, default every regime)
   local config=$1 samples=$2 csv=$3
-  for regime in $REGIMES; do
+  for regime in ${PROFILE_REGIMES:-$REGIMES}; do
     say "profile $(basename "$config") at $regime"
     local h
     h=$(RIG_ONLY=${4:-} hold "$regime")
@@ -144,16 +144,11 @@ case "${1:-}" in
     dir="$OUT/repeats"
     mkdir -p "$dir"
     rig/rig.sh mlserver start
-    h=$(hold "$regime")
-    sleep 3
     args=()
     for k in $(seq 1 "$passes"); do
-      (cd "$RUN" && "$MFSCHED" profile --live --config "$CONFIG" --workload "$regime" \
-        --samples "${REPEAT_SAMPLES:-32}" --seed 1 --settle-ms "$SETTLE_MS" --window-ms "$WINDOW_MS" \
-        --out "$dir/pass-$k.csv") || { stop_hold "$h"; exit 1; }
+      PROFILE_REGIMES=$regime profile_one "$CONFIG" "${REPEAT_SAMPLES:-32}" "$dir/pass-$k.csv"
       args+=(--pass "$dir/pass-$k.csv")
     done
-    stop_hold "$h"
     "$RIG_DIR/venv/bin/python" rig/noise.py "${args[@]}" --profile "$OUT/pair.csv" | tee "$dir/noise.txt" ;;
   overhead)
     # The daemon's own CPU and memory at a 100 ms tick (10 Hz) with three
