@@ -350,16 +350,20 @@ pub fn sample_sums<const K: usize>(
     })?;
     let mut found = [None; K];
     for sample in families.iter().flat_map(|f| &f.samples) {
-        let Some(k) = metrics.iter().position(|&m| sample.name() == m) else {
-            continue;
-        };
-        if label.is_empty()
+        if !(label.is_empty()
             || sample
                 .labels()
                 .iter()
-                .any(|l| l.name == label && l.value == name)
+                .any(|l| l.name == label && l.value == name))
         {
-            *found[k].get_or_insert(0.0) += sample.number();
+            continue;
+        }
+        // A metric asked for twice (one counter read as requests and as
+        // throughput) sums into both.
+        for (k, &m) in metrics.iter().enumerate() {
+            if sample.name() == m {
+                *found[k].get_or_insert(0.0) += sample.number();
+            }
         }
     }
     Ok(std::array::from_fn(|k| {
@@ -674,6 +678,17 @@ llamacpp:predicted_tokens_seconds 33.3397\n";
         let nan = br#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{},"value":[1,"NaN"]}]}}"#;
         assert!(query_value(nan).is_err());
         assert!(query_value(b"<html>").is_err());
+    }
+
+    #[test]
+    fn a_metric_asked_for_twice_is_read_for_both() {
+        let page = "m_total{model=\"a\"} 3\nm_total{model=\"b\"} 4\nn_total{model=\"a\"} 1\n";
+        let [x, y, z] =
+            sample_sums(page, ["m_total", "n_total", "m_total"], "model", "a").expect("a page");
+        assert_eq!(
+            (x.expect("m"), y.expect("n"), z.expect("m again")),
+            (3.0, 1.0, 3.0)
+        );
     }
 
     #[test]
