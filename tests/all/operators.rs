@@ -1080,6 +1080,76 @@ fn readings_the_correction_cannot_use_are_counted_not_learnt() {
     reader.join().expect("the reader ends with the daemon");
 }
 
+/// Issue 25, the load behind saturated servers: a server that serves 2
+/// requests/s whatever it is offered, behind a gateway that counts the 30
+/// requests/s that arrive for it. With `arrivals` naming the gateway's page
+/// the daemon reads the offered load there (ratio 3, burst), and the
+/// throughput still from the server's own counter.
+#[test]
+fn the_offered_load_is_read_where_requests_arrive_and_the_throughput_where_they_are_served() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let start = Instant::now();
+    let server = common::metrics_page(move |_| {
+        let t = start.elapsed().as_secs_f64();
+        format!(
+            "served_total {}
+items_total {}
+",
+            2.0 * t,
+            4.0 * t
+        )
+    });
+    let gateway = common::metrics_page(move |_| {
+        let t = start.elapsed().as_secs_f64();
+        // Every model's frontend, and one that is not a model's.
+        ["a", "b", "admin"]
+            .iter()
+            .map(|p| format!("gateway_requests_total{{proxy=\"{p}\"}} {}\n", 30.0 * t))
+            .collect::<String>()
+    });
+    let models = paper_n2_models();
+    let mut workload = scraped_load(server, &models, "served_total", Some("items_total"));
+    for (m, frontend) in models.iter().zip(["a", "b"]) {
+        workload.push_str(&format!(
+            "\n[workload.prometheus.models.{m}.arrivals]\nscrape = \"http://{gateway}/metrics\"\n\
+             metric = \"gateway_requests_total\"\nlabel = \"proxy\"\nserved_name = \"{frontend}\"\n"
+        ));
+    }
+    let config = common::daemon_config(dir.path(), "paper-n2", 100, "active = \"hold\"", &workload);
+    let (child, err, addr) = process::start_daemon(&config);
+    let mut daemon = process::Killed(child);
+    let (_lines, reader) = collect_lines(err);
+    let page = || common::http(addr, "GET", "/metrics", None).1;
+    wait_until("a load ratio and every model's throughput read", || {
+        let page = page();
+        common::metric(&page, "mfsched_load_ratio").is_some()
+            && models.iter().all(|m| {
+                common::metric(
+                    &page,
+                    &format!("mfsched_measured_throughput{{model=\"{m}\"}}"),
+                )
+                .is_some()
+            })
+    });
+    let page = page();
+    let ratio = common::metric(&page, "mfsched_load_ratio").expect("a ratio");
+    // 30 requests/s over a reference of 10: the served 2 would read 0.2.
+    assert!((2.5..3.5).contains(&ratio), "load ratio {ratio}\n{page}");
+    for m in &models {
+        let served = common::metric(
+            &page,
+            &format!("mfsched_measured_throughput{{model=\"{m}\"}}"),
+        )
+        .expect("a throughput");
+        assert!(
+            (3.0..5.0).contains(&served),
+            "{m}: throughput {served}\n{page}"
+        );
+    }
+    assert!(terminate(&mut daemon.0).success());
+    reader.join().expect("the reader ends with the daemon");
+}
+
 /// Issue 27, calibrated floors: with `[floors] miss_rate = 0.05` decisions
 /// hold each floor on the split-conformal lower bound of the prediction from
 /// the bundle's held-out ratios. The daemon exports both floors,

@@ -632,8 +632,32 @@ pub struct ModelLoadConfig {
     /// the preset's query; needs `url`).
     #[serde(default)]
     pub query: Option<String>,
+    /// With `scrape`: the offered load read where requests arrive (a
+    /// gateway's request counter) rather than from the server's counter of
+    /// what it served. A saturated server serves what it can whatever it is
+    /// offered, so its counter shows no load step above its capacity.
+    #[serde(default)]
+    pub arrivals: Option<ArrivalsConfig>,
     /// Requests per second at full load (load ratio 1).
     pub reference_rate: f64,
+}
+
+/// A counter of the requests that arrive for one model, on a page of its own
+/// (HAProxy's `haproxy_frontend_http_requests_total{proxy="…"}`, an Envoy or
+/// nginx exporter's request counter): counted as they arrive, before a server
+/// queues, sheds or serves them.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ArrivalsConfig {
+    /// The `/metrics` URL that serves the counter.
+    pub scrape: String,
+    pub metric: String,
+    /// The label whose value names the model there (`""`: the page's every
+    /// sample of the metric is this model's).
+    pub label: String,
+    /// That label's value; default the scenario's model name.
+    #[serde(default)]
+    pub served_name: Option<String>,
 }
 
 impl ModelLoadConfig {
@@ -652,7 +676,6 @@ impl ModelLoadConfig {
         }
     }
 
-    /// The label value that names scenario model `model` on its server.
     /// The counter of the model's throughput (`throughput_metric`, else the
     /// preset's), if any.
     pub fn throughput_metric_name(&self) -> Option<String> {
@@ -661,6 +684,7 @@ impl ModelLoadConfig {
             .or_else(|| self.preset.map(|p| p.throughput_metric().to_owned()))
     }
 
+    /// The label value that names scenario model `model` on its server.
     pub fn name_on_server(&self, model: &str) -> String {
         self.served_name.clone().unwrap_or_else(|| model.to_owned())
     }
@@ -1042,6 +1066,17 @@ impl PrometheusConfig {
                     "{at}.rate_window_ms is for scraped counters; through Prometheus, {p}.rate_window is the window"
                 );
             }
+            if let Some(a) = &m.arrivals {
+                if m.scrape.is_none() {
+                    bail!(
+                        "{at}.arrivals is for scraped counters; through Prometheus, query is the offered load"
+                    );
+                }
+                check_http_url(&format!("{at}.arrivals.scrape"), &a.scrape)?;
+                if a.metric.is_empty() {
+                    bail!("{at}.arrivals.metric is empty");
+                }
+            }
             match (&m.scrape, &m.query) {
                 (Some(_), Some(_)) => bail!("{at}: give scrape or query, not both"),
                 (Some(url), None) => check_http_url(&format!("{at}.scrape"), url)?,
@@ -1397,6 +1432,18 @@ mod tests {
             (
                 "[workload.prometheus.models.llm]\npreset = \"vllm\"\nreference_rate = 1\nscrape = \"http://x:1/metrics\"\nrate_window_ms = 600001\n",
                 "rate_window_ms must be at most 600000",
+            ),
+            (
+                "[workload.prometheus]\nurl = \"http://x:1\"\n[workload.prometheus.models.llm]\npreset = \"vllm\"\nreference_rate = 1\n[workload.prometheus.models.llm.arrivals]\nscrape = \"http://g:1/metrics\"\nmetric = \"r\"\nlabel = \"proxy\"\n",
+                "llm.arrivals is for scraped counters",
+            ),
+            (
+                "[workload.prometheus.models.llm]\npreset = \"vllm\"\nreference_rate = 1\nscrape = \"http://x:1/metrics\"\n[workload.prometheus.models.llm.arrivals]\nscrape = \"https://g:1/metrics\"\nmetric = \"r\"\nlabel = \"proxy\"\n",
+                "llm.arrivals.scrape: 'https://g:1/metrics' must be a plain http:// URL",
+            ),
+            (
+                "[workload.prometheus.models.llm]\npreset = \"vllm\"\nreference_rate = 1\nscrape = \"http://x:1/metrics\"\n[workload.prometheus.models.llm.arrivals]\nscrape = \"http://g:1/metrics\"\nmetric = \"\"\nlabel = \"proxy\"\n",
+                "llm.arrivals.metric is empty",
             ),
             (
                 "[workload.prometheus]\nurl = \"http://x:1\"\nthresholds = [0.8, 0.7, 1.0]\n[workload.prometheus.models.llm]\npreset = \"vllm\"\nreference_rate = 1\n",

@@ -55,7 +55,7 @@ pub use declog::{
 /// The load the servers see, and the small HTTP client and metrics-page reader
 /// the load source scrapes with (the lab's live profiling reads the same way).
 pub use forecast::{DEFAULT_FORECAST, ForecastKind, Forecaster};
-pub use load::{HttpClient, get as http_get, http_client, sample_sums};
+pub use load::{HttpClient, get as http_get, http_client, sample_sum, sample_sums};
 pub use metrics::{Metrics, escape_label_value};
 pub use policies::PluginPolicies;
 pub use replay::{lines as replay_lines, summary as replay_summary};

@@ -84,8 +84,20 @@ enum Source {
 }
 
 impl Source {
-    /// The offered requests per second of `model`.
+    /// The offered requests per second of `model`: where they arrive when
+    /// `arrivals` names a page, else the server's request counter.
     fn requests(model: &str, m: &ModelLoadConfig, p: &PrometheusConfig) -> Result<Self> {
+        if let Some(a) = &m.arrivals {
+            return Ok(Self::Scrape {
+                uri: a.scrape.parse().with_context(|| {
+                    format!("workload.prometheus.models.{model}.arrivals.scrape")
+                })?,
+                metric: a.metric.clone(),
+                label: a.label.clone(),
+                name: a.served_name.clone().unwrap_or_else(|| model.to_owned()),
+                scrapes: ScrapeWindow::new(Duration::from_millis(m.rate_window_ms)),
+            });
+        }
         let (metric, label) = m.request_metric_and_label();
         Self::counter(model, m, p, metric, label, m.query.as_deref())
     }

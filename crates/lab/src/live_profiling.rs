@@ -31,7 +31,7 @@ use mfsched_daemon::ReconfigRecord;
 use mfsched_daemon::Sampler;
 use mfsched_daemon::build_sampler;
 use mfsched_daemon::{DaemonConfig, ModelLoadConfig};
-use mfsched_daemon::{HttpClient, http_client, http_get, read_dcgm_page, sample_sums};
+use mfsched_daemon::{HttpClient, http_client, http_get, read_dcgm_page, sample_sum, sample_sums};
 
 /// Largest `/metrics` page read.
 const MAX_PAGE_BYTES: usize = 4 << 20;
@@ -59,17 +59,27 @@ pub struct LiveOptions {
     pub out: PathBuf,
 }
 
-/// How one model's counters are read.
-/// Reads of a server's counters tried before a point fails.
+/// Reads of a `/metrics` page tried before a point fails.
 const COUNTER_READS: u32 = 3;
 
+/// One counter's samples of one model on a `/metrics` page.
 #[derive(Debug, Clone)]
-struct ModelReader {
+struct PageCounter {
     uri: hyper::Uri,
+    metric: String,
     label: String,
     name: String,
-    requests: String,
-    throughput: String,
+}
+
+/// How one model's counters are read: the requests (on its server's page, or
+/// where they arrive: `arrivals`) and the throughput (on its server's page).
+#[derive(Debug, Clone)]
+struct ModelReader {
+    throughput: PageCounter,
+    /// The request counter where requests arrive, if not on the server's page
+    /// (then `server_requests` names it there).
+    arrivals: Option<PageCounter>,
+    server_requests: String,
     reference_rate: f64,
 }
 
@@ -79,44 +89,78 @@ impl ModelReader {
         let scrape = m.scrape.as_deref().with_context(|| {
             format!("{at}: live profiling reads the server's /metrics directly: set scrape")
         })?;
-        let (requests, label) = m.request_metric_and_label();
+        let (server_requests, label) = m.request_metric_and_label();
         let throughput = m
             .throughput_metric_name()
             .with_context(|| format!("{at}: set throughput_metric (or a preset)"))?;
+        let arrivals = match &m.arrivals {
+            Some(a) => Some(PageCounter {
+                uri: a
+                    .scrape
+                    .parse()
+                    .with_context(|| format!("{at}.arrivals.scrape"))?,
+                metric: a.metric.clone(),
+                label: a.label.clone(),
+                name: a.served_name.clone().unwrap_or_else(|| model.to_owned()),
+            }),
+            None => None,
+        };
         Ok(Self {
-            uri: scrape.parse().with_context(|| format!("{at}.scrape"))?,
-            label,
-            name: m.name_on_server(model),
-            requests,
-            throughput,
+            throughput: PageCounter {
+                uri: scrape.parse().with_context(|| format!("{at}.scrape"))?,
+                metric: throughput,
+                label,
+                name: m.name_on_server(model),
+            },
+            arrivals,
+            server_requests,
             reference_rate: m.reference_rate,
         })
     }
 
-    /// (requests, throughput) counters now. A server busy at full load can
-    /// miss one read's timeout (llama-server on a saturated core does): the
-    /// read is tried [`COUNTER_READS`] times before the point fails.
+    /// (requests, throughput) counters now.
     async fn counters(&self, client: &HttpClient, timeout: Duration) -> Result<(f64, f64)> {
-        let mut attempt = 1;
-        let body = loop {
-            match http_get(client, &self.uri, timeout, MAX_PAGE_BYTES).await {
-                Ok(body) => break body,
-                Err(e) if attempt < COUNTER_READS => {
-                    tracing::warn!(model = %self.name, "reading {} (attempt {attempt} of {COUNTER_READS}): {e:#}", self.uri);
-                    attempt += 1;
-                }
-                Err(e) => return Err(e),
-            }
-        };
-        let text = std::str::from_utf8(&body).context("the /metrics page is not UTF-8")?;
+        let t = &self.throughput;
+        let text = read_page(client, &t.uri, timeout, &t.name).await?;
+        if let Some(a) = &self.arrivals {
+            let throughput = sample_sum(&text, &t.metric, &t.label, &t.name)?;
+            let arrivals = read_page(client, &a.uri, timeout, &a.name).await?;
+            return Ok((
+                sample_sum(&arrivals, &a.metric, &a.label, &a.name)?,
+                throughput,
+            ));
+        }
         let [requests, throughput] = sample_sums(
-            text,
-            [self.requests.as_str(), self.throughput.as_str()],
-            &self.label,
-            &self.name,
+            &text,
+            [self.server_requests.as_str(), t.metric.as_str()],
+            &t.label,
+            &t.name,
         )?;
         Ok((requests?, throughput?))
     }
+}
+
+/// A `/metrics` page's text. A server busy at full load can miss one read's
+/// timeout (llama-server on a saturated core does): the read is tried
+/// [`COUNTER_READS`] times before the point fails.
+async fn read_page(
+    client: &HttpClient,
+    uri: &hyper::Uri,
+    timeout: Duration,
+    model: &str,
+) -> Result<String> {
+    let mut attempt = 1;
+    let body = loop {
+        match http_get(client, uri, timeout, MAX_PAGE_BYTES).await {
+            Ok(body) => break body,
+            Err(e) if attempt < COUNTER_READS => {
+                tracing::warn!(model = %model, "reading {uri} (attempt {attempt} of {COUNTER_READS}): {e:#}");
+                attempt += 1;
+            }
+            Err(e) => return Err(e),
+        }
+    };
+    String::from_utf8(body.to_vec()).context("the /metrics page is not UTF-8")
 }
 
 /// The plan's points of one regime not yet in `existing`, in plan order.
@@ -298,7 +342,7 @@ pub async fn run(
                 bail!(
                     "point {}: a counter of {} went down during the window (the server restarted?)",
                     k + 1,
-                    r.name
+                    r.throughput.name
                 );
             }
             throughput.push((b.1 - a.1) / seconds);
