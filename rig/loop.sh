@@ -17,8 +17,8 @@
 #                         the daemon's CPU and RSS at 10 Hz with three shadows
 #
 # Environment: as rig/rig.sh (RIG_DIR, RIG_MODELS, RIG_CPUS, RIG_LOAD_CPUS,
-# MLP_RATE, GEMMA_RATE, CONV_RATE, GEMMA_TOKENS; run `rig/rig.sh config` with
-# the same RIG_MODELS first), MFSCHED (the binary; default
+# MLP_RATE, GEMMA_RATE, CONV_RATE, GEMMA_TOKENS, RIG_GATEWAY; run `rig/rig.sh
+# config` with the same RIG_MODELS and RIG_GATEWAY first), MFSCHED (the binary; default
 # target/release/mfsched), SAMPLES (plan rows of the models together over the 4
 # regimes, default 128), SETTLE_MS, WINDOW_MS, TRACE (default
 # rig/traces/steps.txt), REPEAT_SAMPLES (default 32). rig-n2 writes under $RIG_DIR/run/loop, rig-n3 under
@@ -31,8 +31,11 @@ RUN="$RIG_DIR/run"
 MODELS=${RIG_MODELS:-mlp gemma}
 N=$(echo "$MODELS" | wc -w)
 # As rig/rig.sh config names them.
-if [ "$N" = 2 ]; then CONFIG="$RUN/mfsched-rig.toml" OUT="$RUN/loop"
-else CONFIG="$RUN/mfsched-rig-n$N.toml" OUT="$RUN/loop-n$N"; fi
+GW_SUFFIX=${RIG_GATEWAY:+-gateway}
+if [ "$N" = 2 ]; then CONFIG="$RUN/mfsched-rig$GW_SUFFIX.toml" OUT="$RUN/loop"
+else CONFIG="$RUN/mfsched-rig-n$N$GW_SUFFIX.toml" OUT="$RUN/loop-n$N"; fi
+# The load through HAProxy (RIG_GATEWAY=1, rig/rig.sh): it runs beside the servers.
+start_gateway() { [ -z "${RIG_GATEWAY:-}" ] || rig/rig.sh gateway start; }
 SCEN="$RUN/rig-n$N.toml"
 [ -s "$CONFIG" ] || { echo "loop: no $CONFIG: run RIG_MODELS=\"$MODELS\" rig/rig.sh config" >&2; exit 2; }
 mkdir -p "$OUT"
@@ -67,19 +70,20 @@ profile_one() { # CONFIG SAMPLES CSV [RIG_ONLY] (at each of PROFILE_REGIMES, def
 
 case "${1:-}" in
   profile)
+    start_gateway
     # Gemma alone with MLServer stopped (its memory and its idle CPU are not
     # Gemma's co-runner), then each MLServer model alone (the others unloaded
     # from it), then the models together (MLServer restarted: every model loaded).
     rig/rig.sh mlserver stop
     case " $MODELS " in *" gemma "*)
-      profile_one "$RUN/mfsched-solo-gemma.toml" 48 "$OUT/solo-gemma.csv" gemma ;; esac
+      profile_one "$RUN/mfsched-solo-gemma$GW_SUFFIX.toml" 48 "$OUT/solo-gemma.csv" gemma ;; esac
     for m in $MODELS; do
       [ "$m" != gemma ] || continue
       rig/rig.sh mlserver start
       for other in $MODELS; do
         [ "$other" = gemma ] || [ "$other" = "$m" ] || rig/rig.sh mlserver unload "$other"
       done
-      profile_one "$RUN/mfsched-solo-$m.toml" 32 "$OUT/solo-$m.csv" "$m"
+      profile_one "$RUN/mfsched-solo-$m$GW_SUFFIX.toml" 32 "$OUT/solo-$m.csv" "$m"
       rig/rig.sh mlserver stop
     done
     rig/rig.sh mlserver start
@@ -122,6 +126,7 @@ case "${1:-}" in
     [ -z "${NO_CORRECTION:-}" ] || printf '\n[correction]\nenabled = false\n' >> "$dir/mfsched.toml"
     [ -z "${START:-}" ] || sed -i "s|^active = .*|&\n$START|" "$dir/mfsched.toml"
     rig/rig.sh mlserver start
+    start_gateway
     MFSCHED_API_TOKEN=rig RUST_LOG=info "$MFSCHED" run --config "$dir/mfsched.toml" \
       > "$dir/daemon.log" 2>&1 &
     daemon=$!
@@ -144,6 +149,7 @@ case "${1:-}" in
     dir="$OUT/repeats"
     mkdir -p "$dir"
     rig/rig.sh mlserver start
+    start_gateway
     args=()
     for k in $(seq 1 "$passes"); do
       PROFILE_REGIMES=$regime profile_one "$CONFIG" "${REPEAT_SAMPLES:-32}" "$dir/pass-$k.csv"
@@ -163,6 +169,7 @@ case "${1:-}" in
         -e 's|^shadows = .*|shadows = ["ga", "static-budget", "hold"]|' \
         "$CONFIG" > "$dir/mfsched.toml"
     rig/rig.sh mlserver start
+    start_gateway
     h=$(hold medium)
     MFSCHED_API_TOKEN=rig "$MFSCHED" run --config "$dir/mfsched.toml" > "$dir/daemon.log" 2>&1 &
     daemon=$!
@@ -178,5 +185,5 @@ case "${1:-}" in
       uptime; } | tee "$dir/overhead.txt"
     kill -TERM "$daemon"; wait "$daemon" || true
     stop_hold "$h" ;;
-  *) sed -n 2,26p "$0" >&2; exit 2 ;;
+  *) sed -n 2,25p "$0" >&2; exit 2 ;;
 esac

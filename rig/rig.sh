@@ -6,6 +6,7 @@
 #   rig/rig.sh mlserver start|stop  MLServer (pinned to $RIG_CPUS with taskset)
 #   rig/rig.sh drive TRACE        drive every model's server through a trace of regimes (hey)
 #   rig/rig.sh hold REGIME SECS   hold one regime on every server for SECS
+#   rig/rig.sh gateway start|stop HAProxy in front of the servers (RIG_GATEWAY=1)
 #
 # llama-server is not started here: the daemon's process actuator starts it
 # (and `profile --live`, which applies configurations through the same actuators).
@@ -15,7 +16,11 @@
 # RIG_LOAD_CPUS (where the load generator runs; default RIG_CPUS),
 # RIG_PORT_BASE (default 27100), MLP_RATE / GEMMA_RATE / CONV_RATE (full-load
 # request and token rates, the reference rates), MLP_FLOOR / GEMMA_FLOOR /
-# CONV_FLOOR (SLA floors), RIG_ONLY (one model: load it alone, for its solo rows).
+# CONV_FLOOR (SLA floors), RIG_ONLY (one model: load it alone, for its solo rows),
+# RIG_GATEWAY (1: the load goes through HAProxy, which counts what arrives
+# and admits at most 8 requests at a time per model, shedding what waits past
+# its queue timeout, and the generator is npm's open-loop loadtest, not hey;
+# the daemon reads the offered load off HAProxy's page).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$(pwd)
@@ -28,6 +33,9 @@ LOAD_CPUS=${RIG_LOAD_CPUS:-$CPUS}
 BASE=${RIG_PORT_BASE:-27100}
 ML_HTTP=$BASE ML_GRPC=$((BASE + 1)) ML_METRICS=$((BASE + 2))
 LLAMA_PORT=$((BASE + 10)) API_PORT=$((BASE + 20))
+# The gateway: its Prometheus page, then one frontend per model.
+GW_METRICS=$((BASE + 30)) GW_MLP=$((BASE + 31)) GW_GEMMA=$((BASE + 32)) GW_CONV=$((BASE + 33))
+GATEWAY=${RIG_GATEWAY:-}
 MLP_RATE=${MLP_RATE:-400}
 GEMMA_RATE=${GEMMA_RATE:-40}
 CONV_RATE=${CONV_RATE:-300}
@@ -46,8 +54,10 @@ for m in $MODELS ${RIG_ONLY:-}; do
   esac
 done
 N=$(echo "$MODELS" | wc -w)
-# What `config` writes for this set (rig-n2 keeps its first names).
-if [ "$N" = 2 ]; then CONFIG="$RUN/mfsched-rig.toml"; else CONFIG="$RUN/mfsched-rig-n$N.toml"; fi
+# What `config` writes for this set (rig-n2 keeps its first names; the
+# gateway's configs are named apart, so that neither overwrites the other).
+GW_SUFFIX=${GATEWAY:+-gateway}
+if [ "$N" = 2 ]; then CONFIG="$RUN/mfsched-rig$GW_SUFFIX.toml"; else CONFIG="$RUN/mfsched-rig-n$N$GW_SUFFIX.toml"; fi
 SCENARIO="$RUN/rig-n$N.toml"
 
 # The models of the list $1 that MLServer serves (in its one process).
@@ -90,25 +100,84 @@ json.dump(image([1, 3, 64, 64]), open(f"{run}/conv-body.json", "w"))
 json.dump({"prompt": "Write one sentence about the sea.", "n_predict": tokens, "cache_prompt": True},
           open(f"{run}/gemma-body.json", "w"))
 PY
+  gateway_config > "$RUN/haproxy.cfg"
   # The set's scenario and config, and each model alone (its solo rows): the
   # other models' marked blocks dropped from both.
   scenario "$MODELS" "rig-n$N" > "$SCENARIO"
   render "$SCENARIO" "$MODELS" > "$CONFIG"
   for m in $MODELS; do
     scenario "$m" "rig-$m-solo" > "$RUN/solo-$m.toml"
-    render "$RUN/solo-$m.toml" "$m" > "$RUN/mfsched-solo-$m.toml"
+    render "$RUN/solo-$m.toml" "$m" > "$RUN/mfsched-solo-$m$GW_SUFFIX.toml"
   done
   echo "$CONFIG"
 }
 
 # sed arguments, one a line, dropping the marked blocks of every model not in
-# the list $1, and MLServer's shared blocks where the list has none of its models.
+# the list $1, MLServer's shared blocks where the list has none of its models,
+# and the gateway's without RIG_GATEWAY.
 drop_others() {
   local m
   for m in $ALL; do
     case " $1 " in *" $m "*) ;; *) printf -- '-e\n/# @%s-begin/,/# @%s-end/d\n' "$m" "$m" ;; esac
   done
   [ -n "$(on_mlserver "$1")" ] || printf -- '-e\n/# @mlserver-begin/,/# @mlserver-end/d\n'
+  [ -n "$GATEWAY" ] || printf -- '-e\n/# @gateway-begin/,/# @gateway-end/d\n'
+}
+
+# HAProxy's config: a frontend per model (named as the model: its request
+# counter is haproxy_frontend_http_requests_total{proxy="MODEL"}, counted as
+# requests arrive), each admitting 8 requests at a time to its server (as the
+# profile's 8 hey workers did) and shedding with a 503 what waits in its queue
+# longer than the timeout (a Gemma completion takes seconds, an MLServer
+# inference milliseconds), so that an overloaded server neither hides the
+# offered load nor builds a backlog that outlives the load step.
+gateway_config() {
+  cat <<CFG
+global
+    maxconn 8192
+    nbthread 1
+defaults
+    mode http
+    timeout connect 2s
+    timeout client 60s
+    timeout server 60s
+frontend metrics
+    bind 127.0.0.1:$GW_METRICS
+    http-request use-service prometheus-exporter if { path /metrics }
+CFG
+  local m port server timeout
+  for m in $ALL; do
+    case $m in
+      mlp) port=$GW_MLP server=$ML_HTTP timeout=100ms ;;
+      conv) port=$GW_CONV server=$ML_HTTP timeout=100ms ;;
+      gemma) port=$GW_GEMMA server=$LLAMA_PORT timeout=2s ;;
+    esac
+    printf 'frontend %s\n    bind 127.0.0.1:%s\n    default_backend %s-server\n' "$m" "$port" "$m"
+    printf 'backend %s-server\n    timeout queue %s\n    server %s 127.0.0.1:%s maxconn 8\n' \
+      "$m" "$timeout" "$m" "$server"
+  done
+}
+
+gateway() {
+  case "$1" in
+    start)
+      if [ -s "$RUN/haproxy.pid" ] && kill -0 "$(cat "$RUN/haproxy.pid")" 2>/dev/null; then
+        echo "gateway already runs (pid $(cat "$RUN/haproxy.pid"))"; return
+      fi
+      command -v haproxy >/dev/null || { echo "haproxy is not on PATH (apt-get install haproxy)" >&2; exit 1; }
+      taskset -c "$LOAD_CPUS" haproxy -D -p "$RUN/haproxy.pid" -f "$RUN/haproxy.cfg"
+      for _ in $(seq 1 40); do
+        curl -sf "http://127.0.0.1:$GW_METRICS/metrics" >/dev/null && { echo "gateway ready"; return; }
+        sleep 0.25
+      done
+      echo "the gateway's page did not answer in 10 s" >&2; exit 1 ;;
+    stop)
+      if [ -s "$RUN/haproxy.pid" ]; then
+        kill "$(cat "$RUN/haproxy.pid")" 2>/dev/null || true
+        rm -f "$RUN/haproxy.pid"
+      fi ;;
+    *) echo "rig.sh gateway start|stop" >&2; exit 2 ;;
+  esac
 }
 
 # The scenario of the models $1, named $2.
@@ -119,6 +188,12 @@ scenario() {
       -e "s|@GEMMA_FLOOR@|$GEMMA_FLOOR|" -e "s|@CONV_FLOOR@|$CONV_FLOOR|" rig/scenarios/rig.toml
 }
 
+# Gemma's reference rate in the unit of its load counter: tokens/s on
+# llama-server's page, requests/s (GEMMA_TOKENS tokens each) at the gateway.
+gemma_reference() {
+  if [ -n "$GATEWAY" ]; then python3 -c "print($GEMMA_RATE / $GEMMA_TOKENS)"; else echo "$GEMMA_RATE"; fi
+}
+
 # The config template for the scenario $1 with the blocks of the models $2.
 render() {
   local args
@@ -127,8 +202,8 @@ render() {
       -e "s|@RIG_DIR@|$RIG_DIR|g" -e "s|@CPUS@|$CPUS|g" \
       -e "s|@ML_HTTP@|$ML_HTTP|g" -e "s|@ML_METRICS@|$ML_METRICS|g" \
       -e "s|@LLAMA_PORT@|$LLAMA_PORT|g" -e "s|@API_PORT@|$API_PORT|g" \
-      -e "s|@MLP_RATE@|$MLP_RATE|g" -e "s|@GEMMA_RATE@|$GEMMA_RATE|g" \
-      -e "s|@CONV_RATE@|$CONV_RATE|g" \
+      -e "s|@MLP_RATE@|$MLP_RATE|g" -e "s|@GEMMA_REFERENCE@|$(gemma_reference)|g" \
+      -e "s|@CONV_RATE@|$CONV_RATE|g" -e "s|@GW_METRICS@|$GW_METRICS|g" \
       rig/mfsched-rig.toml.in
 }
 
@@ -166,17 +241,19 @@ mlserver() {
   esac
 }
 
-# The load generator's targets: every model of the set, or RIG_ONLY alone (solo rows).
+# The load generator's targets: every model of the set, or RIG_ONLY alone
+# (solo rows); through the gateway with RIG_GATEWAY, then its open-loop generator.
 targets() {
-  local m req_rate
+  local m req_rate ml=$ML_HTTP conv=$ML_HTTP llama=$LLAMA_PORT
+  [ -z "$GATEWAY" ] || { ml=$GW_MLP conv=$GW_CONV llama=$GW_GEMMA; echo --generator loadtest; }
   for m in ${RIG_ONLY:-$MODELS}; do
     case $m in
-      mlp) echo --target "mlp=http://127.0.0.1:$ML_HTTP/v2/models/mlp/infer,$RUN/mlp-body.json,$MLP_RATE" ;;
-      conv) echo --target "conv=http://127.0.0.1:$ML_HTTP/v2/models/conv/infer,$RUN/conv-body.json,$CONV_RATE" ;;
+      mlp) echo --target "mlp=http://127.0.0.1:$ml/v2/models/mlp/infer,$RUN/mlp-body.json,$MLP_RATE" ;;
+      conv) echo --target "conv=http://127.0.0.1:$conv/v2/models/conv/infer,$RUN/conv-body.json,$CONV_RATE" ;;
       gemma)
-        # hey's rate is in requests: a Gemma request is GEMMA_TOKENS tokens.
+        # The generator's rate is in requests: a Gemma request is GEMMA_TOKENS tokens.
         req_rate=$(python3 -c "print($GEMMA_RATE / $GEMMA_TOKENS)")
-        echo --target "gemma=http://127.0.0.1:$LLAMA_PORT/completion,$RUN/gemma-body.json,$req_rate" ;;
+        echo --target "gemma=http://127.0.0.1:$llama/completion,$RUN/gemma-body.json,$req_rate" ;;
     esac
   done
 }
@@ -184,11 +261,12 @@ targets() {
 case "${1:-}" in
   config) config ;;
   mlserver) mlserver "${2:-}" "${3:-}" ;;
+  gateway) gateway "${2:-}" ;;
   drive) # shellcheck disable=SC2046
     python3 rig/drive.py --trace "$2" $(targets) --cpus "$LOAD_CPUS" ;;
   hold)
     t=$(mktemp); echo "$3 $2" > "$t"
     # shellcheck disable=SC2046
     python3 rig/drive.py --trace "$t" $(targets) --cpus "$LOAD_CPUS"; rm -f "$t" ;;
-  *) sed -n 2,18p "$0" >&2; exit 2 ;;
+  *) sed -n 2,23p "$0" >&2; exit 2 ;;
 esac

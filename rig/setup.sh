@@ -6,6 +6,9 @@
 #   models/gguf/   gemma-3-270m-q4_k_m.gguf (as packaged) and gemma-3-270m-q4_0.gguf
 #                  (derived from it by llama-quantize)
 #   models/onnx/   ONNX MLPs and convnets, fp32 and int8 (rig/models/make_onnx.py)
+#   loadgen/       npm's loadtest, the open-loop generator of the gateway runs
+#                  (RIG_GATEWAY=1: requests sent at their rate whatever the
+#                  servers answer); HAProxy, their gateway, is a Debian package
 # Every step is skipped when its output is there, so a rerun costs seconds.
 # The llama.cpp build takes long on 2 cores (it runs under nice -n 19, -j2):
 # only the two tools the rig needs are built, not the whole sdist.
@@ -82,4 +85,15 @@ if [ ! -s "$ONNX/models.json" ]; then
   nice -n 10 "$PY" rig/models/make_onnx.py --out "$ONNX" --family mlp --family conv \
     --size s --size m --int8 >/dev/null
 fi
+if [ ! -x "$RIG_DIR/loadgen/node_modules/.bin/loadtest" ]; then
+  if command -v npm >/dev/null; then
+    say "npm install loadtest (the gateway runs' open-loop generator)"
+    mkdir -p "$RIG_DIR/loadgen"
+    (cd "$RIG_DIR/loadgen" && npm install -s --no-audit --no-fund loadtest@8.2.1)
+  else
+    say "npm is not on PATH: the gateway runs (RIG_GATEWAY=1) need it for loadtest"
+  fi
+fi
+command -v haproxy >/dev/null ||
+  say "haproxy is not on PATH: the gateway runs (RIG_GATEWAY=1) need it (apt-get install haproxy)"
 say "ready in $RIG_DIR"
