@@ -34,6 +34,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 
 RATIOS = {"low": 0.40, "medium": 0.65, "high": 0.88, "burst": 1.30}
 MAX_TRACE_S = 4 * 3600
@@ -132,26 +133,41 @@ def main(argv):
         print("drive.py: no loadtest (rig/setup.sh installs it under $RIG_DIR/loadgen)", file=sys.stderr)
         return 2
     print("segment regime target offered_rps served_rps errors", flush=True)
+    # Each segment's generators start on the trace's clock, not when the
+    # previous ones have exited: a generator that starts (node takes most of
+    # a second) only after the last one ended leaves a gap without requests
+    # at every step, which a daemon reading the arrivals sees as a dip to low.
+    boundary = time.monotonic()
+    previous = None
     for k, (secs, regime) in enumerate(segments):
         procs = []
         for name, url, body, rate in targets:
             offered = rate * RATIOS[regime]
             cmd = pin + command(args.generator, url, body, offered, secs, args.workers)
             procs.append((name, offered, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
-        for name, offered, proc in procs:
-            try:
-                out, _ = proc.communicate(timeout=secs + 15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                out, _ = proc.communicate()
-            if proc.returncode not in (0, -9):
-                print(f"drive.py: {args.generator} for {name} exited with {proc.returncode}: {out.strip()[:300]}",
-                      file=sys.stderr)
-                return 1
-            served, errors = summary(args.generator, out)
-            print(f"{k} {regime} {name} {offered:.1f} {served:.1f} {errors}", flush=True)
-    return 0
+        if previous is not None and not report(args.generator, *previous):
+            return 1
+        previous = (k, regime, secs, procs)
+        boundary += secs
+        time.sleep(max(0.0, boundary - time.monotonic()))
+    return 0 if report(args.generator, *previous) else 1
 
+
+def report(generator, k, regime, secs, procs):
+    """Waits for one segment's generators and prints their lines; False if one failed."""
+    for name, offered, proc in procs:
+        try:
+            out, _ = proc.communicate(timeout=secs + 15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, _ = proc.communicate()
+        if proc.returncode not in (0, -9):
+            print(f"drive.py: {generator} for {name} exited with {proc.returncode}: {out.strip()[:300]}",
+                  file=sys.stderr)
+            return False
+        served, errors = summary(generator, out)
+        print(f"{k} {regime} {name} {offered:.1f} {served:.1f} {errors}", flush=True)
+    return True
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

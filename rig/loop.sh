@@ -143,7 +143,8 @@ case "${1:-}" in
     curl -sf "http://$api/metrics" > "$dir/metrics.txt"
     kill -TERM "$daemon"; wait "$daemon" || true
     "$RIG_DIR/venv/bin/python" rig/realised.py --history "$dir/history.json" \
-      --bundle "$OUT/bundle" --scenario "$SCEN" --json "$dir/realised.json" ;;
+      --bundle "$OUT/bundle" --scenario "$SCEN" --metrics "$dir/metrics.txt" \
+      --trace "$TRACE" --json "$dir/realised.json" ;;
   repeats)
     regime=${2:-medium} passes=${3:-3}
     dir="$OUT/repeats"
