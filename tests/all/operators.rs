@@ -249,14 +249,11 @@ fn a_configuration_that_cannot_decide_is_refused_at_start_up_naming_the_key() {
     assert!(out.status.success(), "{}", stderr(&out));
 }
 
-/// A floor no configuration is predicted to meet makes the trial decision
-/// refuse: that is the state's answer, not a policy that cannot decide, so
-/// the daemon starts, says so once, and its ticks keep the last valid
-/// configuration while the floor stays out of reach.
-#[test]
-fn a_floor_out_of_reach_at_the_trial_state_does_not_stop_the_start() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let scenario = dir.path().join("unreachable.toml");
+/// paper-n3-tight-floors with `qwen1.5b`'s floor out of every
+/// configuration's reach, written in `dir`, under `exact` every 300 ms, with
+/// `[floors]` `floors`: the daemon's config.
+fn unreachable_floor(dir: &Path, floors: &str) -> PathBuf {
+    let scenario = dir.join("unreachable.toml");
     let text = std::fs::read_to_string(
         common::workspace_root().join("examples/paper-n3-tight-floors.toml"),
     )
@@ -266,13 +263,24 @@ fn a_floor_out_of_reach_at_the_trial_state_does_not_stop_the_start() {
         text.replace("sla_floor = 450", "sla_floor = 1e9"),
     )
     .expect("write");
-    let config = common::daemon_config(
-        dir.path(),
+    common::daemon_config(
+        dir,
         scenario.to_str().expect("utf-8"),
         300,
         "active = \"exact\"",
-        "",
-    );
+        &format!("[floors]\n{floors}\n"),
+    )
+}
+
+/// With `[floors] out_of_reach = "keep"`, a floor no configuration is
+/// predicted to meet makes the trial decision refuse: that is the state's
+/// answer, not a policy that cannot decide, so the daemon starts, says so
+/// once, and its ticks keep the last valid configuration while the floor
+/// stays out of reach.
+#[test]
+fn a_floor_out_of_reach_at_the_trial_state_does_not_stop_the_start() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = unreachable_floor(dir.path(), "out_of_reach = \"keep\"");
     let out = run_ticks(&config, 2);
     let err = stderr(&out);
     assert!(out.status.success(), "{err}");
@@ -291,6 +299,62 @@ fn a_floor_out_of_reach_at_the_trial_state_does_not_stop_the_start() {
     assert!(
         records.iter().all(|r| r.kept_last_valid),
         "the ticks refused too"
+    );
+}
+
+/// By default (`out_of_reach = "best-effort"`) the same floor is held at the
+/// model's reach tick by tick: the trial passes, every tick decides (none
+/// keeps the last valid configuration), records the floor it held and counts
+/// it, the other floors hold on the predictions, and one `warn` line says so
+/// for the whole run of such ticks. `replay --policy exact` of the log
+/// decides as the daemon did.
+#[test]
+fn a_floor_out_of_reach_is_decided_best_effort_by_default() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = unreachable_floor(dir.path(), "");
+    let out = run_ticks(&config, 3);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(!err.contains("trial decision was refused"), "{err}");
+    assert_eq!(
+        err.matches("floor out of reach").count(),
+        1,
+        "one line for the run of ticks: {err}"
+    );
+    let log = dir.path().join("decisions.log");
+    let contents = mfsched_daemon::read_decision_log(&log).expect("the log");
+    assert_eq!(contents.records.len(), 3);
+    let floors = &contents.floors[0].1;
+    assert_eq!(floors.out_of_reach, mfsched_core::OutOfReach::BestEffort);
+    for r in &contents.records {
+        assert!(!r.kept_last_valid, "tick {} decided", r.tick);
+        assert_eq!(r.floors_held, vec![0], "qwen1.5b's floor held");
+        let Ok(p) = &r.active.outcome else {
+            panic!("tick {}: {:?}", r.tick, r.active.outcome)
+        };
+        let predicted = p.predicted_throughput.as_ref().expect("predictions");
+        for (t, floor) in predicted.iter().zip(&floors.enforced).skip(1) {
+            assert!(t >= floor, "tick {}: {predicted:?}", r.tick);
+        }
+    }
+    let replay = mfsched(&[
+        "replay",
+        log.to_str().expect("utf-8"),
+        "--policy",
+        "exact",
+        "--json",
+    ]);
+    assert!(replay.status.success(), "{}", stderr(&replay));
+    let results: serde_json::Value = serde_json::from_slice(&replay.stdout).expect("replay's JSON");
+    assert!(
+        results["floors"]
+            .as_str()
+            .is_some_and(|f| f.contains("best effort out of reach")),
+        "{results}"
+    );
+    assert_eq!(
+        results["policies"][0]["differ_from_ran"], 0,
+        "replayed as decided: {results}"
     );
 }
 
@@ -1148,6 +1212,86 @@ items_total {}
     }
     assert!(terminate(&mut daemon.0).success());
     reader.join().expect("the reader ends with the daemon");
+}
+
+/// `profile --live` reads the offered load where `arrivals` says too: a
+/// server saturated at 2 requests/s behind a gateway counting 30 arrivals/s
+/// for each model is profiled at burst with every row in that regime, and
+/// each row's throughput is what the server served (4 items/s).
+#[test]
+fn profile_live_checks_the_regime_on_the_arrivals() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let start = Instant::now();
+    // The server's page also serves the card's readings, as a DCGM exporter would.
+    let server = common::metrics_page(move |_| {
+        let t = start.elapsed().as_secs_f64();
+        format!(
+            "served_total {}\nitems_total {}\n\
+             DCGM_FI_DEV_FB_USED{{gpu=\"0\"}} 1000\nDCGM_FI_DEV_GPU_UTIL{{gpu=\"0\"}} 50\n",
+            2.0 * t,
+            4.0 * t
+        )
+    });
+    let gateway = common::metrics_page(move |_| {
+        let t = start.elapsed().as_secs_f64();
+        format!("gateway_requests_total {}\n", 30.0 * t)
+    });
+    let models = paper_n2_models();
+    let mut workload = scraped_load(server, &models, "served_total", Some("items_total"));
+    let card = format!("http://{server}/metrics");
+    let profile = |workload: &str, name: &str| {
+        let config =
+            common::daemon_config(dir.path(), "paper-n2", 1000, "active = \"hold\"", workload);
+        let out = dir.path().join(name);
+        let o = mfsched(&[
+            "profile",
+            "--live",
+            "--config",
+            config.to_str().expect("utf-8"),
+            "--workload",
+            "burst",
+            "--samples",
+            "4",
+            "--seed",
+            "1",
+            "--settle-ms",
+            "10",
+            "--window-ms",
+            "300",
+            "--gpu-metrics",
+            &card,
+            "--out",
+            out.to_str().expect("utf-8"),
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        (String::from_utf8_lossy(&o.stdout).into_owned(), out)
+    };
+    // The served counter alone reads 0.2 of the reference: low, not burst.
+    let (served, _) = profile(&workload, "served.csv");
+    assert!(
+        served.contains("measured 1 rows") && served.contains("1 row(s) saw a load outside"),
+        "{served}"
+    );
+    for m in &models {
+        workload.push_str(&format!(
+            "\n[workload.prometheus.models.{m}.arrivals]\nscrape = \"http://{gateway}/metrics\"\n\
+             metric = \"gateway_requests_total\"\nlabel = \"\"\n"
+        ));
+    }
+    let (arrived, csv) = profile(&workload, "arrivals.csv");
+    assert!(arrived.contains("0 row(s) saw a load outside"), "{arrived}");
+    let problem = mfsched_core::load_scenario("paper-n2")
+        .expect("bundled")
+        .problem;
+    let rows = mfsched_core::read_profile(&csv, &problem)
+        .expect("the profile")
+        .rows;
+    assert!(!rows.is_empty());
+    for r in &rows {
+        for &t in &r.throughput {
+            assert!((3.0..5.0).contains(&t), "throughput {t}: {r:?}");
+        }
+    }
 }
 
 /// Issue 27, calibrated floors: with `[floors] miss_rate = 0.05` decisions

@@ -5,7 +5,7 @@
 //! Predictions come from `AnalyticPredictor`, the closed-form stand-in (not
 //! the surrogate): these tests are about the host, not about prediction.
 
-use mfsched_core::{GpuState, Problem, WorkloadLevel};
+use mfsched_core::{GpuState, OutOfReach, Problem, WorkloadLevel};
 use mfsched_core::{PerCandidate, Predictor};
 use mfsched_lab::AnalyticPredictor;
 use mfsched_plugin_host::Scorer;
@@ -360,6 +360,57 @@ fn a_decision_under_an_sla_floor_is_rejected_by_prediction() {
         }
         other => panic!("{other:?}"),
     }
+}
+
+/// `[floors] out_of_reach = "best-effort"`: the same floor out of every
+/// configuration's reach is held at the edge of the model's reach for the
+/// tick, so the policy decides: that model gets a configuration within the
+/// reach band of its highest predicted throughput at the state, every other
+/// floor is met, and the tick says which floor it held.
+#[test]
+fn a_floor_out_of_reach_is_held_at_the_models_reach_under_best_effort() {
+    let mut p = n5();
+    p.sla_floors[0] = 1e9;
+    let mut r = rig(
+        engine(Duration::from_secs(10), 256),
+        "exhaustive",
+        None,
+        &[],
+    );
+    r.decider = r.decider.floors_out_of_reach(OutOfReach::BestEffort);
+    let at = state(WorkloadLevel::Medium, 0.5);
+    let report = r.decider.decide(&p, &at);
+    assert!(report.failure().is_none(), "{:?}", report.failure());
+    assert!(!report.kept_last_valid);
+    assert_eq!(report.floors_held, vec![0]);
+    let table = predictor().predict_table(&at, &p.current).expect("a table");
+    let offsets = mfsched_core::table_offsets(&p);
+    let reach = table[offsets[0]..offsets[1]]
+        .iter()
+        .fold(f32::MIN, |a, &b| a.max(b));
+    let predicted = &report.applied.predictions;
+    assert!(
+        f64::from(predicted[0]) >= f64::from(reach) * (1.0 - mfsched_core::FLOOR_REACH_BAND),
+        "{} of a reach of {reach}",
+        predicted[0]
+    );
+    for ((model, &t), &floor) in p.models.iter().zip(predicted).zip(&p.sla_floors).skip(1) {
+        assert!(f64::from(t) >= floor, "{}: {t} under {floor}", model.name);
+    }
+    // Floors within reach: nothing held, the decision as under "keep".
+    let mut strict = rig(
+        engine(Duration::from_secs(10), 256),
+        "exhaustive",
+        None,
+        &[],
+    );
+    let p = n5();
+    let best_effort = r.decider.decide(&p, &at);
+    assert!(best_effort.floors_held.is_empty());
+    assert_eq!(
+        best_effort.applied.config,
+        strict.decider.decide(&p, &at).applied.config
+    );
 }
 
 /// Replaces `path` atomically: write a sibling temp file, then rename over.

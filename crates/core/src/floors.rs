@@ -18,7 +18,7 @@
 //! what decisions are checked with ([`Floors::enforced`]).
 
 use crate::domain::Problem;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// The miss rate α a daemon enforces its floors at unless configured.
 pub const DEFAULT_MISS_RATE: f64 = 0.05;
@@ -39,6 +39,79 @@ pub fn miss_rate(value: f64) -> Result<Option<f64>, String> {
 /// reaches stops every decision): below this the margin is capped, and says
 /// so ([`FloorMargin::capped`]).
 pub const MIN_LOWER_RATIO: f64 = 0.1;
+
+/// What a tick does when a model's floor is above every prediction of its
+/// configurations at the tick's state (no decision can meet it).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OutOfReach {
+    /// Every decision is refused for that floor, so the last valid
+    /// configuration keeps running, however far below the floor it is
+    /// predicted: the strict reading of a floor.
+    #[default]
+    Keep,
+    /// The floor is held at the edge of the model's reach for the tick
+    /// ([`within_reach`]): its decisions give that model a configuration
+    /// within [`REACH_BAND`] of its highest predicted throughput (the nearest
+    /// to its floor) and meet every other floor. With a noisy surrogate and
+    /// margins, "keep" freezes whatever ran when the floor went out of reach.
+    BestEffort,
+}
+
+impl OutOfReach {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Keep => "keep",
+            Self::BestEffort => "best-effort",
+        }
+    }
+}
+
+/// The share under a model's highest prediction down to which a floor at
+/// the edge of its reach is held. Predictions that close to the best are
+/// within any surrogate's error of it, and the band keeps the floor a tick
+/// decides with continuous in the state: held exactly at the best prediction,
+/// a floor just out of reach would let that one configuration pass and a floor
+/// just within reach every configuration above it, and a state that moves
+/// across the edge (a restarted server's readings do) would flip the decision
+/// between them every tick (on the rig at N = 3, `gemma` was restarted 67
+/// times in 113 ticks).
+pub const REACH_BAND: f64 = 0.05;
+
+/// Under [`OutOfReach::BestEffort`], the floors a tick decides with: each of
+/// `floors` held at `(1 − REACH_BAND)` times its model's highest finite
+/// prediction in `table` (every model's configurations at the tick's state,
+/// laid out by [`crate::table_offsets`]) where that is lower: every floor out
+/// of reach, and those within [`REACH_BAND`] of its edge; and the models so
+/// held. A floor well within reach is unchanged, and a model with no finite
+/// prediction keeps its floor.
+pub fn within_reach(floors: &[f64], table: &[f32], offsets: &[usize]) -> (Vec<f64>, Vec<usize>) {
+    let mut held = Vec::new();
+    let within = floors
+        .iter()
+        .enumerate()
+        .map(|(m, &floor)| {
+            let reach = offsets
+                .get(m..m + 2)
+                .and_then(|r| table.get(r[0]..r[1]))
+                .into_iter()
+                .flatten()
+                .filter(|t| t.is_finite())
+                .map(|&t| f64::from(t))
+                .fold(None, |best: Option<f64>, t| {
+                    Some(best.map_or(t, |b| b.max(t)))
+                });
+            match reach.map(|r| r * (1.0 - REACH_BAND)) {
+                Some(edge) if edge < floor => {
+                    held.push(m);
+                    edge
+                }
+                _ => floor,
+            }
+        })
+        .collect();
+    (within, held)
+}
 
 /// One model's margin: its floor is enforced on the prediction multiplied by
 /// `ratio`.
@@ -107,6 +180,8 @@ pub struct Floors {
     /// Per model; `None` where no margin applies (margins off, or the bundle
     /// holds no held-out ratios for the model).
     pub margins: Vec<Option<FloorMargin>>,
+    /// What a tick does when a floor is out of every configuration's reach.
+    pub out_of_reach: OutOfReach,
 }
 
 impl Floors {
@@ -118,6 +193,7 @@ impl Floors {
             declared,
             miss_rate: None,
             margins,
+            out_of_reach: OutOfReach::Keep,
         }
     }
 
@@ -136,6 +212,7 @@ impl Floors {
             enforced,
             miss_rate,
             margins,
+            out_of_reach: OutOfReach::Keep,
         }
     }
 
@@ -179,16 +256,27 @@ impl Floors {
             enforced,
             miss_rate,
             margins,
+            out_of_reach: OutOfReach::Keep,
         }
+    }
+
+    /// These floors, held at a model's reach where out of it (`BestEffort`) or not.
+    pub fn with_out_of_reach(mut self, out_of_reach: OutOfReach) -> Self {
+        self.out_of_reach = out_of_reach;
+        self
     }
 
     /// How decisions enforce these floors, for reports: "conformal, α 0.05"
     /// or "on the point prediction".
     pub fn label(&self) -> String {
-        self.miss_rate.map_or_else(
+        let enforced = self.miss_rate.map_or_else(
             || "on the point prediction".to_owned(),
             |a| format!("conformal, α {a}"),
-        )
+        );
+        match self.out_of_reach {
+            OutOfReach::Keep => enforced,
+            OutOfReach::BestEffort => format!("{enforced}, best effort out of reach"),
+        }
     }
 
     /// The floors decisions are checked with: each declared floor divided by
@@ -297,6 +385,33 @@ mod tests {
         }
         let mean = coverage.iter().sum::<f64>() / coverage.len() as f64;
         assert!((0.94..=0.975).contains(&mean), "mean coverage {mean}");
+    }
+
+    #[test]
+    fn a_floor_above_every_prediction_is_held_at_the_models_reach() {
+        // Two models of 3 and 2 configurations.
+        let offsets = [0, 3, 5];
+        let table = [4.0_f32, 9.0, 6.0, 2.0, 3.0];
+        let edge = |reach: f64| reach * (1.0 - REACH_BAND);
+        // Both well within reach: unchanged.
+        assert_eq!(
+            within_reach(&[8.0, 2.5], &table, &offsets),
+            (vec![8.0, 2.5], vec![])
+        );
+        // The second out of reach: held at the edge of its best prediction,
+        // which then passes the floor check; the first untouched.
+        let (floors, held) = within_reach(&[8.0, 5.0], &table, &offsets);
+        assert_eq!((floors, held), (vec![8.0, edge(3.0)], vec![1]));
+        // Within reach but inside the band: held at the edge too, so the floor
+        // is continuous across the edge of reach.
+        let (floors, held) = within_reach(&[8.9, 2.5], &table, &offsets);
+        assert_eq!((floors, held), (vec![edge(9.0), 2.5], vec![0]));
+        // NaN predictions do not count as reach; a model with none keeps its floor.
+        let nan = [f32::NAN, f32::NAN, f32::NAN, f32::NAN, 1.0];
+        assert_eq!(
+            within_reach(&[8.0, 5.0], &nan, &offsets),
+            (vec![8.0, edge(1.0)], vec![1])
+        );
     }
 
     #[test]

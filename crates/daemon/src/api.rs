@@ -558,9 +558,12 @@ async fn set_active(
     let trial = {
         let (shared, policy) = (Arc::clone(&shared), body.policy.clone());
         tokio::task::spawn_blocking(move || {
-            shared
-                .deciding
-                .trial(&policy, &shared.problem, shared.deadline)
+            shared.deciding.trial(
+                &policy,
+                &shared.problem,
+                shared.floors.out_of_reach,
+                shared.deadline,
+            )
         })
         .await
     };

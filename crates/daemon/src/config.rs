@@ -56,17 +56,27 @@ pub struct DaemonConfig {
 /// the running configuration gives; keeping it is still a valid decision
 /// (`mfsched_plugin_host::validate`), so hold and a plugin's self-check on the
 /// running state are not refused for it.
+///
+/// `out_of_reach` says what a tick does when some model's (enforced) floor
+/// is above every prediction of its configurations at the tick's state:
+/// `best-effort` (the default) holds that floor at the edge of what the model
+/// is predicted to reach (`mfsched_core::floors_within_reach`), so the tick
+/// decides with it given about its best and every other floor met; `keep`
+/// refuses every decision, so whatever ran keeps running (the strict reading;
+/// on the rig at N = 3 it refused 308 of 407 ticks).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct FloorsConfig {
     /// α in [0, 0.5]; 0: floors on the point prediction.
     pub miss_rate: f64,
+    pub out_of_reach: mfsched_core::OutOfReach,
 }
 
 impl Default for FloorsConfig {
     fn default() -> Self {
         Self {
             miss_rate: mfsched_core::DEFAULT_FLOOR_MISS_RATE,
+            out_of_reach: mfsched_core::OutOfReach::BestEffort,
         }
     }
 }

@@ -208,10 +208,11 @@ impl Deciding {
         &self,
         policy: &str,
         problem: &Problem,
+        out_of_reach: mfsched_core::OutOfReach,
         deadline: Duration,
     ) -> Result<(), mfsched_plugin_host::PluginFailure> {
         use mfsched_plugin_host::{DecisionFailure, PluginFailure};
-        let mut decider = self.decider(policy, 0);
+        let mut decider = self.decider(policy, 0).floors_out_of_reach(out_of_reach);
         let state = mfsched_plugin_host::default_state(problem);
         let mut last = None;
         for _ in 0..TRIALS {
@@ -519,7 +520,68 @@ pub struct Daemon {
     configured_costs: ReconfigCosts,
     /// The contention reading the ticks decide with, averaged over time.
     contention: TimeAverage,
+    /// Per model: since its floor was said to be out of reach, the ticks it
+    /// has been within reach in a row (`None`: not said).
+    out_of_reach: Vec<Option<u32>>,
+    /// The reconfigurations in flight, which make a tick's reading transient.
+    settling: Settling,
+    /// The device part of the last state read while none was (what a
+    /// transient tick decides on).
+    steady: Option<GpuState>,
 }
+
+/// The reconfigurations the v2-repository and process actuators are carrying
+/// out. A state read while a server reloads or restarts, or over a period in
+/// which one did, is the reconfiguration's, neither the old configuration's
+/// nor the new one's: a restarted llama-server holds no memory and takes no
+/// CPU until it is up. Decided on, such a reading flips the decision back and
+/// forth with every restart (on the rig at N = 3, `gemma` every 5–7 ticks);
+/// `profile --live` never measures one either (it reads after its settle time).
+#[derive(Debug, Default)]
+struct Settling {
+    /// Per model: the tick whose reconfiguration is not seen finished yet,
+    /// and when it was sent.
+    pending: std::collections::BTreeMap<usize, (u64, Instant)>,
+    last_finished: Option<Instant>,
+}
+
+impl Settling {
+    fn sent(&mut self, model: usize, tick: u64, at: Instant) {
+        self.pending.insert(model, (tick, at));
+    }
+
+    /// `done` finished by `at` (a record of an older tick than the model's
+    /// newest request leaves that one pending).
+    fn finished(&mut self, done: &[ReconfigRecord], at: Instant) {
+        for r in done {
+            let model = r.model as usize;
+            if self.pending.get(&model).is_some_and(|&(t, _)| t <= r.tick) {
+                self.pending.remove(&model);
+            }
+        }
+        if !done.is_empty() {
+            self.last_finished = Some(at);
+        }
+    }
+
+    /// A reconfiguration is in flight, or one finished within the last
+    /// `period` (the reading of a tick covers the period before it). One
+    /// pending for longer than `longest` can take (superseded and never
+    /// reported, or lost at a failure) stops counting.
+    fn unsettled(&mut self, now: Instant, period: Duration, longest: Duration) -> bool {
+        self.pending
+            .retain(|_, &mut (_, sent)| now.saturating_duration_since(sent) <= longest + period);
+        !self.pending.is_empty()
+            || self
+                .last_finished
+                .is_some_and(|t| now.saturating_duration_since(t) < period)
+    }
+}
+
+/// Ticks in a row a held floor must be within reach before the log says it
+/// is back: a floor at the edge of reach goes in and out of it with the
+/// state, and that is one `warn` line, not one pair per edge.
+const BACK_WITHIN_REACH_TICKS: u32 = 10;
 
 /// An exponential average over time of a reading: each reading moves it by
 /// 1 − e^(−Δt / window) of the way; a missing reading starts it afresh (no
@@ -567,7 +629,10 @@ impl Daemon {
             &settings.active,
             &settings.shadows,
         )?;
-        let decider = deciding.decider(&settings.active, first_tick);
+        let models = problem.models.len();
+        let decider = deciding
+            .decider(&settings.active, first_tick)
+            .floors_out_of_reach(settings.floors.out_of_reach);
         let shared = Arc::new(Shared {
             metrics,
             deciding,
@@ -599,6 +664,9 @@ impl Daemon {
             downtime: DowntimeBook::default(),
             configured_costs,
             contention: TimeAverage::default(),
+            out_of_reach: vec![None; models],
+            settling: Settling::default(),
+            steady: None,
         })
     }
 
@@ -678,7 +746,7 @@ impl Daemon {
                 contention: None,
                 processes: Vec::new(),
             });
-        let state = GpuState {
+        let measured = GpuState {
             workload,
             vram_used_mib: sample.vram_used_mib.unwrap_or(footprint),
             utilization: sample
@@ -690,6 +758,25 @@ impl Daemon {
                 self.settings.contention_window,
             ),
         };
+        // A reading over a reconfiguration is the reconfiguration's: the tick
+        // decides on the last steady one, at this tick's load.
+        let unsettled = self.settling.unsettled(
+            Instant::now(),
+            self.settings.period,
+            self.actuators.longest_reconfiguration(),
+        );
+        let (state, state_held) = match self.steady {
+            Some(steady) if unsettled => (GpuState { workload, ..steady }, true),
+            _ => {
+                if !unsettled {
+                    self.steady = Some(measured);
+                }
+                (measured, false)
+            }
+        };
+        if state_held {
+            self.shared.metrics.state_held();
+        }
 
         let Roles { active, shadows } = read(&self.shared.roles).clone();
         let (budget, started_at) = (self.settings.deadline, started.into_std());
@@ -743,6 +830,7 @@ impl Daemon {
             self.count(r, Role::Shadow);
         }
         self.log_edges(tick, &active_record, &shadows);
+        self.floors_held(tick, &outcome.floors_held);
         let kept_last_valid = outcome.kept_last_valid;
         if kept_last_valid {
             self.shared.metrics.kept_last_valid();
@@ -762,6 +850,12 @@ impl Daemon {
             .collect();
         self.actuators
             .apply(&self.problem, tick, &applied, &changed);
+        let sent = Instant::now();
+        for &i in &changed {
+            if self.actuators.measured_by(i).is_some() {
+                self.settling.sent(i, tick, sent);
+            }
+        }
         self.shared.metrics.model_changes(changed.len());
         let previous = std::mem::replace(&mut self.problem.current, applied.clone());
 
@@ -782,6 +876,8 @@ impl Daemon {
             applied,
             kept_last_valid,
             changed_models: changed.iter().map(|&i| i as u32).collect(),
+            floors_held: outcome.floors_held.iter().map(|&i| i as u32).collect(),
+            state_held,
         };
         // Nothing a tick records may end the daemon: a failed write is counted
         // and logged (once per run of failures), and the loop goes on.
@@ -897,6 +993,37 @@ impl Daemon {
             .correction_rejected(correction.rejected());
     }
 
+    /// Counts the models whose floor this tick held at the edge of their
+    /// reach, and says so once per spell: `warn` when a floor goes out of
+    /// reach, `info` once it has been back for [`BACK_WITHIN_REACH_TICKS`].
+    fn floors_held(&mut self, tick: u64, held: &[usize]) {
+        for (m, spell) in self.out_of_reach.iter_mut().enumerate() {
+            let name = &self.problem.models[m].name;
+            if held.contains(&m) {
+                self.shared.metrics.floor_held(name);
+                if spell.replace(0).is_none() {
+                    tracing::warn!(
+                        tick,
+                        model = %name,
+                        "floor out of reach: no configuration is predicted to meet its floor of {:.2} at this state (or only within {:.0} % of its best); deciding best-effort, the floor held at that edge of its reach, until it is back",
+                        self.problem.sla_floors[m],
+                        mfsched_core::FLOOR_REACH_BAND * 100.0
+                    );
+                }
+            } else if let Some(within) = spell {
+                *within += 1;
+                if *within >= BACK_WITHIN_REACH_TICKS {
+                    *spell = None;
+                    tracing::info!(
+                        tick,
+                        model = %name,
+                        "floor back within reach for {BACK_WITHIN_REACH_TICKS} ticks"
+                    );
+                }
+            }
+        }
+    }
+
     /// One log line per edge of a policy's run of failures (never one per
     /// tick): `warn` with the reason, escaped and cut, when it starts failing;
     /// `info` with the count of failed ticks when it answers again.
@@ -945,6 +1072,7 @@ impl Daemon {
     /// reconfiguration costs when configured so.
     fn finished_reconfigurations(&mut self) -> Vec<ReconfigRecord> {
         let done = self.actuators.drain();
+        self.settling.finished(&done, Instant::now());
         for r in &done {
             let i = r.model as usize;
             if r.error.is_some()
@@ -1004,6 +1132,44 @@ mod tests {
         let mut raw = TimeAverage::default();
         raw.update(at(0.0), Some(0.1), Duration::ZERO);
         assert_eq!(raw.update(at(0.1), Some(0.9), Duration::ZERO), Some(0.9));
+    }
+
+    #[test]
+    fn a_reading_is_unsettled_while_a_reconfiguration_is_in_flight_and_a_period_after() {
+        let (period, longest) = (Duration::from_secs(1), Duration::from_secs(30));
+        let t0 = Instant::now();
+        let at = |s: f64| t0 + Duration::from_secs_f64(s);
+        let mut s = Settling::default();
+        assert!(!s.unsettled(at(0.0), period, longest), "nothing sent");
+        s.sent(0, 5, at(0.0));
+        assert!(s.unsettled(at(3.0), period, longest), "in flight");
+        // A newer request for the model: the older one's record leaves it pending.
+        s.sent(0, 7, at(3.0));
+        s.finished(
+            &[ReconfigRecord {
+                tick: 5,
+                ..reconfig(0, true, 3000.0, None)
+            }],
+            at(4.0),
+        );
+        assert!(
+            s.unsettled(at(6.0), period, longest),
+            "tick 7's still in flight"
+        );
+        s.finished(
+            &[ReconfigRecord {
+                tick: 7,
+                ..reconfig(0, true, 3000.0, None)
+            }],
+            at(7.0),
+        );
+        // The next reading covers the period it finished in; the one after does not.
+        assert!(s.unsettled(at(7.5), period, longest));
+        assert!(!s.unsettled(at(8.0), period, longest));
+        // A request never reported stops counting past the longest reconfiguration.
+        s.sent(1, 9, at(9.0));
+        assert!(s.unsettled(at(20.0), period, longest));
+        assert!(!s.unsettled(at(41.0), period, longest));
     }
 
     fn reconfig(model: u32, variant_switch: bool, ms: f64, error: Option<&str>) -> ReconfigRecord {

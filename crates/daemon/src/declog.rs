@@ -77,6 +77,13 @@ pub enum Entry {
     Floors(FloorsRecord),
     /// Last, for the same reason: a log without one had no contention reading.
     Contention(ContentionRecord),
+    /// Last, for the same reason: a log without one held no floor at its
+    /// reach and decided every tick on the state it read.
+    Held(HeldRecord),
+    /// Last, for the same reason: how the floors of the start whose floors
+    /// record it follows treated a floor out of reach (a log without one:
+    /// `keep`, the only way there was).
+    OutOfReach(mfsched_core::OutOfReach),
 }
 
 /// [`Entry`] as it is written, borrowed: the same variants in the same order,
@@ -91,6 +98,20 @@ enum EntryRef<'a> {
     Measured(&'a MeasuredRecord),
     Floors(&'a FloorsRecord),
     Contention(&'a ContentionRecord),
+    Held(&'a HeldRecord),
+    OutOfReach(mfsched_core::OutOfReach),
+}
+
+/// What tick `tick` held, written just before its record where it held
+/// anything (the tick record keeps the encoding it had before, as with
+/// [`ContentionRecord`], and a reader puts these back).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HeldRecord {
+    pub tick: u64,
+    /// [`TickRecord::floors_held`].
+    pub floors: Vec<u32>,
+    /// [`TickRecord::state_held`].
+    pub state: bool,
 }
 
 /// The contention readings of tick `tick`, written just before its record:
@@ -191,6 +212,11 @@ pub struct FloorsRecord {
     /// Per model: the declared floor, and the one decisions were checked with.
     pub declared: Vec<f64>,
     pub enforced: Vec<f64>,
+    /// What a tick did with a floor out of reach (logs before it: `keep`,
+    /// the only way there was). Not in this record's bytes: it travels in the
+    /// entry after it, and a reader puts it back.
+    #[serde(skip)]
+    pub out_of_reach: mfsched_core::OutOfReach,
 }
 
 /// What the servers measured for the configuration that ran before tick
@@ -329,6 +355,17 @@ pub struct TickRecord {
     pub kept_last_valid: bool,
     /// Indices of the models whose configuration changed (and was sent).
     pub changed_models: Vec<u32>,
+    /// Indices of the models whose floor no configuration was predicted to
+    /// reach at the tick's state (or only within the reach band of the best),
+    /// held at the band's edge for it (`[floors] out_of_reach =
+    /// "best-effort"`). In a [`HeldRecord`] on disk.
+    #[serde(skip)]
+    pub floors_held: Vec<u32>,
+    /// `state` is the last one read while no reconfiguration was in flight
+    /// (at this tick's load): `sample` was read during one, or over a period
+    /// in which one finished. In a [`HeldRecord`] on disk.
+    #[serde(skip)]
+    pub state_held: bool,
 }
 
 /// A tick record of a version 1 or 2 log.
@@ -364,6 +401,8 @@ impl From<TickRecordV2> for TickRecord {
             applied: r.applied,
             kept_last_valid: r.kept_last_valid,
             changed_models: r.changed_models,
+            floors_held: Vec::new(),
+            state_held: false,
         }
     }
 }
@@ -550,6 +589,7 @@ pub fn parse(bytes: &[u8]) -> Result<LogContents> {
     let mut measured = Vec::new();
     let mut floors = Vec::new();
     let mut contention: Option<ContentionRecord> = None;
+    let mut held: Option<HeldRecord> = None;
     let mut skipped = Vec::new();
     let mut at = MAGIC.len();
     let budget = (bytes.len() as u64).saturating_add(RESYNC_WORK_BYTES);
@@ -563,10 +603,14 @@ pub fn parse(bytes: &[u8]) -> Result<LogContents> {
             Ok((entry, len)) => {
                 match entry {
                     Entry::Tick(mut record) => {
-                        // The reading written just before this tick's record.
+                        // What was written just before this tick's record.
                         if let Some(c) = contention.take().filter(|c| c.tick == record.tick) {
                             record.state.contention = c.state;
                             record.sample.contention = c.sample;
+                        }
+                        if let Some(h) = held.take().filter(|h| h.tick == record.tick) {
+                            record.floors_held = h.floors;
+                            record.state_held = h.state;
                         }
                         records.push(*record);
                     }
@@ -577,6 +621,12 @@ pub fn parse(bytes: &[u8]) -> Result<LogContents> {
                     Entry::Measured(m) => measured.push(m),
                     Entry::Floors(f) => floors.push((records.len(), f)),
                     Entry::Contention(c) => contention = Some(c),
+                    Entry::Held(h) => held = Some(h),
+                    Entry::OutOfReach(o) => {
+                        if let Some((_, f)) = floors.last_mut() {
+                            f.out_of_reach = o;
+                        }
+                    }
                 }
                 at += len;
             }
@@ -994,7 +1044,8 @@ impl DecisionLog {
     }
 
     /// Appends one tick record in a single write (after its contention
-    /// readings, where it has one: a crash between the two loses the tick only).
+    /// readings and what it held, where it has any: a crash between them
+    /// loses the tick only).
     pub fn append(&mut self, record: &TickRecord) -> Result<()> {
         let (sample, state) = (record.sample.contention, record.state.contention);
         if sample.is_some() || state.is_some() {
@@ -1002,6 +1053,13 @@ impl DecisionLog {
                 tick: record.tick,
                 sample,
                 state,
+            }))?;
+        }
+        if !record.floors_held.is_empty() || record.state_held {
+            self.write(&EntryRef::Held(&HeldRecord {
+                tick: record.tick,
+                floors: record.floors_held.clone(),
+                state: record.state_held,
             }))?;
         }
         self.write(&EntryRef::Tick(record))?;
@@ -1023,7 +1081,8 @@ impl DecisionLog {
     /// Records how the ticks that follow enforce their floors (once per
     /// daemon start, after its run record).
     pub fn append_floors(&mut self, record: &FloorsRecord) -> Result<()> {
-        self.write(&EntryRef::Floors(record))
+        self.write(&EntryRef::Floors(record))?;
+        self.write(&EntryRef::OutOfReach(record.out_of_reach))
     }
 
     /// Records what the ticks that follow are decided with (once per daemon start).
@@ -1135,6 +1194,8 @@ pub(crate) mod tests {
             applied: vec![1, 2],
             kept_last_valid: false,
             changed_models: vec![0],
+            floors_held: Vec::new(),
+            state_held: false,
         }
     }
 
@@ -1180,6 +1241,48 @@ pub(crate) mod tests {
         let with =
             bincode::serde::encode_to_vec(EntryRef::Tick(&measured), config()).expect("encodes");
         assert_eq!(plain, with, "the reading is not in the tick record's bytes");
+    }
+
+    /// What a tick held, and how a start treated a floor out of reach,
+    /// travel in entries of their own: the tick and floors records keep the
+    /// bytes older readers read, and this reader puts them back.
+    #[test]
+    fn held_floors_and_states_round_trip_and_leave_older_encodings_alone() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("d.log");
+        let (mut log, _) = DecisionLog::open(&path).expect("open");
+        let floors = FloorsRecord {
+            miss_rate: Some(0.05),
+            declared: vec![1.0, 2.0],
+            enforced: vec![1.5, 2.5],
+            out_of_reach: mfsched_core::OutOfReach::BestEffort,
+        };
+        let mut held = record(1);
+        held.floors_held = vec![1];
+        held.state_held = true;
+        log.append_floors(&floors).expect("append");
+        log.append(&record(0)).expect("append");
+        log.append(&held).expect("append");
+        log.append(&record(2)).expect("append");
+        drop(log);
+        let contents = read(&path).expect("read");
+        assert_eq!(contents.records, vec![record(0), held.clone(), record(2)]);
+        assert_eq!(contents.floors, vec![(0, floors.clone())]);
+        let plain =
+            bincode::serde::encode_to_vec(EntryRef::Tick(&record(1)), config()).expect("encodes");
+        let with = bincode::serde::encode_to_vec(EntryRef::Tick(&held), config()).expect("encodes");
+        assert_eq!(
+            plain, with,
+            "what it held is not in the tick record's bytes"
+        );
+        let keep = FloorsRecord {
+            out_of_reach: mfsched_core::OutOfReach::Keep,
+            ..floors.clone()
+        };
+        assert_eq!(
+            bincode::serde::encode_to_vec(EntryRef::Floors(&floors), config()).expect("encodes"),
+            bincode::serde::encode_to_vec(EntryRef::Floors(&keep), config()).expect("encodes"),
+        );
     }
 
     #[test]

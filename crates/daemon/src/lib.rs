@@ -161,7 +161,11 @@ fn floors_text(problem: &mfsched_core::Problem, floors: &mfsched_core::Floors) -
         .zip(floors.declared.iter().zip(floors.enforced()))
         .map(|(m, (d, e))| format!("{} {d:.1} → {e:.1}", m.name))
         .collect();
-    format!("conformal α {alpha} ({})", raised.join(", "))
+    format!(
+        "conformal α {alpha} ({}), out of reach: {}",
+        raised.join(", "),
+        floors.out_of_reach.as_str()
+    )
 }
 
 /// The joint configuration the daemon starts from: `policy.start`'s labels
@@ -259,7 +263,9 @@ pub async fn run(
     };
     // Decisions hold each floor on a lower bound of the prediction; what
     // the servers measure is held to the declared floor.
-    let floors = served.floors(config.floors.margins_at());
+    let floors = served
+        .floors(config.floors.margins_at())
+        .with_out_of_reach(config.floors.out_of_reach);
     if let (Some(alpha), Some(uncalibrated)) =
         (floors.miss_rate, floors.uncalibrated_names(&served.problem))
     {
@@ -328,6 +334,7 @@ pub async fn run(
         miss_rate: floors.miss_rate,
         declared: floors.declared.clone(),
         enforced: floors.enforced().to_vec(),
+        out_of_reach: floors.out_of_reach,
     })?;
     metrics.floors(&problem, &floors);
     // What the driven servers run is brought up once the start is sure.
@@ -422,10 +429,12 @@ async fn can_decide(
     daemon::check_loaded(deciding.policies.as_ref(), &active, &config.policy.shadows)?;
     let (deciding, problem, policy) = (deciding.clone(), problem.clone(), active.clone());
     let deadline = config.tick.deadline();
-    let Err(failure) =
-        tokio::task::spawn_blocking(move || deciding.trial(&policy, &problem, deadline))
-            .await
-            .context("the start-up decision")?
+    let out_of_reach = config.floors.out_of_reach;
+    let Err(failure) = tokio::task::spawn_blocking(move || {
+        deciding.trial(&policy, &problem, out_of_reach, deadline)
+    })
+    .await
+    .context("the start-up decision")?
     else {
         return Ok(());
     };

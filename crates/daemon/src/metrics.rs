@@ -79,6 +79,8 @@ struct Inner {
     latency: BTreeMap<String, Histogram>,
     predicted_utility: BTreeMap<String, f64>,
     sla_violations: BTreeMap<String, u64>,
+    floors_held: BTreeMap<String, u64>,
+    state_held: u64,
     kept_last_valid: u64,
     model_changes: u64,
     actuator_sent: BTreeMap<String, u64>,
@@ -172,6 +174,17 @@ impl Metrics {
             .sla_violations
             .entry(model.to_owned())
             .or_default() += 1;
+    }
+
+    /// A tick decided on the last steady state (its reading was a
+    /// reconfiguration's).
+    pub fn state_held(&self) {
+        self.lock().state_held += 1;
+    }
+
+    /// A tick decided with `model`'s floor held at the edge of its reach.
+    pub fn floor_held(&self, model: &str) {
+        *self.lock().floors_held.entry(model.to_owned()).or_default() += 1;
     }
 
     pub fn model_changes(&self, n: usize) {
@@ -501,6 +514,28 @@ impl Metrics {
                 .map(|(model, c)| {
                     format!(
                         "mfsched_sla_violations_total{{model=\"{}\"}} {c}",
+                        escape_label_value(model)
+                    )
+                })
+                .collect(),
+        );
+        section(
+            &mut out,
+            "mfsched_state_held_ticks_total",
+            "counter",
+            "Ticks that decided on the last state read while no reconfiguration was in flight: their own reading was taken during one (a server reloading or restarting), or over a period in which one finished.",
+            vec![format!("mfsched_state_held_ticks_total {}", m.state_held)],
+        );
+        section(
+            &mut out,
+            "mfsched_floor_out_of_reach_ticks_total",
+            "counter",
+            "Ticks at whose state no configuration of a model was predicted to meet its (enforced) floor, or only within the reach band of its best, decided with that floor held at the band's edge ([floors] out_of_reach = \"best-effort\").",
+            m.floors_held
+                .iter()
+                .map(|(model, c)| {
+                    format!(
+                        "mfsched_floor_out_of_reach_ticks_total{{model=\"{}\"}} {c}",
                         escape_label_value(model)
                     )
                 })

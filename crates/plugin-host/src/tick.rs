@@ -3,8 +3,11 @@
 //! `bench policies`, `replay --policy`, `plugins check` and `plugins test`, hot
 //! reload's self-check of a new policy) runs ticks through a [`Decider`]:
 //!
-//! 1. the problem is prepared once for every policy of the tick, and the tick's
-//!    inputs are kept as the checkpoint hot reload self-checks a new component on;
+//! 1. the problem is prepared once for every policy of the tick (under
+//!    [`OutOfReach::BestEffort`], with each floor that no configuration is
+//!    predicted to reach at the state held at its model's reach), and the
+//!    tick's inputs are kept as the checkpoint hot reload self-checks a new
+//!    component on;
 //! 2. the active policy and the shadows are asked through the one
 //!    [`Pipeline`] (proposal, validation with the floors, scoring) under one
 //!    deadline, in parallel on threads of their own when there are several or
@@ -17,11 +20,12 @@
 //!    answer in the serialisable form the decision log, `/v1/history`, the
 //!    metrics and `replay` read.
 
+use std::borrow::Cow;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use mfsched_core::{GpuState, JointConfig, Problem};
+use mfsched_core::{GpuState, JointConfig, OutOfReach, Problem};
 use serde::{Deserialize, Serialize};
 
 use crate::bindings::wit;
@@ -132,6 +136,10 @@ pub struct TickOutcome {
     pub applied: Checked,
     /// The active policy failed, so the last valid configuration was kept.
     pub kept_last_valid: bool,
+    /// The models whose floor no configuration was predicted to reach at the
+    /// tick's state (or only within the reach band of the best), held at the
+    /// band's edge for it ([`OutOfReach::BestEffort`]).
+    pub floors_held: Vec<usize>,
     /// Wall time of the tick: preparation, every policy, the kept
     /// configuration's description.
     pub latency: Duration,
@@ -192,6 +200,8 @@ pub struct Decider {
     kept_ticks: u64,
     /// Every policy on a thread of its own, even alone.
     isolated: bool,
+    /// What a tick does with a floor out of every configuration's reach.
+    out_of_reach: OutOfReach,
     /// How far ahead of the host's the guests' clocks read.
     clock_shift: Duration,
     checkpoint: Arc<Mutex<Option<Checkpoint>>>,
@@ -244,6 +254,7 @@ impl Decider {
             tick: 0,
             kept_ticks: 0,
             isolated: false,
+            out_of_reach: OutOfReach::Keep,
             clock_shift: Duration::ZERO,
             checkpoint: Arc::new(Mutex::new(None)),
         }
@@ -254,6 +265,13 @@ impl Decider {
     /// stall on a native policy that hangs (the daemon).
     pub fn isolated(mut self) -> Self {
         self.isolated = true;
+        self
+    }
+
+    /// What the ticks do with a floor no configuration is predicted to reach
+    /// (by default [`OutOfReach::Keep`]: every decision is refused for it).
+    pub fn floors_out_of_reach(mut self, out_of_reach: OutOfReach) -> Self {
+        self.out_of_reach = out_of_reach;
         self
     }
 
@@ -308,6 +326,8 @@ impl Decider {
         let tick = self.tick;
         self.tick += 1;
         let started = Instant::now();
+        let (problem, floors_held) = self.within_reach(problem, state);
+        let problem = problem.as_ref();
         let mut prepared = self.pipeline.prepare(problem);
         prepared.clock_shift = self.clock_shift;
         let inputs = Arc::new(prepared);
@@ -357,8 +377,41 @@ impl Decider {
             shadows,
             applied,
             kept_last_valid,
+            floors_held,
             latency: started.elapsed(),
         }
+    }
+
+    /// The problem this tick decides: `problem` itself, or under
+    /// [`OutOfReach::BestEffort`] with each floor at the edge of its model's
+    /// reach at `state` held there (`mfsched_core::floors_within_reach`), and
+    /// those models. One table of predictions, the others' configurations
+    /// as they run; a predictor that cannot give it leaves the floors as
+    /// they are (the policies meet the same failure and say so).
+    fn within_reach<'p>(
+        &self,
+        problem: &'p Problem,
+        state: &GpuState,
+    ) -> (Cow<'p, Problem>, Vec<usize>) {
+        if self.out_of_reach == OutOfReach::Keep {
+            return (Cow::Borrowed(problem), Vec::new());
+        }
+        let Ok(table) = self
+            .pipeline
+            .predictor()
+            .predict_table(state, &problem.current)
+        else {
+            return (Cow::Borrowed(problem), Vec::new());
+        };
+        let offsets = mfsched_core::table_offsets(problem);
+        let (floors, held) =
+            mfsched_core::floors_within_reach(&problem.sla_floors, &table, &offsets);
+        if held.is_empty() {
+            return (Cow::Borrowed(problem), held);
+        }
+        let mut within = problem.clone();
+        within.sla_floors = floors;
+        (Cow::Owned(within), held)
     }
 
     /// Asks each policy on a thread of its own and waits for each until

@@ -14,7 +14,7 @@ use super::plugins::{PluginOpts, policy_params};
 use mfsched_core::printable;
 use mfsched_core::write_atomically;
 use mfsched_core::{
-    Corrected, Correction, CorrectionConfig, Floors, JointConfig, Predictor, Problem,
+    Corrected, Correction, CorrectionConfig, Floors, JointConfig, OutOfReach, Predictor, Problem,
 };
 use mfsched_daemon::{
     ComponentRecord, FloorsRecord, LogContents, RunRecord, TickRecord, UtilityRecord,
@@ -203,13 +203,22 @@ fn replay_floors(
     ticks: &[(usize, &TickRecord)],
     served: &mfsched_surrogate::Served,
 ) -> Result<(Floors, String)> {
+    let records: Vec<Option<&FloorsRecord>> =
+        ticks.iter().map(|&(i, _)| contents.floors_of(i)).collect();
     if let Some(alpha) = args.floor_miss_rate {
-        let floors = served.floors(super::eval::floor_miss_rate("--floor-miss-rate", alpha)?);
+        // Margins afresh; a floor out of reach handled as the daemon did.
+        let floors = served
+            .floors(super::eval::floor_miss_rate("--floor-miss-rate", alpha)?)
+            .with_out_of_reach(
+                records
+                    .first()
+                    .copied()
+                    .flatten()
+                    .map_or(OutOfReach::Keep, |r| r.out_of_reach),
+            );
         let label = format!("{} (--floor-miss-rate)", floors.label());
         return Ok((floors, label));
     }
-    let records: Vec<Option<&FloorsRecord>> =
-        ticks.iter().map(|&(i, _)| contents.floors_of(i)).collect();
     if records.windows(2).any(|w| w[0] != w[1]) {
         bail!(
             "{}: the ticks enforced their floors differently ([floors] changed between daemon starts); replay one daemon set-up at a time, or set --floor-miss-rate",
@@ -229,7 +238,8 @@ fn replay_floors(
             }
             // The daemon's own enforced floors, whatever margins this build
             // would take.
-            let floors = Floors::as_recorded(r.declared.clone(), &r.enforced, r.miss_rate);
+            let floors = Floors::as_recorded(r.declared.clone(), &r.enforced, r.miss_rate)
+                .with_out_of_reach(r.out_of_reach);
             let label = format!("{} (as the log recorded)", floors.label());
             Ok((floors, label))
         }
@@ -326,6 +336,7 @@ fn counterfactual(args: &ReplayArgs, contents: &LogContents) -> Result<()> {
         Some(c) => Arc::clone(c) as Arc<dyn Predictor>,
         None => Arc::clone(&served.predictor),
     };
+    let (floors, floors_label) = replay_floors(args, contents, &ticks, &served)?;
     let registry = Registry::default();
     let mut deciders = Vec::with_capacity(args.policies.len());
     let mut replayed_components = Vec::with_capacity(args.policies.len());
@@ -348,14 +359,14 @@ fn counterfactual(args: &ReplayArgs, contents: &LogContents) -> Result<()> {
                 registry.utility_slot(Arc::clone(&utility)),
                 Arc::clone(&predictor),
                 params,
-            ),
+            )
+            .floors_out_of_reach(floors.out_of_reach),
         ));
         replayed_components.push(ComponentRecord {
             policy: spec.clone(),
             identity: policy.info.identity(),
         });
     }
-    let (floors, floors_label) = replay_floors(args, contents, &ticks, &served)?;
     let mut problem = served.problem.clone();
     problem.sla_floors = floors.enforced().to_vec();
     // Every policy that was active in the replayed ticks, in order of first
