@@ -370,10 +370,17 @@ impl Harness {
         // deciders sharing a predictor share one reference per tick.
         let predictors: Vec<Arc<dyn Predictor>> =
             specs.iter().map(|p| served(self.predictor_of(p))).collect();
+        let out_of_reach = conditions
+            .floors
+            .as_ref()
+            .map_or(mfsched_core::OutOfReach::Keep, |f| f.out_of_reach);
         let mut deciders: Vec<Decider> = specs
             .iter()
             .zip(&predictors)
-            .map(|(p, predictor)| self.decider(p, Arc::clone(predictor), seed))
+            .map(|(p, predictor)| {
+                self.decider(p, Arc::clone(predictor), seed)
+                    .floors_out_of_reach(out_of_reach)
+            })
             .collect();
         let perturb = |config: &[u32], throughput: &mut Vec<f64>| {
             if let Some(p) = &conditions.perturbation {

@@ -23,6 +23,8 @@ pub struct CorrectionStudy {
     pub correction: CorrectionConfig,
     /// Floors with margins: every condition is run again enforcing them.
     pub margins: Option<Floors>,
+    /// What a tick does with a floor out of reach (point floors too).
+    pub out_of_reach: mfsched_core::OutOfReach,
 }
 
 /// The three conditions, in report order.
@@ -86,10 +88,12 @@ impl CorrectionStudy {
                 },
             ];
             // Point floors (the harness problem's), then the margins.
-            let variants: Vec<Floors> =
-                std::iter::once(Floors::point(harness.problem().sla_floors.clone()))
-                    .chain(self.margins.clone())
-                    .collect();
+            let variants: Vec<Floors> = std::iter::once(
+                Floors::point(harness.problem().sla_floors.clone())
+                    .with_out_of_reach(self.out_of_reach),
+            )
+            .chain(self.margins.clone())
+            .collect();
             for (name, c) in CONDITIONS.iter().zip(conditions) {
                 for floors in &variants {
                     let label = floors.label();

@@ -467,10 +467,32 @@ pub struct CorrectionArgs {
     /// floors only.
     #[arg(long, default_value_t = mfsched_core::DEFAULT_FLOOR_MISS_RATE)]
     floor_miss_rate: f64,
+    /// What a tick does when no configuration is predicted to meet a floor:
+    /// `keep` (every decision refused, the last valid configuration kept, as
+    /// `decide` and `ab` do) or `best-effort` (the floor held at the edge of
+    /// the model's reach, as the daemon does by default).
+    #[arg(long, value_enum, default_value = "keep")]
+    floors_out_of_reach: OutOfReachArg,
     #[command(flatten)]
     utility: UtilityChoice,
     #[command(flatten)]
     plugins: PluginOpts,
+}
+
+/// `--floors-out-of-reach`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum OutOfReachArg {
+    Keep,
+    BestEffort,
+}
+
+impl From<OutOfReachArg> for mfsched_core::OutOfReach {
+    fn from(a: OutOfReachArg) -> Self {
+        match a {
+            OutOfReachArg::Keep => Self::Keep,
+            OutOfReachArg::BestEffort => Self::BestEffort,
+        }
+    }
 }
 
 /// `--floor-miss-rate`'s value as margins: `None` for 0.
@@ -494,7 +516,8 @@ pub fn correction(args: CorrectionArgs) -> Result<()> {
     let miss_rate = floor_miss_rate("--floor-miss-rate", args.floor_miss_rate)?;
     let scenario = load_scenario(&args.problem)?;
     let served = args.plugins.served(&scenario)?;
-    let margins = miss_rate.map(|a| served.floors(Some(a)));
+    let out_of_reach = mfsched_core::OutOfReach::from(args.floors_out_of_reach);
+    let margins = miss_rate.map(|a| served.floors(Some(a)).with_out_of_reach(out_of_reach));
     if let Some(uncalibrated) = margins
         .as_ref()
         .and_then(|m| m.uncalibrated_names(&served.problem))
@@ -536,6 +559,7 @@ pub fn correction(args: CorrectionArgs) -> Result<()> {
         seeds: args.seeds.clone(),
         correction: mfsched_core::CorrectionConfig::default(),
         margins,
+        out_of_reach,
     };
     let total = args.ticks
         * args.seeds.len()
@@ -545,7 +569,7 @@ pub fn correction(args: CorrectionArgs) -> Result<()> {
     let result = study.run(&harness, &policy, &traces, || bar.inc(1))?;
     bar.finish_and_clear();
     let command = format!(
-        "mfsched repro correction --problem {} --policy {} --trace {} --ticks {} --seeds {} --model-sigma {} --config-sigma {} --floor-miss-rate {}",
+        "mfsched repro correction --problem {} --policy {} --trace {} --ticks {} --seeds {} --model-sigma {} --config-sigma {} --floor-miss-rate {} --floors-out-of-reach {}",
         args.problem,
         args.policy,
         args.trace,
@@ -557,7 +581,8 @@ pub fn correction(args: CorrectionArgs) -> Result<()> {
             .join(","),
         args.model_sigma,
         args.config_sigma,
-        args.floor_miss_rate
+        args.floor_miss_rate,
+        out_of_reach.as_str()
     );
     let heading = format!(
         "Online correction and calibrated floors on the {} (mfsched simulator) — {} on {}, trace {}, {} ticks, seeds {:?}; the card's throughputs scaled by e^(σ_m·z + σ_c·z) with σ_m = {}, σ_c = {}; predictor: {}; floor violations are of the card's noise-free throughput against the declared floors, whatever floors the decisions enforced",
