@@ -11,7 +11,12 @@ per-variant throughput ranges and the scenario's quality and reconfiguration cos
 
     J = sum_i q_i(v)/q_i,max * clamp((T_i - min_i,v)/(max_i,v - min_i,v), 0, 1) - sum_i r_i
 
-and counts floor violations (a measured T_i under the model's sla_floor). The
+and counts floor violations (a measured T_i under the model's sla_floor). A
+model whose throughput the daemon could not read at a tick (its server down
+while it restarts, its counter reset, its page too slow) is scored as serving
+0 there (--missing zero, the default since 2026-12-06; --missing skip leaves
+such ticks out, as the figures before then did, which scores a run that
+restarts a server often on its good ticks only). The
 reward (the sum) and the reconfiguration penalty are reported apart: a
 restart's real cost is already in the measured throughput of its period.
 The ticks of the first SKIP seconds (servers coming up) are left out. A
@@ -28,7 +33,8 @@ configuration, plus that model's mean measured downtime (from the run's
 as not reacted to (the configuration running was still the best predicted).
 
 Usage: realised.py --history H.json [--history ...] --bundle DIR --scenario S.toml
-                   [--metrics METRICS.txt] [--skip 10] [--window 10] [--json OUT.json]
+                   [--metrics METRICS.txt] [--trace TRACE] [--missing zero|skip]
+                   [--skip 10] [--window 10] [--json OUT.json]
 """
 
 import argparse
@@ -58,6 +64,10 @@ def main(argv):
     p.add_argument("--window", type=int, default=10)
     p.add_argument("--metrics")
     p.add_argument("--trace")
+    p.add_argument("--missing", choices=["zero", "skip"], default="zero",
+                   help="a tick where a model's throughput could not be read: scored as 0 "
+                        "(its server restarting serves nothing, and a run that restarts it "
+                        "often is not scored on its good ticks only), or left out")
     p.add_argument("--json")
     args = p.parse_args(argv)
     u = Utility(args.scenario, args.bundle)
@@ -67,14 +77,15 @@ def main(argv):
     if len(ticks) < 2:
         sys.exit("fewer than two ticks in the history")
     t0 = ticks[0]["unix_ms"]
-    # (the tick before, the tick) pairs scored: consecutive, past the skip,
-    # every model measured.
+    # (the tick before, the tick) pairs scored: consecutive, past the skip;
+    # with --missing skip, every model measured.
     pairs = [(prev, cur) for prev, cur in zip(ticks, ticks[1:])
              if cur["tick"] == prev["tick"] + 1 and (cur["unix_ms"] - t0) / 1e3 >= args.skip
-             and all(v is not None for v in cur["measured_throughput"])]
+             and (args.missing == "zero" or all(v is not None for v in cur["measured_throughput"]))]
+    unmeasured = sum(1 for _, cur in pairs for v in cur["measured_throughput"] if v is None)
     scored, penalties, violations, reconfigs, predicted = [], [], {m: 0 for m in models}, 0, []
     for prev, cur in pairs:
-        measured = cur["measured_throughput"]
+        measured = [0.0 if v is None else v for v in cur["measured_throughput"]]
         j, penalty = 0.0, 0.0
         for i, m in enumerate(models):
             variant = prev["running"][i].split()[0]
@@ -91,12 +102,14 @@ def main(argv):
             predicted.append(active["utility"])
     n = len(scored)
     # Floors over windows of consecutive scored ticks.
-    measured_rows = [cur["measured_throughput"] for _, cur in pairs]
+    measured_rows = [[0.0 if v is None else v for v in cur["measured_throughput"]] for _, cur in pairs]
     windows = [measured_rows[k:k + args.window] for k in range(0, len(measured_rows) - args.window + 1, args.window)]
     window_violations = {m: sum(1 for w in windows if sum(r[i] for r in w) / len(w) < u.floors[m])
                          for i, m in enumerate(models)}
     out = {
         "ticks_scored": n,
+        "missing": args.missing,
+        "unmeasured_readings_scored_as_zero": unmeasured,
         "realised_reward_mean": sum(scored) / n if n else None,
         "reconfiguration_penalty_mean": sum(penalties) / n if n else None,
         "realised_utility_mean": (sum(scored) - sum(penalties)) / n if n else None,
