@@ -1144,6 +1144,42 @@ fn readings_the_correction_cannot_use_are_counted_not_learnt() {
     reader.join().expect("the reader ends with the daemon");
 }
 
+/// A server that serves 2 requests/s (4 items/s) whatever it is offered (its
+/// page carries a card's DCGM readings too), behind a gateway whose page
+/// counts 30 arrivals/s on each paper-n2 model's frontend (`a`, `b`) and on
+/// one that is no model's. Returns the models, the server's address, and the
+/// `[workload]` reading each model's load from the server's counter, then the
+/// same reading it where requests arrive (`arrivals`).
+fn saturated_behind_a_gateway() -> (Vec<String>, SocketAddr, String, String) {
+    let start = Instant::now();
+    let server = common::metrics_page(move |_| {
+        let t = start.elapsed().as_secs_f64();
+        format!(
+            "served_total {}\nitems_total {}\n\
+             DCGM_FI_DEV_FB_USED{{gpu=\"0\"}} 1000\nDCGM_FI_DEV_GPU_UTIL{{gpu=\"0\"}} 50\n",
+            2.0 * t,
+            4.0 * t
+        )
+    });
+    let gateway = common::metrics_page(move |_| {
+        let t = start.elapsed().as_secs_f64();
+        ["a", "b", "admin"]
+            .iter()
+            .map(|p| format!("gateway_requests_total{{proxy=\"{p}\"}} {}\n", 30.0 * t))
+            .collect::<String>()
+    });
+    let models = paper_n2_models();
+    let served = scraped_load(server, &models, "served_total", Some("items_total"));
+    let mut arrivals = served.clone();
+    for (m, frontend) in models.iter().zip(["a", "b"]) {
+        arrivals.push_str(&format!(
+            "\n[workload.prometheus.models.{m}.arrivals]\nscrape = \"http://{gateway}/metrics\"\n\
+             metric = \"gateway_requests_total\"\nlabel = \"proxy\"\nserved_name = \"{frontend}\"\n"
+        ));
+    }
+    (models, server, served, arrivals)
+}
+
 /// Issue 25, the load behind saturated servers: a server that serves 2
 /// requests/s whatever it is offered, behind a gateway that counts the 30
 /// requests/s that arrive for it. With `arrivals` naming the gateway's page
@@ -1152,33 +1188,7 @@ fn readings_the_correction_cannot_use_are_counted_not_learnt() {
 #[test]
 fn the_offered_load_is_read_where_requests_arrive_and_the_throughput_where_they_are_served() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let start = Instant::now();
-    let server = common::metrics_page(move |_| {
-        let t = start.elapsed().as_secs_f64();
-        format!(
-            "served_total {}
-items_total {}
-",
-            2.0 * t,
-            4.0 * t
-        )
-    });
-    let gateway = common::metrics_page(move |_| {
-        let t = start.elapsed().as_secs_f64();
-        // Every model's frontend, and one that is not a model's.
-        ["a", "b", "admin"]
-            .iter()
-            .map(|p| format!("gateway_requests_total{{proxy=\"{p}\"}} {}\n", 30.0 * t))
-            .collect::<String>()
-    });
-    let models = paper_n2_models();
-    let mut workload = scraped_load(server, &models, "served_total", Some("items_total"));
-    for (m, frontend) in models.iter().zip(["a", "b"]) {
-        workload.push_str(&format!(
-            "\n[workload.prometheus.models.{m}.arrivals]\nscrape = \"http://{gateway}/metrics\"\n\
-             metric = \"gateway_requests_total\"\nlabel = \"proxy\"\nserved_name = \"{frontend}\"\n"
-        ));
-    }
+    let (models, _, _, workload) = saturated_behind_a_gateway();
     let config = common::daemon_config(dir.path(), "paper-n2", 100, "active = \"hold\"", &workload);
     let (child, err, addr) = process::start_daemon(&config);
     let mut daemon = process::Killed(child);
@@ -1221,23 +1231,7 @@ items_total {}
 #[test]
 fn profile_live_checks_the_regime_on_the_arrivals() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let start = Instant::now();
-    // The server's page also serves the card's readings, as a DCGM exporter would.
-    let server = common::metrics_page(move |_| {
-        let t = start.elapsed().as_secs_f64();
-        format!(
-            "served_total {}\nitems_total {}\n\
-             DCGM_FI_DEV_FB_USED{{gpu=\"0\"}} 1000\nDCGM_FI_DEV_GPU_UTIL{{gpu=\"0\"}} 50\n",
-            2.0 * t,
-            4.0 * t
-        )
-    });
-    let gateway = common::metrics_page(move |_| {
-        let t = start.elapsed().as_secs_f64();
-        format!("gateway_requests_total {}\n", 30.0 * t)
-    });
-    let models = paper_n2_models();
-    let mut workload = scraped_load(server, &models, "served_total", Some("items_total"));
+    let (_, server, served, arrivals) = saturated_behind_a_gateway();
     let card = format!("http://{server}/metrics");
     let profile = |workload: &str, name: &str| {
         let config =
@@ -1267,18 +1261,12 @@ fn profile_live_checks_the_regime_on_the_arrivals() {
         (String::from_utf8_lossy(&o.stdout).into_owned(), out)
     };
     // The served counter alone reads 0.2 of the reference: low, not burst.
-    let (served, _) = profile(&workload, "served.csv");
+    let (out, _) = profile(&served, "served.csv");
     assert!(
-        served.contains("measured 1 rows") && served.contains("1 row(s) saw a load outside"),
-        "{served}"
+        out.contains("measured 1 rows") && out.contains("1 row(s) saw a load outside"),
+        "{out}"
     );
-    for m in &models {
-        workload.push_str(&format!(
-            "\n[workload.prometheus.models.{m}.arrivals]\nscrape = \"http://{gateway}/metrics\"\n\
-             metric = \"gateway_requests_total\"\nlabel = \"\"\n"
-        ));
-    }
-    let (arrived, csv) = profile(&workload, "arrivals.csv");
+    let (arrived, csv) = profile(&arrivals, "arrivals.csv");
     assert!(arrived.contains("0 row(s) saw a load outside"), "{arrived}");
     let problem = mfsched_core::load_scenario("paper-n2")
         .expect("bundled")

@@ -341,18 +341,24 @@ fn vram_infeasible_decision_is_rejected() {
     assert!(report.latency < DEADLINE, "{:?}", report.latency);
 }
 
-#[test]
-fn a_decision_under_an_sla_floor_is_rejected_by_prediction() {
+/// paper-n5 with a floor no configuration of model 0 reaches, and exhaustive.
+fn unreachable_floor() -> (Problem, Rig) {
     let mut p = n5();
-    // No configuration of model 0 reaches this floor: every candidate scores
-    // −∞, the policy still answers, and validation refuses it.
     p.sla_floors[0] = 1e9;
-    let mut r = rig(
+    let r = rig(
         engine(Duration::from_secs(10), 256),
         "exhaustive",
         None,
         &[],
     );
+    (p, r)
+}
+
+#[test]
+fn a_decision_under_an_sla_floor_is_rejected_by_prediction() {
+    // Every candidate scores −∞, the policy still answers, and validation
+    // refuses it.
+    let (p, mut r) = unreachable_floor();
     let report = r.decider.decide(&p, &state(WorkloadLevel::Medium, 0.5));
     match report.failure() {
         Some(DecisionFailure::Rejected(Rejection::Floor { model, .. })) => {
@@ -369,14 +375,7 @@ fn a_decision_under_an_sla_floor_is_rejected_by_prediction() {
 /// floor is met, and the tick says which floor it held.
 #[test]
 fn a_floor_out_of_reach_is_held_at_the_models_reach_under_best_effort() {
-    let mut p = n5();
-    p.sla_floors[0] = 1e9;
-    let mut r = rig(
-        engine(Duration::from_secs(10), 256),
-        "exhaustive",
-        None,
-        &[],
-    );
+    let (p, mut r) = unreachable_floor();
     r.decider = r.decider.floors_out_of_reach(OutOfReach::BestEffort);
     let at = state(WorkloadLevel::Medium, 0.5);
     let report = r.decider.decide(&p, &at);

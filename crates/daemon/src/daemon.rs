@@ -537,12 +537,18 @@ pub struct Daemon {
 /// CPU until it is up. Decided on, such a reading flips the decision back and
 /// forth with every restart (on the rig at N = 3, `gemma` every 5–7 ticks);
 /// `profile --live` never measures one either (it reads after its settle time).
+/// The same holds for a model's measured throughput: over a period in which
+/// it reloaded or restarted, it is the reconfiguration's downtime, not what
+/// the configuration gives, and the online correction learning from it lowers
+/// whichever configuration was just started (on the rig, `conv` then flipped
+/// between its variants every tick).
 #[derive(Debug, Default)]
 struct Settling {
     /// Per model: the tick whose reconfiguration is not seen finished yet,
     /// and when it was sent.
     pending: std::collections::BTreeMap<usize, (u64, Instant)>,
-    last_finished: Option<Instant>,
+    /// Per model: when its last reconfiguration was seen finished.
+    finished: std::collections::BTreeMap<usize, Instant>,
 }
 
 impl Settling {
@@ -558,23 +564,28 @@ impl Settling {
             if self.pending.get(&model).is_some_and(|&(t, _)| t <= r.tick) {
                 self.pending.remove(&model);
             }
-        }
-        if !done.is_empty() {
-            self.last_finished = Some(at);
+            self.finished.insert(model, at);
         }
     }
 
-    /// A reconfiguration is in flight, or one finished within the last
-    /// `period` (the reading of a tick covers the period before it). One
-    /// pending for longer than `longest` can take (superseded and never
-    /// reported, or lost at a failure) stops counting.
-    fn unsettled(&mut self, now: Instant, period: Duration, longest: Duration) -> bool {
+    /// The models being reconfigured at `now`, or whose reconfiguration
+    /// finished within the last `period` (a reading covers the period before
+    /// it). A request pending for longer than `longest` can take (superseded
+    /// and never reported, or lost at a failure) stops counting.
+    fn unsettled(&mut self, now: Instant, period: Duration, longest: Duration) -> Vec<usize> {
         self.pending
             .retain(|_, &mut (_, sent)| now.saturating_duration_since(sent) <= longest + period);
-        !self.pending.is_empty()
-            || self
-                .last_finished
-                .is_some_and(|t| now.saturating_duration_since(t) < period)
+        self.finished
+            .retain(|_, &mut at| now.saturating_duration_since(at) < period);
+        let mut models: Vec<usize> = self
+            .pending
+            .keys()
+            .chain(self.finished.keys())
+            .copied()
+            .collect();
+        models.sort_unstable();
+        models.dedup();
+        models
     }
 }
 
@@ -766,9 +777,9 @@ impl Daemon {
             self.actuators.longest_reconfiguration(),
         );
         let (state, state_held) = match self.steady {
-            Some(steady) if unsettled => (GpuState { workload, ..steady }, true),
+            Some(steady) if !unsettled.is_empty() => (GpuState { workload, ..steady }, true),
             _ => {
-                if !unsettled {
+                if unsettled.is_empty() {
                     self.steady = Some(measured);
                 }
                 (measured, false)
@@ -802,7 +813,15 @@ impl Daemon {
             .context("the decider is back after every tick")?;
         let problem = self.problem.clone();
         let correction = self.settings.correction.clone();
-        let measured = load.measured_throughput.clone();
+        // What a model measured over its own reconfiguration is its downtime,
+        // not its configuration's: not learnt from (nor recorded as learnt).
+        let mut learnt_from = load.measured_throughput.clone();
+        for &m in &unsettled {
+            if let Some(t) = learnt_from.get_mut(m) {
+                *t = None;
+            }
+        }
+        let measured = learnt_from.clone();
         let (decider, outcome, learnt) = tokio::task::spawn_blocking(move || {
             // What ran since the last tick corrects the predictions first, so
             // this tick decides on them (one inference of one candidate).
@@ -895,12 +914,12 @@ impl Daemon {
                     .try_for_each(|r| self.log.append_reconfig(r))
             })
             .and_then(|()| {
-                if !load.measured_throughput.iter().any(Option::is_some) {
+                if !learnt_from.iter().any(Option::is_some) {
                     return Ok(());
                 }
                 self.log.append_measured(&MeasuredRecord {
                     tick,
-                    throughput: load.measured_throughput.clone(),
+                    throughput: learnt_from,
                     correction: self.settings.correction.as_ref().map(|c| c.config()),
                 })
             })
@@ -1139,37 +1158,30 @@ mod tests {
         let (period, longest) = (Duration::from_secs(1), Duration::from_secs(30));
         let t0 = Instant::now();
         let at = |s: f64| t0 + Duration::from_secs_f64(s);
+        let done = |model: u32, tick: u64| ReconfigRecord {
+            tick,
+            ..reconfig(model, true, 3000.0, None)
+        };
         let mut s = Settling::default();
-        assert!(!s.unsettled(at(0.0), period, longest), "nothing sent");
+        let none: Vec<usize> = Vec::new();
+        assert_eq!(s.unsettled(at(0.0), period, longest), none, "nothing sent");
         s.sent(0, 5, at(0.0));
-        assert!(s.unsettled(at(3.0), period, longest), "in flight");
+        assert_eq!(s.unsettled(at(3.0), period, longest), [0], "in flight");
         // A newer request for the model: the older one's record leaves it pending.
         s.sent(0, 7, at(3.0));
-        s.finished(
-            &[ReconfigRecord {
-                tick: 5,
-                ..reconfig(0, true, 3000.0, None)
-            }],
-            at(4.0),
-        );
-        assert!(
-            s.unsettled(at(6.0), period, longest),
-            "tick 7's still in flight"
-        );
-        s.finished(
-            &[ReconfigRecord {
-                tick: 7,
-                ..reconfig(0, true, 3000.0, None)
-            }],
-            at(7.0),
-        );
+        s.finished(&[done(0, 5)], at(4.0));
+        assert_eq!(s.unsettled(at(6.0), period, longest), [0], "tick 7's");
+        s.finished(&[done(0, 7)], at(7.0));
         // The next reading covers the period it finished in; the one after does not.
-        assert!(s.unsettled(at(7.5), period, longest));
-        assert!(!s.unsettled(at(8.0), period, longest));
-        // A request never reported stops counting past the longest reconfiguration.
+        assert_eq!(s.unsettled(at(7.5), period, longest), [0]);
+        assert_eq!(s.unsettled(at(8.0), period, longest), none);
+        // Per model: one in flight, another finished just before.
         s.sent(1, 9, at(9.0));
-        assert!(s.unsettled(at(20.0), period, longest));
-        assert!(!s.unsettled(at(41.0), period, longest));
+        s.finished(&[done(2, 8)], at(9.0));
+        assert_eq!(s.unsettled(at(9.5), period, longest), [1, 2]);
+        // A request never reported stops counting past the longest reconfiguration.
+        assert_eq!(s.unsettled(at(20.0), period, longest), [1]);
+        assert_eq!(s.unsettled(at(41.0), period, longest), none);
     }
 
     fn reconfig(model: u32, variant_switch: bool, ms: f64, error: Option<&str>) -> ReconfigRecord {

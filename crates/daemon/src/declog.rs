@@ -226,7 +226,9 @@ pub struct FloorsRecord {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MeasuredRecord {
     pub tick: u64,
-    /// Per model, its server's throughput (none where not measured).
+    /// Per model, its server's throughput (none where not measured, or
+    /// where the model was reconfigured over the period: a measurement of
+    /// its downtime the correction does not learn from).
     pub throughput: Vec<Option<f64>>,
     /// The correction's settings (`None`: the daemon decided uncorrected).
     pub correction: Option<mfsched_core::CorrectionConfig>,
