@@ -158,6 +158,14 @@ CFG
   done
 }
 
+# Stops the process whose PID the file $1 holds, if any, and forgets it.
+stop_pid() {
+  if [ -s "$1" ]; then
+    kill "$(cat "$1")" 2>/dev/null || true
+    rm -f "$1"
+  fi
+}
+
 gateway() {
   case "$1" in
     start)
@@ -171,11 +179,7 @@ gateway() {
         sleep 0.25
       done
       echo "the gateway's page did not answer in 10 s" >&2; exit 1 ;;
-    stop)
-      if [ -s "$RUN/haproxy.pid" ]; then
-        kill "$(cat "$RUN/haproxy.pid")" 2>/dev/null || true
-        rm -f "$RUN/haproxy.pid"
-      fi ;;
+    stop) stop_pid "$RUN/haproxy.pid" ;;
     *) echo "rig.sh gateway start|stop" >&2; exit 2 ;;
   esac
 }
@@ -230,11 +234,7 @@ mlserver() {
         sleep 0.5
       done
       echo "mlserver did not become ready in 60 s: $RUN/mlserver.log" >&2; exit 1 ;;
-    stop)
-      if [ -s "$RUN/mlserver.pid" ]; then
-        kill "$(cat "$RUN/mlserver.pid")" 2>/dev/null || true
-        rm -f "$RUN/mlserver.pid"
-      fi ;;
+    stop) stop_pid "$RUN/mlserver.pid" ;;
     unload) # MODEL: unloaded through the repository API (its solo rows are another's)
       curl -sf -X POST "http://127.0.0.1:$ML_HTTP/v2/repository/models/$2/unload" >/dev/null ;;
     *) echo "rig.sh mlserver start|stop|unload MODEL" >&2; exit 2 ;;
