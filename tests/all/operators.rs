@@ -1398,7 +1398,7 @@ fn replay_corrects_as_the_daemon_did() {
     // Decided again under the floors the daemon enforced (else decisions
     // would differ), and what ran measured under its declared floors.
     assert_eq!(
-        r["floors"], "conformal, α 0.05 (as the log recorded)",
+        r["floors"], "conformal, α 0.05, best effort out of reach (as the log recorded)",
         "{r}"
     );
     // These servers are under every floor: every tick that measured misses.
@@ -1415,7 +1415,7 @@ fn replay_corrects_as_the_daemon_did() {
     // ran is still measured against the same declared floors.
     let point = replay(&["--floor-miss-rate", "0"]);
     assert_eq!(
-        point["floors"], "on the point prediction (--floor-miss-rate)",
+        point["floors"], "on the point prediction, best effort out of reach (--floor-miss-rate)",
         "{point}"
     );
     assert_eq!(
