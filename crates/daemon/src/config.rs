@@ -670,6 +670,20 @@ pub struct ArrivalsConfig {
     pub served_name: Option<String>,
 }
 
+impl ArrivalsConfig {
+    /// The page's URL, for scenario model `model` (an error names the key).
+    pub fn uri(&self, model: &str) -> Result<hyper::Uri> {
+        self.scrape
+            .parse()
+            .with_context(|| format!("workload.prometheus.models.{model}.arrivals.scrape"))
+    }
+
+    /// The label value that names scenario model `model` on the page.
+    pub fn name_on_page(&self, model: &str) -> String {
+        self.served_name.clone().unwrap_or_else(|| model.to_owned())
+    }
+}
+
 impl ModelLoadConfig {
     /// The request counter and the label naming the model: the preset's, or
     /// `metric` + `label` (the config check requires one of the two).

@@ -89,12 +89,10 @@ impl Source {
     fn requests(model: &str, m: &ModelLoadConfig, p: &PrometheusConfig) -> Result<Self> {
         if let Some(a) = &m.arrivals {
             return Ok(Self::Scrape {
-                uri: a.scrape.parse().with_context(|| {
-                    format!("workload.prometheus.models.{model}.arrivals.scrape")
-                })?,
+                uri: a.uri(model)?,
                 metric: a.metric.clone(),
                 label: a.label.clone(),
-                name: a.served_name.clone().unwrap_or_else(|| model.to_owned()),
+                name: a.name_on_page(model),
                 scrapes: ScrapeWindow::new(Duration::from_millis(m.rate_window_ms)),
             });
         }

@@ -95,13 +95,10 @@ impl ModelReader {
             .with_context(|| format!("{at}: set throughput_metric (or a preset)"))?;
         let arrivals = match &m.arrivals {
             Some(a) => Some(PageCounter {
-                uri: a
-                    .scrape
-                    .parse()
-                    .with_context(|| format!("{at}.arrivals.scrape"))?,
+                uri: a.uri(model)?,
                 metric: a.metric.clone(),
                 label: a.label.clone(),
-                name: a.served_name.clone().unwrap_or_else(|| model.to_owned()),
+                name: a.name_on_page(model),
             }),
             None => None,
         };
