@@ -1056,7 +1056,7 @@ impl PrometheusConfig {
         if !(t.iter().all(|x| x.is_finite() && *x > 0.0) && t[0] < t[1] && t[1] < t[2]) {
             bail!("{p}.thresholds must be three increasing positive load ratios, got {t:?}");
         }
-        if !is_promql_duration(&self.rate_window) {
+        if promql_duration(&self.rate_window).is_none() {
             bail!(
                 "{p}.rate_window '{}' is not a PromQL duration (e.g. 30s, 1m, 5m)",
                 self.rate_window
@@ -1126,26 +1126,32 @@ fn check_http_url(key: &str, url: &str) -> Result<()> {
 }
 
 /// `30s`, `1m`, `1m30s`, … (PromQL's units; no spaces).
-fn is_promql_duration(s: &str) -> bool {
-    let mut rest = s;
-    if rest.is_empty() {
-        return false;
+/// A PromQL duration (`30s`, `1m30s`, `250ms`; units ms, s, m, h, d, w, y),
+/// `None` where it is not one.
+pub(crate) fn promql_duration(s: &str) -> Option<Duration> {
+    const UNITS: [(&str, u64); 7] = [
+        ("ms", 1),
+        ("s", 1_000),
+        ("m", 60_000),
+        ("h", 3_600_000),
+        ("d", 86_400_000),
+        ("w", 604_800_000),
+        ("y", 31_536_000_000),
+    ];
+    if s.is_empty() {
+        return None;
     }
+    let mut rest = s;
+    let mut ms: u64 = 0;
     while !rest.is_empty() {
         let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
-        if digits == 0 {
-            return false;
-        }
+        let count: u64 = rest.get(..digits)?.parse().ok()?;
         rest = &rest[digits..];
-        let unit = ["ms", "s", "m", "h", "d", "w", "y"]
-            .into_iter()
-            .find(|u| rest.starts_with(u));
-        match unit {
-            Some(u) => rest = &rest[u.len()..],
-            None => return false,
-        }
+        let &(unit, scale) = UNITS.iter().find(|(u, _)| rest.starts_with(u))?;
+        rest = &rest[unit.len()..];
+        ms = ms.checked_add(count.checked_mul(scale)?)?;
     }
-    true
+    Some(Duration::from_millis(ms))
 }
 
 impl DaemonConfig {
@@ -1493,9 +1499,13 @@ mod tests {
             let err = format!("{:#}", parse(extra).expect_err(says));
             assert!(err.contains(says), "{says}: {err}");
         }
-        assert!(
-            is_promql_duration("1m30s") && is_promql_duration("250ms") && !is_promql_duration("m")
-        );
+        let ms = |s: &str| promql_duration(s).map(|d| d.as_millis());
+        assert_eq!(ms("1m30s"), Some(90_000));
+        assert_eq!(ms("250ms"), Some(250));
+        assert_eq!(ms("1h5m"), Some(3_900_000));
+        for bad in ["", "m", "5", "5x", "1.5s", "99999999999999999999y"] {
+            assert_eq!(ms(bad), None, "{bad:?}");
+        }
     }
 
     #[test]

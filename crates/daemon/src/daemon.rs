@@ -13,7 +13,7 @@ use super::declog::{
     DecisionLog, LoadRecord, MeasuredRecord, ReconfigRecord, TickRecord, UtilityRecord,
 };
 use super::history::{History, Measured};
-use super::load::{LoadMonitor, LoadReading};
+use super::load::{LoadMonitor, LoadReading, ThroughputReading};
 use super::metrics::{Metrics, Role};
 use super::policies::PluginPolicies;
 use super::sampler::{Sample, Sampler};
@@ -52,7 +52,7 @@ impl WorkloadSource {
             observed: None,
             forecast: None,
             fallback: None,
-            measured_throughput: Vec::new(),
+            measured: Vec::new(),
         }
     }
 }
@@ -549,6 +549,10 @@ struct Settling {
     pending: std::collections::BTreeMap<usize, (u64, Instant)>,
     /// Per model: when its last reconfiguration was seen finished.
     finished: std::collections::BTreeMap<usize, Instant>,
+    /// Per model: when the last throughput reading learnt from was read (a
+    /// reading stands in for several ticks while it is recent: one
+    /// observation, learnt once).
+    learnt: std::collections::BTreeMap<usize, Instant>,
 }
 
 impl Settling {
@@ -575,17 +579,41 @@ impl Settling {
     fn unsettled(&mut self, now: Instant, period: Duration, longest: Duration) -> Vec<usize> {
         self.pending
             .retain(|_, &mut (_, sent)| now.saturating_duration_since(sent) <= longest + period);
-        self.finished
-            .retain(|_, &mut at| now.saturating_duration_since(at) < period);
-        let mut models: Vec<usize> = self
-            .pending
-            .keys()
-            .chain(self.finished.keys())
-            .copied()
-            .collect();
+        let recent = self
+            .finished
+            .iter()
+            .filter(|&(_, &at)| now.saturating_duration_since(at) < period)
+            .map(|(&m, _)| m);
+        let mut models: Vec<usize> = self.pending.keys().copied().chain(recent).collect();
         models.sort_unstable();
         models.dedup();
         models
+    }
+
+    /// Per model, the throughput the online correction may learn from: a
+    /// reading over a whole rate window, not learnt before, whose span began
+    /// after the model's last reconfiguration finished, with none in flight.
+    /// A reading's span can reach far behind the tick (llama-server's is a
+    /// 10 s window on the rig, and a reading stands in while it is recent):
+    /// one that covers a restart is the restart's downtime, and learnt as the
+    /// new configuration's throughput it pushed that configuration under its
+    /// floor, the next restart likewise (on the rig at N = 3, `gemma` every
+    /// 5 ticks for 40 ticks, its correction falling to ×0.3).
+    fn learnable(&mut self, measured: &[Option<ThroughputReading>]) -> Vec<Option<f64>> {
+        measured
+            .iter()
+            .enumerate()
+            .map(|(m, reading)| {
+                let r = reading.as_ref()?;
+                let steady = !self.pending.contains_key(&m)
+                    && self.finished.get(&m).is_none_or(|&done| r.since >= done);
+                let fresh = self.learnt.get(&m).is_none_or(|&at| r.at > at);
+                (r.whole && steady && fresh).then(|| {
+                    self.learnt.insert(m, r.at);
+                    r.rate
+                })
+            })
+            .collect()
     }
 }
 
@@ -738,12 +766,13 @@ impl Daemon {
         self.shared
             .metrics
             .load(load.level, load.observed, load.forecast, load.fallback);
+        let measured_throughput = load.throughput();
         self.shared
             .metrics
-            .measured_throughput(&self.problem, &load.measured_throughput);
+            .measured_throughput(&self.problem, &measured_throughput);
         self.shared.metrics.measured_floor_misses(
             &self.problem,
-            &self.settings.floors.misses(&load.measured_throughput),
+            &self.settings.floors.misses(&measured_throughput),
         );
         let workload = load.level;
         let sample = self
@@ -815,12 +844,7 @@ impl Daemon {
         let correction = self.settings.correction.clone();
         // What a model measured over its own reconfiguration is its downtime,
         // not its configuration's: not learnt from (nor recorded as learnt).
-        let mut learnt_from = load.measured_throughput.clone();
-        for &m in &unsettled {
-            if let Some(t) = learnt_from.get_mut(m) {
-                *t = None;
-            }
-        }
+        let learnt_from = self.settling.learnable(&load.measured);
         let measured = learnt_from.clone();
         let (decider, outcome, learnt) = tokio::task::spawn_blocking(move || {
             // What ran since the last tick corrects the predictions first, so
@@ -941,7 +965,7 @@ impl Daemon {
             &record,
             utility,
             Measured {
-                throughput: &load.measured_throughput,
+                throughput: &measured_throughput,
                 corrections: &self.corrections,
             },
             self.shared.deciding.reloads(),
@@ -1182,6 +1206,51 @@ mod tests {
         // A request never reported stops counting past the longest reconfiguration.
         assert_eq!(s.unsettled(at(20.0), period, longest), [1]);
         assert_eq!(s.unsettled(at(41.0), period, longest), none);
+    }
+
+    #[test]
+    fn the_correction_learns_a_reading_once_and_only_over_steady_service() {
+        let (period, longest) = (Duration::from_secs(1), Duration::from_secs(30));
+        let t0 = Instant::now();
+        let at = |s: f64| t0 + Duration::from_secs_f64(s);
+        let reading = |rate: f64, since: f64, read: f64, whole: bool| {
+            Some(ThroughputReading {
+                rate,
+                since: at(since),
+                at: at(read),
+                whole,
+            })
+        };
+        let mut s = Settling::default();
+        // Nothing reconfigured: a whole reading is learnt, once, however
+        // many ticks it stands in for; a partial one (a counter that just
+        // restarted) is not.
+        let steady = [
+            reading(8.0, 0.0, 10.0, true),
+            reading(3.0, 8.0, 10.0, false),
+        ];
+        assert_eq!(s.learnable(&steady), [Some(8.0), None]);
+        assert_eq!(s.learnable(&steady), [None, None], "the same readings");
+        // Model 0 restarts from 11 s to 15 s: a reading read meanwhile is
+        // not learnt, nor one over a span reaching back into the restart
+        // (a 10 s window read at 20 s), nor one read before it that still
+        // stands in once it finished.
+        s.sent(0, 11, at(11.0));
+        assert_eq!(s.unsettled(at(12.0), period, longest), [0]);
+        assert_eq!(s.learnable(&[reading(1.3, 2.0, 12.0, true)]), [None]);
+        let restart = ReconfigRecord {
+            tick: 11,
+            ..reconfig(0, true, 4000.0, None)
+        };
+        s.finished(&[restart], at(15.0));
+        for over_the_restart in [
+            reading(1.3, 10.0, 20.0, true),
+            reading(8.0, 0.0, 10.5, true),
+        ] {
+            assert_eq!(s.learnable(&[over_the_restart]), [None]);
+        }
+        // A span that began once it was up is the new configuration's.
+        assert_eq!(s.learnable(&[reading(7.5, 15.5, 25.5, true)]), [Some(7.5)]);
     }
 
     fn reconfig(model: u32, variant_switch: bool, ms: f64, error: Option<&str>) -> ReconfigRecord {

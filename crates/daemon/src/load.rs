@@ -49,10 +49,45 @@ pub struct LoadReading {
     pub forecast: Option<f64>,
     /// `held` (a stale reading stood in) or `safe` (nothing was read: the safe level).
     pub fallback: Option<&'static str>,
+    /// Per scenario model, the throughput its server reports: a recent
+    /// reading of its throughput counter (none where no counter is
+    /// configured or none is recent).
+    pub measured: Vec<Option<ThroughputReading>>,
+}
+
+impl LoadReading {
     /// Per scenario model, the throughput its server reports, in its unit per
-    /// second (a recent reading of its throughput counter; none where no
-    /// counter is configured or none is recent).
-    pub measured_throughput: Vec<Option<f64>>,
+    /// second.
+    pub fn throughput(&self) -> Vec<Option<f64>> {
+        self.measured.iter().map(|r| r.map(|r| r.rate)).collect()
+    }
+}
+
+/// One reading of a model's throughput counter: its rate over the span of
+/// time it covers, which says what the rate can be attributed to (a span over
+/// a reconfiguration measures the downtime, not the configuration).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ThroughputReading {
+    /// In the model's unit per second.
+    pub rate: f64,
+    /// When the span began: the counter value the rate is taken from was read
+    /// then (for a PromQL query, its rate window before `at`).
+    pub since: Instant,
+    /// When it was read.
+    pub at: Instant,
+    /// The span is as long as the configured rate window: a counter that
+    /// went down (its server restarted) starts a shorter one, whose rate
+    /// counts only what finished since (llama-server counts a completion's
+    /// tokens when it ends), until the window has filled again.
+    pub whole: bool,
+}
+
+/// A counter's rate and the span it covers ([`ThroughputReading`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Rate {
+    per_second: f64,
+    since: Instant,
+    whole: bool,
 }
 
 /// A model's last reading, as its poller stored it.
@@ -63,15 +98,21 @@ struct Reading {
     at: Option<Instant>,
     /// The latest attempt failed.
     failing: bool,
-    /// The throughput counter's rate, and when it was read.
-    throughput: Option<(f64, Instant)>,
+    /// The throughput counter's last reading.
+    throughput: Option<ThroughputReading>,
 }
 
 /// How one model's rate is read.
 #[derive(Debug)]
 enum Source {
-    /// `GET {url}/api/v1/query?query=…`: a rate, already per second.
-    Query { uri: hyper::Uri, query: String },
+    /// `GET {url}/api/v1/query?query=…`: a rate, already per second, taken
+    /// over `window` (`rate_window`; a query of the user's own is taken to
+    /// cover it too).
+    Query {
+        uri: hyper::Uri,
+        query: String,
+        window: Duration,
+    },
     /// `GET /metrics`: a counter; the rate over the scrapes of the last
     /// `window` (at least the previous one).
     Scrape {
@@ -148,7 +189,9 @@ impl Source {
         )
         .parse()
         .with_context(|| format!("workload.prometheus.models.{model}: the query URL"))?;
-        Ok(Self::Query { uri, query })
+        let window = crate::config::promql_duration(&p.rate_window)
+            .context("workload.prometheus.rate_window")?;
+        Ok(Self::Query { uri, query, window })
     }
 
     fn describe(&self) -> String {
@@ -158,15 +201,18 @@ impl Source {
         }
     }
 
-    /// Requests per second; `None` while a scrape has no earlier counter value
-    /// to take a rate from (the first scrape, or after the counter reset).
+    /// Per second, and the span it covers; `None` while a scrape has no
+    /// earlier counter value to take a rate from (the first scrape, or after
+    /// the counter reset).
     async fn rate(
         &mut self,
         client: &HttpClient,
         timeout: Duration,
         max_bytes: usize,
-    ) -> Result<Option<f64>> {
-        sane_rate(self.raw_rate(client, timeout, max_bytes).await?)
+    ) -> Result<Option<Rate>> {
+        let rate = self.raw_rate(client, timeout, max_bytes).await?;
+        sane_rate(rate.map(|r| r.per_second))?;
+        Ok(rate)
     }
 
     async fn raw_rate(
@@ -174,11 +220,16 @@ impl Source {
         client: &HttpClient,
         timeout: Duration,
         max_bytes: usize,
-    ) -> Result<Option<f64>> {
+    ) -> Result<Option<Rate>> {
         match self {
-            Self::Query { uri, .. } => {
+            Self::Query { uri, window, .. } => {
                 let body = get(client, uri, timeout, max_bytes).await?;
-                query_value(&body).map(Some)
+                let now = Instant::now();
+                Ok(Some(Rate {
+                    per_second: query_value(&body)?,
+                    since: now.checked_sub(*window).unwrap_or(now),
+                    whole: true,
+                }))
             }
             Self::Scrape {
                 uri,
@@ -219,7 +270,7 @@ impl ScrapeWindow {
     /// (`None` on the first). A counter that went down restarted with its
     /// server (or is not a counter): an error, and the rate starts again
     /// from this reading.
-    fn rate(&mut self, value: f64, now: Instant) -> Result<Option<f64>> {
+    fn rate(&mut self, value: f64, now: Instant) -> Result<Option<Rate>> {
         if let Some(&(last, _)) = self.readings.back()
             && value < last
         {
@@ -231,9 +282,14 @@ impl ScrapeWindow {
         while self.readings.len() > 2 && now.duration_since(self.readings[1].1) >= self.window {
             self.readings.pop_front();
         }
-        let &(first, at) = self.readings.front().expect("just pushed");
-        let dt = now.duration_since(at).as_secs_f64();
-        Ok((dt > 0.0).then(|| (value - first) / dt))
+        let &(first, since) = self.readings.front().expect("just pushed");
+        let span = now.duration_since(since);
+        let dt = span.as_secs_f64();
+        Ok((dt > 0.0).then(|| Rate {
+            per_second: (value - first) / dt,
+            since,
+            whole: span >= self.window,
+        }))
     }
 }
 
@@ -474,12 +530,11 @@ impl LoadMonitor {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
-        let mut measured_throughput = vec![None; self.models];
+        let mut measured = vec![None; self.models];
         for (r, &model) in readings.iter().zip(&self.model_of_slot) {
-            measured_throughput[model] = r
+            measured[model] = r
                 .throughput
-                .filter(|(_, at)| now.duration_since(*at) <= self.stale)
-                .map(|(rate, _)| rate);
+                .filter(|t| now.duration_since(t.at) <= self.stale);
         }
         let usable: Vec<&Reading> = readings
             .iter()
@@ -500,7 +555,7 @@ impl LoadMonitor {
                 observed: None,
                 forecast: None,
                 fallback: Some("safe"),
-                measured_throughput,
+                measured,
             };
         }
         if std::mem::replace(&mut self.on_safe_level, false) {
@@ -515,7 +570,7 @@ impl LoadMonitor {
             observed: Some(observed),
             forecast: Some(forecast),
             fallback: held.then_some("held"),
-            measured_throughput,
+            measured,
         }
     }
 }
@@ -559,7 +614,12 @@ async fn poller(mut p: Poller, readings: Arc<Mutex<Vec<Reading>>>, metrics: Arc<
             Some(Ok(rate)) => {
                 throughput_failing = false;
                 if let Some(rate) = rate {
-                    r[p.slot].throughput = Some((rate, Instant::now()));
+                    r[p.slot].throughput = Some(ThroughputReading {
+                        rate: rate.per_second,
+                        since: rate.since,
+                        at: Instant::now(),
+                        whole: rate.whole,
+                    });
                 }
             }
             Some(Err(e)) => {
@@ -579,7 +639,7 @@ async fn poller(mut p: Poller, readings: Arc<Mutex<Vec<Reading>>>, metrics: Arc<
                 reading.failing = false;
                 if let Some(rate) = rate {
                     // Finite: the rate is, and the reference is positive and finite.
-                    reading.ratio = Some((rate / p.reference).min(f64::MAX));
+                    reading.ratio = Some((rate.per_second / p.reference).min(f64::MAX));
                     reading.at = Some(Instant::now());
                 }
             }
@@ -705,11 +765,20 @@ llamacpp:predicted_tokens_seconds 33.3397\n";
     fn a_scraped_counter_rate_covers_its_window() {
         let t0 = Instant::now();
         let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let per_second = |r: Result<Option<Rate>>| r.expect("a value").map(|r| r.per_second);
         // No window: the rate between two scrapes, 0 between two steps.
         let mut plain = ScrapeWindow::new(Duration::ZERO);
-        assert_eq!(plain.rate(0.0, at(0)).expect("a value"), None);
-        assert_eq!(plain.rate(8.0, at(1000)).expect("a value"), Some(8.0));
-        assert_eq!(plain.rate(8.0, at(2000)).expect("a value"), Some(0.0));
+        assert_eq!(per_second(plain.rate(0.0, at(0))), None);
+        assert_eq!(per_second(plain.rate(8.0, at(1000))), Some(8.0));
+        let between = plain.rate(8.0, at(2000)).expect("a value");
+        assert_eq!(
+            between,
+            Some(Rate {
+                per_second: 0.0,
+                since: at(1000),
+                whole: true
+            })
+        );
         // A 4 s window over a counter stepping 8 every 2 s reads 4 a second
         // once the window is full, and keeps what the window needs only.
         let mut w = ScrapeWindow::new(Duration::from_secs(4));
@@ -717,12 +786,33 @@ llamacpp:predicted_tokens_seconds 33.3397\n";
         for k in 0..=10u64 {
             last = w.rate(8.0 * (k / 2) as f64, at(1000 * k)).expect("a value");
             assert!(w.readings.len() <= 6, "{} readings kept", w.readings.len());
+            if let Some(r) = last {
+                // Whole once 4 s are covered, and from then on.
+                assert_eq!(r.whole, k >= 4, "at {k} s");
+            }
         }
-        assert_eq!(last, Some(4.0));
-        // A counter that went down is an error, and the rate restarts from it.
+        assert_eq!(
+            last,
+            Some(Rate {
+                per_second: 4.0,
+                since: at(6000),
+                whole: true
+            })
+        );
+        // A counter that went down is an error, and the rate restarts from
+        // it, over a span short of the window until that has filled.
         let e = w.rate(1.0, at(11_000)).expect_err("an error").to_string();
         assert!(e.contains("went down from 40 to 1"), "{e}");
-        assert_eq!(w.rate(3.0, at(12_000)).expect("a value"), Some(2.0));
+        assert_eq!(
+            w.rate(3.0, at(12_000)).expect("a value"),
+            Some(Rate {
+                per_second: 2.0,
+                since: at(11_000),
+                whole: false
+            })
+        );
+        let filled = w.rate(9.0, at(15_000)).expect("a value").expect("a rate");
+        assert!(filled.whole && filled.since == at(11_000), "{filled:?}");
     }
 
     #[test]
