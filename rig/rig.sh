@@ -130,7 +130,12 @@ drop_others() {
 # profile's 8 hey workers did) and shedding with a 503 what waits in its queue
 # longer than the timeout (a Gemma completion takes seconds, an MLServer
 # inference milliseconds), so that an overloaded server neither hides the
-# offered load nor builds a backlog that outlives the load step.
+# offered load nor builds a backlog that outlives the load step. Each
+# frontend takes at most 256 connections (64 for Gemma's, whose requests stay
+# seconds), the rest waiting in the kernel's backlog: an open-loop generator
+# opens another connection whenever every one it has waits, so a gateway short
+# of CPU would otherwise accept ever more of them and fall further behind,
+# its own /metrics page unanswered (session 21's DOWNTIME_AS_COST run).
 gateway_config() {
   cat <<CFG
 global
@@ -143,16 +148,18 @@ defaults
     timeout server 60s
 frontend metrics
     bind 127.0.0.1:$GW_METRICS
+    maxconn 16
     http-request use-service prometheus-exporter if { path /metrics }
 CFG
-  local m port server timeout
+  local m port server timeout conns
   for m in $ALL; do
     case $m in
-      mlp) port=$GW_MLP server=$ML_HTTP timeout=100ms ;;
-      conv) port=$GW_CONV server=$ML_HTTP timeout=100ms ;;
-      gemma) port=$GW_GEMMA server=$LLAMA_PORT timeout=2s ;;
+      mlp) port=$GW_MLP server=$ML_HTTP timeout=100ms conns=256 ;;
+      conv) port=$GW_CONV server=$ML_HTTP timeout=100ms conns=256 ;;
+      gemma) port=$GW_GEMMA server=$LLAMA_PORT timeout=2s conns=64 ;;
     esac
-    printf 'frontend %s\n    bind 127.0.0.1:%s\n    default_backend %s-server\n' "$m" "$port" "$m"
+    printf 'frontend %s\n    bind 127.0.0.1:%s\n    maxconn %s\n    default_backend %s-server\n' \
+      "$m" "$port" "$conns" "$m"
     printf 'backend %s-server\n    timeout queue %s\n    server %s 127.0.0.1:%s maxconn 8\n' \
       "$m" "$timeout" "$m" "$server"
   done
