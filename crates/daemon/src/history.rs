@@ -48,6 +48,11 @@ pub struct TickPoint {
     /// the correction off), and whether the model drifts.
     pub correction: Vec<Option<f64>>,
     pub drifting: Vec<bool>,
+    /// Per model, whether the tick held its floor at the edge of its reach
+    /// (no configuration predicted to meet it: `[floors] out_of_reach`).
+    pub floors_held: Vec<bool>,
+    /// The tick decided on the last steady state, a reconfiguration settling.
+    pub state_held: bool,
     pub kept_last_valid: bool,
     pub missed_before: u64,
     /// The utility component every policy of the tick was scored with
@@ -368,6 +373,10 @@ impl TickPoint {
             drifting: (0..problem.models.len())
                 .map(|i| corrections.get(i).is_some_and(|c| c.drifting))
                 .collect(),
+            floors_held: (0..problem.models.len())
+                .map(|i| record.floors_held.contains(&(i as u32)))
+                .collect(),
+            state_held: record.state_held,
             kept_last_valid: record.kept_last_valid,
             missed_before: record.missed_before,
             utility,
@@ -410,6 +419,8 @@ mod tests {
                 measured_throughput: Vec::new(),
                 correction: Vec::new(),
                 drifting: Vec::new(),
+                floors_held: Vec::new(),
+                state_held: false,
                 kept_last_valid: false,
                 missed_before: 0,
                 utility: "utility@abc".into(),
@@ -444,6 +455,37 @@ mod tests {
             "ticks 11..49 are gone"
         );
         assert!(history.since(Some(10_000), 0).ticks.is_empty());
+    }
+
+    #[test]
+    fn a_tick_shows_the_floors_and_the_state_it_held() {
+        use crate::declog::tests::record;
+        let problem = mfsched_core::load_scenario("paper-n2")
+            .expect("bundled")
+            .problem;
+        let history = History::new(1);
+        let mut held = record(1);
+        held.floors_held = vec![1];
+        held.state_held = true;
+        for r in [record(0), held] {
+            history.record(
+                &problem,
+                &r,
+                "utility@0123456789ab".into(),
+                Measured::default(),
+                ReloadCounts::default(),
+                Vec::new,
+            );
+        }
+        let ticks = history.since(None, 0).ticks;
+        let shown: Vec<(Vec<bool>, bool)> = ticks
+            .iter()
+            .map(|t| (t.floors_held.clone(), t.state_held))
+            .collect();
+        assert_eq!(
+            shown,
+            [(vec![false, false], false), (vec![false, true], true)]
+        );
     }
 
     #[test]

@@ -168,6 +168,7 @@
       : "no tick yet";
     info.dataset.ticks = String(view.ticks.length);
     renderFallback(meta, last);
+    renderSettling(last);
     renderModels(meta, last);
     renderPolicies(meta, last);
     renderEvents();
@@ -197,6 +198,22 @@
     el.hidden = false;
   }
 
+  // While a server reloads or restarts, and a period after, the tick decides
+  // on the last state read before (a reading over a reconfiguration is the
+  // reconfiguration's): say so, with how often.
+  function renderSettling(last) {
+    const el = $("settling");
+    if (!last || !last.state_held) {
+      el.hidden = true;
+      el.textContent = "";
+      return;
+    }
+    const held = view.ticks.filter((t) => t.state_held).length;
+    el.textContent = `A reconfiguration is settling: this tick decided on the last steady state ` +
+      `(${held} of the last ${view.ticks.length} ticks).`;
+    el.hidden = false;
+  }
+
   function renderModels(meta, last) {
     const body = $("models").tBodies[0];
     body.replaceChildren();
@@ -211,9 +228,13 @@
       const enforced = typeof model.enforced_floor === "number" ? model.enforced_floor : model.floor;
       const under = typeof predicted === "number" && enforced > 0 && predicted < enforced;
       cell(row, `${fmt(predicted, 1)} ${model.unit}`, "num" + (under ? " bad" : ""));
+      // A floor no configuration is predicted to meet is held at the edge
+      // of the model's reach for the tick (`[floors] out_of_reach`).
+      const held = Boolean(last && last.floors_held && last.floors_held[i]);
       cell(row, model.floor > 0
-        ? `${fmt(model.floor, 1)} ${model.unit}` + (enforced > model.floor ? ` (enforced ${fmt(enforced, 1)})` : "")
-        : "none", "num");
+        ? `${fmt(model.floor, 1)} ${model.unit}` + (enforced > model.floor ? ` (enforced ${fmt(enforced, 1)})` : "") +
+          (held ? ", out of reach: held at its reach" : "")
+        : "none", "num" + (held ? " bad" : ""));
       const measured = last && last.measured_throughput ? last.measured_throughput[i] : null;
       const short = typeof measured === "number" && model.floor > 0 && measured < model.floor;
       cell(row, typeof measured === "number" ? `${fmt(measured, 1)} ${model.unit}` : "not measured",
