@@ -49,9 +49,13 @@ fn daemon_config(dir: &Path, fixture: &str) -> PathBuf {
 fn run_serves_the_api_and_stops_cleanly_on_sigterm_with_a_replayable_log() {
     let dir = tempfile::tempdir().expect("tempdir");
     let config = daemon_config(dir.path(), "fast-footprint.toml");
-    let (mut child, mut daemon_err, addr) = common::process::start_daemon(&config);
-    // Let a few ticks run.
-    std::thread::sleep(std::time::Duration::from_millis(400));
+    let (child, mut daemon_err, addr) = common::process::start_daemon(&config);
+    // Killed if an assertion fails before it is stopped.
+    let mut daemon = common::process::Killed(child);
+    common::wait_for(std::time::Duration::from_secs(60), "3 ticks", &[], || {
+        let (_, page) = common::http(addr, "GET", "/metrics", None);
+        (common::metric(&page, "mfsched_ticks_total")? >= 3.0).then_some(())
+    });
     let (status, body) = common::http(addr, "GET", "/healthz", None);
     assert_eq!(status, 200, "{body}");
     let (status, metrics) = common::http(addr, "GET", "/metrics", None);
@@ -118,12 +122,7 @@ fn run_serves_the_api_and_stops_cleanly_on_sigterm_with_a_replayable_log() {
     );
     assert_eq!(status, 400, "{refused}");
 
-    let killed = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .expect("kill runs");
-    assert!(killed.success());
-    let status = child.wait().expect("wait");
+    let status = common::process::terminate(&mut daemon.0);
     let mut rest = String::new();
     std::io::Read::read_to_string(&mut daemon_err, &mut rest).expect("stderr");
     assert!(status.success(), "exit {status:?}: {rest}");

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::common::process::{self, fails_in_one_line, mfsched, stderr};
+use crate::common::process::{self, fails_in_one_line, mfsched, stderr, terminate};
 use crate::common::{self, bearer};
 
 fn embedded(name: &str) -> &'static [u8] {
@@ -36,16 +36,6 @@ fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-}
-
-/// SIGTERM, then the exit: the daemon stops after its tick in progress.
-fn terminate(child: &mut std::process::Child) -> std::process::ExitStatus {
-    let status = std::process::Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .expect("kill runs");
-    assert!(status.success());
-    child.wait().expect("the daemon exits")
 }
 
 /// The daemon's stderr lines, read on a thread so the pipe never fills.

@@ -297,12 +297,7 @@ fn the_daemon_follows_the_load_prometheus_reports_and_survives_losing_it() {
     );
 
     // Stop the daemon as an operator would.
-    let status = Command::new("kill")
-        .args(["-TERM", &run.0.id().to_string()])
-        .status()
-        .expect("kill");
-    assert!(status.success());
-    let exit = run.0.wait().expect("the daemon exits");
+    let exit = common::process::terminate(&mut run.0);
     let mut run_text = String::new();
     std::fs::File::open(&run_log)
         .and_then(|mut f| f.read_to_string(&mut run_text))

@@ -624,9 +624,7 @@ fn real_servers_are_profiled_and_reconfigured_through_v2_repository_and_process(
 
     // The daemon's exit stops the server it started.
     let mut daemon = daemon;
-    let _ = Command::new("kill")
-        .args(["-TERM", &daemon.0.id().to_string()])
-        .status();
+    common::process::sigterm(&daemon.0);
     let status = common::wait_for(LIMIT, "the daemon exits", &logs, || {
         daemon.0.try_wait().ok().flatten()
     });

@@ -923,12 +923,7 @@ fn a_utility_from_the_template_builds_passes_check_decides_with_exact_and_ga_and
     wait_for("decisions after the refusal", &|_, d| {
         d >= before.map(|b| b + 2)
     });
-    let kill = Command::new("kill")
-        .args(["-TERM", &daemon.0.id().to_string()])
-        .status()
-        .expect("kill");
-    assert!(kill.success());
-    assert!(daemon.0.wait().expect("exits").success());
+    assert!(crate::common::process::terminate(&mut daemon.0).success());
     let lines = reader.join().expect("reader");
     assert!(
         lines.iter().any(|l| l.contains("swapped in 'my_utility'")),

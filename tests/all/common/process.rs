@@ -9,6 +9,21 @@ use std::process::{Child, ChildStderr, Command, Output, Stdio};
 #[derive(Debug)]
 pub struct Killed(pub Child);
 
+/// Sends SIGTERM, as an operator (or systemd) stops the daemon.
+pub fn sigterm(child: &Child) {
+    let sent = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(sent.success(), "kill -TERM {}", child.id());
+}
+
+/// SIGTERM, then the exit: the daemon stops after its tick in progress.
+pub fn terminate(child: &mut Child) -> std::process::ExitStatus {
+    sigterm(child);
+    child.wait().expect("the process exits")
+}
+
 impl Drop for Killed {
     fn drop(&mut self) {
         let _ = self.0.kill();
