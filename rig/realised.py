@@ -94,7 +94,7 @@ def main(argv):
                 violations[m] += 1
             if cur["running"][i] != prev["running"][i]:
                 reconfigs += 1
-                penalty += u.switch_cost if cur["running"][i].split()[0] != variant else u.knob_cost
+                penalty += u.cost(m, cur["running"][i].split()[0] != variant)
         scored.append(j)
         penalties.append(penalty)
         active = prev["policies"][0] if prev["policies"] else {}

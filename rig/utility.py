@@ -22,9 +22,19 @@ class Utility:
                         for m in self.models}
         self.ranges = {m["name"]: {r["variant"]: (r["min"], r["max"]) for r in m["throughput_ranges"]}
                        for m in meta["models"]}
-        reconfig = scen.get("reconfig", {})
-        self.switch_cost = float(reconfig.get("variant_switch", 0.0))
-        self.knob_cost = float(reconfig.get("knob_change", 0.0))
+        # Per model: its own [[models]] reconfig, else the scenario's (the
+        # scenario's configured costs, not what a daemon measured).
+        default = scen.get("reconfig", {})
+        self.costs = {}
+        for m in scen["models"]:
+            r = m.get("reconfig", default)
+            self.costs[m["name"]] = (float(r.get("variant_switch", 0.05)),
+                                     float(r.get("knob_change", 0.01)))
+
+    def cost(self, model, variant_switch):
+        """What changing `model`'s configuration costs the utility."""
+        switch, knob = self.costs[model]
+        return switch if variant_switch else knob
 
     def term(self, model, variant, throughput):
         """Model `model`'s reward in `variant` at `throughput`: quality relative

@@ -16,8 +16,8 @@
 // Float32Array, `result<decision, string>` a returned decision or a thrown
 // string.
 
-import { predictTable } from 'mfsched:scheduler/surrogate@0.3.0';
-import { evaluate } from 'mfsched:scheduler/objective@0.3.0';
+import { predictTable } from 'mfsched:scheduler/surrogate@0.4.0';
+import { evaluate } from 'mfsched:scheduler/objective@0.4.0';
 
 const DEFAULT_ROUNDS = 8;
 const MASK64 = (1n << 64n) - 1n;

@@ -570,7 +570,7 @@ fn plugins_list_shows_worlds_wit_version_and_broken_files() {
             .find(|l| l.starts_with(&format!("{name} ")))
             .unwrap_or_else(|| panic!("no line for {name}: {text}"));
         assert!(line.contains(world), "{line}");
-        assert!(line.contains("mfsched:scheduler@0.3.0"), "{line}");
+        assert!(line.contains("mfsched:scheduler@0.4.0"), "{line}");
     }
     assert!(text.contains("corrupt.wasm: cannot load"), "{text}");
     assert!(text.contains("--param population=24"), "{text}");

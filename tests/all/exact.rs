@@ -45,10 +45,13 @@ fn random_problem(rng: &mut Rng) -> Option<(Problem, Arc<dyn Predictor>)> {
     for f in &mut p.sla_floors {
         *f *= 2.0 * rng.next_f64();
     }
-    p.reconfig = ReconfigCosts {
-        variant_switch: 0.2 * rng.next_f64(),
-        knob_change: 0.05 * rng.next_f64(),
-    };
+    // Per model: one reloads cheaply, another restarts dearly.
+    for c in &mut p.reconfig {
+        *c = ReconfigCosts {
+            variant_switch: 0.2 * rng.next_f64(),
+            knob_change: 0.05 * rng.next_f64(),
+        };
+    }
     // A random feasible running configuration.
     let feasible = p.feasible_indices();
     if feasible.is_empty() {

@@ -35,8 +35,8 @@ fn a_component_of_the_previous_wit_version_is_rejected_at_load_naming_both_versi
         err.contains("built against mfsched:scheduler@0.1.0"),
         "{err}"
     );
-    assert!(err.contains("this host (mfsched:scheduler@0.3.0)"), "{err}");
-    assert!(err.contains("mfsched:scheduler@0.3.x"), "{err}");
+    assert!(err.contains("this host (mfsched:scheduler@0.4.0)"), "{err}");
+    assert!(err.contains("mfsched:scheduler@0.4.x"), "{err}");
 
     let out = mfsched(&["plugins", "check", path_str(&file)]);
     assert!(!out.status.success());
@@ -66,7 +66,7 @@ fn a_utility_of_wit_0_2_is_refused_naming_the_file_and_the_version_it_needs() {
         err.contains("built against mfsched:scheduler@0.2.0"),
         "{err}"
     );
-    assert!(err.contains("this host (mfsched:scheduler@0.3.0)"), "{err}");
+    assert!(err.contains("this host (mfsched:scheduler@0.4.0)"), "{err}");
     assert!(err.contains("mfsched-utility-sdk"), "{err}");
 }
 
@@ -80,7 +80,7 @@ fn plugins_check_passes_a_sound_policy_and_a_sound_utility() {
     assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
     let text = stdout(&out);
     assert!(
-        text.contains("ok    policy world of mfsched:scheduler@0.3.0"),
+        text.contains("ok    policy world of mfsched:scheduler@0.4.0"),
         "{text}"
     );
     assert!(text.contains("accepted (VRAM"), "{text}");
@@ -500,10 +500,10 @@ fn plugins_wit_prints_and_writes_the_package() {
         std::fs::read_to_string(target.join("scheduler.wit")).expect("written"),
         ours
     );
-    let encoded = std::fs::read(target.join("mfsched-scheduler-0.3.0.wasm")).expect("written");
+    let encoded = std::fs::read(target.join("mfsched-scheduler-0.4.0.wasm")).expect("written");
     assert_eq!(encoded, mfsched_plugin_host::WIT_PACKAGE_ENCODED);
     assert!(
-        stdout(&out).contains("mfsched-scheduler-0.3.0.wasm"),
+        stdout(&out).contains("mfsched-scheduler-0.4.0.wasm"),
         "{}",
         stdout(&out)
     );

@@ -533,7 +533,8 @@ pub struct Problem {
     pub models: Vec<Model>,
     /// Per-model throughput floor (SLA), in the model's own unit (tokens/s, FPS).
     pub sla_floors: Vec<f64>,
-    pub reconfig: ReconfigCosts,
+    /// Per model: the utility charged when its configuration changes.
+    pub reconfig: Vec<ReconfigCosts>,
     /// Per model, per variant (parallel to `Model::variants`); empty until a
     /// surrogate bundle or profile supplies them.
     pub throughput_ranges: Vec<Vec<ThroughputRange>>,
@@ -775,7 +776,7 @@ mod tests {
             },
             models,
             sla_floors: vec![0.0; n],
-            reconfig: ReconfigCosts::default(),
+            reconfig: vec![ReconfigCosts::default(); n],
             throughput_ranges: vec![],
             current: vec![0; n],
         }

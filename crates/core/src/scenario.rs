@@ -265,6 +265,10 @@ struct ModelEntry {
     variants: Option<Vec<String>>,
     /// Throughput floor in the model's unit; defaults to the profile's P25.
     sla_floor: Option<f64>,
+    /// Its reconfiguration costs, where they differ from the scenario's
+    /// `[reconfig]` (a server that restarts for seconds beside one that
+    /// reloads in milliseconds).
+    reconfig: Option<ReconfigCosts>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -352,14 +356,21 @@ pub fn parse(scenario_toml: &str, zoo_toml: &str) -> Result<Scenario> {
             limits::CARD_VRAM_MIB
         );
     }
-    if let Some(r) = &file.reconfig {
+    // The scenario's costs, then each model's own.
+    let declared_costs = std::iter::once((String::new(), &file.reconfig)).chain(
+        file.models
+            .iter()
+            .map(|m| (format!("model '{}': ", m.name), &m.reconfig)),
+    );
+    for (whose, costs) in declared_costs {
+        let Some(r) = costs else { continue };
         for (key, cost) in [
             ("reconfig.variant_switch", r.variant_switch),
             ("reconfig.knob_change", r.knob_change),
         ] {
             if !(cost.is_finite() && cost >= 0.0) {
                 bail!(
-                    "scenario '{}': {key} = {cost} must be a non-negative number",
+                    "scenario '{}': {whose}{key} = {cost} must be a non-negative number",
                     file.name
                 );
             }
@@ -427,7 +438,11 @@ pub fn parse(scenario_toml: &str, zoo_toml: &str) -> Result<Scenario> {
         card: file.card,
         models,
         sla_floors: floors,
-        reconfig: file.reconfig.unwrap_or_default(),
+        reconfig: file
+            .models
+            .iter()
+            .map(|m| m.reconfig.or(file.reconfig).unwrap_or_default())
+            .collect(),
         throughput_ranges: Vec::new(),
         current: vec![0; n],
     };
@@ -874,6 +889,37 @@ mod tests {
             err.len()
         );
         assert!(err.contains("over the 128"), "{err}");
+    }
+
+    /// A model's own reconfiguration costs stand beside the scenario's,
+    /// which every other model takes (the built-in ones where none are
+    /// declared); a nonsense cost is refused naming the model and the key.
+    #[test]
+    fn a_model_may_declare_its_own_reconfiguration_costs() {
+        let text = |restart: &str| {
+            format!(
+                "name = \"t\"\n[reconfig]\nvariant_switch = 0.1\nknob_change = 0.02\n[card]\nname = \"c\"\nvram_mib = 1000\n\n\
+                 [[models]]\nname = \"fast\"\nfamily = \"f\"\n\n\
+                 [[models]]\nname = \"slow\"\nfamily = \"f\"\nreconfig = {{ variant_switch = {restart}, knob_change = 1.0 }}\n\n\
+                 [families.f]\nkind = \"k\"\nunit = \"u/s\"\n{ONE_VARIANT}\n"
+            )
+        };
+        let scenario = parse(&text("1.0"), BUNDLED_ZOO).expect("parses");
+        let costs = |variant_switch, knob_change| ReconfigCosts {
+            variant_switch,
+            knob_change,
+        };
+        assert_eq!(
+            scenario.problem.reconfig,
+            [costs(0.1, 0.02), costs(1.0, 1.0)]
+        );
+        let err = refused(&text("nan"));
+        assert!(
+            err.contains("model 'slow': reconfig.variant_switch = NaN"),
+            "{err}"
+        );
+        let defaults = parse(&one_family(24576, ONE_VARIANT, ""), BUNDLED_ZOO).expect("parses");
+        assert_eq!(defaults.problem.reconfig, [ReconfigCosts::default()]);
     }
 
     /// Values no scenario can mean are refused, naming the key.

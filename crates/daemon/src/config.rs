@@ -730,8 +730,8 @@ pub struct ActuatorConfig {
     #[serde(default)]
     pub process: Option<ProcessConfig>,
     /// Use each model's measured mean downtime per reconfiguration (as a
-    /// fraction of the tick period) as the utility's reconfiguration cost,
-    /// once a model has been reconfigured.
+    /// fraction of the tick period, capped at 1) as that model's
+    /// reconfiguration cost, once it has been reconfigured.
     #[serde(default)]
     pub downtime_as_cost: bool,
 }

@@ -101,30 +101,34 @@ impl DowntimeBook {
         }
     }
 
-    /// The costs: each kind's mean downtime per model, averaged over the
-    /// models measured, as a fraction of the tick period (the share of one
-    /// tick's utility a model loses while it does not serve; the utility's
-    /// per-model reward is at most 1), capped at 1. The configured cost
-    /// stands where nothing was measured.
-    fn costs(&self, period: Duration, configured: ReconfigCosts) -> ReconfigCosts {
+    /// Per model, the costs: each kind's mean measured downtime as a
+    /// fraction of the tick period (the share of one tick's utility the model
+    /// loses while it does not serve; the utility's per-model reward is at
+    /// most 1), capped at 1. A kind the model was not measured in takes its
+    /// other kind's (both actuators reload or restart the server for either:
+    /// a llama-server knob change is a restart too), and a model never
+    /// measured its configured costs. Per model, not averaged over them: a
+    /// llama-server restart of 3.6 s and an MLServer reload of 80 ms are
+    /// different prices.
+    fn costs(&self, period: Duration, configured: &[ReconfigCosts]) -> Vec<ReconfigCosts> {
         let period_ms = period.as_secs_f64() * 1e3;
-        let cost = |kind: usize, fallback: f64| {
-            let means: Vec<f64> = self
-                .per_model
-                .iter()
-                .filter(|m| m[kind].1 > 0)
-                .map(|m| m[kind].0 / m[kind].1 as f64)
-                .collect();
-            if means.is_empty() || period_ms <= 0.0 {
-                fallback
-            } else {
-                (means.iter().sum::<f64>() / means.len() as f64 / period_ms).min(1.0)
-            }
-        };
-        ReconfigCosts {
-            variant_switch: cost(0, configured.variant_switch),
-            knob_change: cost(1, configured.knob_change),
-        }
+        configured
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let mean = |kind: usize| {
+                    let m = self.per_model.get(i)?[kind];
+                    (m.1 > 0 && period_ms > 0.0).then(|| (m.0 / m.1 as f64 / period_ms).min(1.0))
+                };
+                let cost = |kind: usize, fallback: f64| {
+                    mean(kind).or_else(|| mean(1 - kind)).unwrap_or(fallback)
+                };
+                ReconfigCosts {
+                    variant_switch: cost(0, c.variant_switch),
+                    knob_change: cost(1, c.knob_change),
+                }
+            })
+            .collect()
     }
 }
 
@@ -517,7 +521,7 @@ pub struct Daemon {
     streaks: Streaks,
     downtime: DowntimeBook,
     /// The scenario's reconfiguration costs (before any measured ones).
-    configured_costs: ReconfigCosts,
+    configured_costs: Vec<ReconfigCosts>,
     /// The contention reading the ticks decide with, averaged over time.
     contention: TimeAverage,
     /// Per model: since its floor was said to be out of reach, the ticks it
@@ -662,7 +666,7 @@ impl Daemon {
         metrics: Arc<Metrics>,
     ) -> Result<Self> {
         let first_tick = log.last_tick().map_or(0, |t| t + 1);
-        let configured_costs = problem.reconfig;
+        let configured_costs = problem.reconfig.clone();
         check_loaded(
             deciding.policies.as_ref(),
             &settings.active,
@@ -1130,7 +1134,7 @@ impl Daemon {
         if self.settings.downtime_as_cost && !done.is_empty() {
             self.problem.reconfig = self
                 .downtime
-                .costs(self.settings.period, self.configured_costs);
+                .costs(self.settings.period, &self.configured_costs);
         }
         done
     }
@@ -1268,31 +1272,44 @@ mod tests {
     }
 
     #[test]
-    fn measured_downtime_becomes_the_cost_as_a_share_of_the_period() {
-        let configured = ReconfigCosts {
+    fn measured_downtime_becomes_each_models_cost_as_a_share_of_the_period() {
+        let configured = [ReconfigCosts {
             variant_switch: 0.05,
             knob_change: 0.01,
-        };
+        }; 2];
         let period = Duration::from_millis(1000);
         let mut book = DowntimeBook::default();
         assert_eq!(
-            book.costs(period, configured),
+            book.costs(period, &configured),
             configured,
             "nothing measured yet"
         );
         // Model 0: switches of 200 and 400 ms (mean 300); model 1: one of
-        // 100 ms; a failed one does not count. Knob changes: model 1, 20 ms.
+        // 100 ms; a failed one does not count. No knob change measured: each
+        // model's switches stand for them (the server reloads for either).
         book.record(2, &reconfig(0, true, 200.0, None));
         book.record(2, &reconfig(0, true, 400.0, None));
         book.record(2, &reconfig(1, true, 100.0, None));
         book.record(2, &reconfig(1, true, 9000.0, Some("not ready")));
-        let costs = book.costs(period, configured);
-        assert!((costs.variant_switch - 0.2).abs() < 1e-12, "{costs:?}");
-        assert_eq!(costs.knob_change, 0.01, "no knob change measured");
+        let costs = book.costs(period, &configured);
+        let near = |a: f64, b: f64| (a - b).abs() < 1e-12;
+        assert!(
+            near(costs[0].variant_switch, 0.3) && near(costs[0].knob_change, 0.3),
+            "{costs:?}"
+        );
+        assert!(
+            near(costs[1].variant_switch, 0.1) && near(costs[1].knob_change, 0.1),
+            "{costs:?}"
+        );
+        // Model 1's knob change of 20 ms is its own price from then on.
         book.record(2, &reconfig(1, false, 20.0, None));
-        assert!((book.costs(period, configured).knob_change - 0.02).abs() < 1e-12);
-        // A downtime longer than the period costs the whole tick, no more.
+        let costs = book.costs(period, &configured);
+        assert!(near(costs[1].knob_change, 0.02), "{costs:?}");
+        assert!(near(costs[0].knob_change, 0.3), "{costs:?}");
+        // A restart longer than the period costs the whole tick, no more.
         book.record(2, &reconfig(0, false, 50_000.0, None));
-        assert!(book.costs(period, configured).knob_change <= 1.0);
+        assert_eq!(book.costs(period, &configured)[0].knob_change, 1.0);
+        // A model never measured keeps what it was configured with.
+        assert_eq!(book.costs(period, &[configured[0]; 3])[2], configured[0]);
     }
 }

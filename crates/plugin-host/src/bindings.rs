@@ -27,7 +27,7 @@ pub use policy::mfsched::scheduler::types as wit;
 
 /// The WIT package's name and version, as plugins import it.
 pub const PACKAGE: &str = "mfsched:scheduler";
-pub const VERSION: &str = "0.3.0";
+pub const VERSION: &str = "0.4.0";
 
 impl From<WorkloadLevel> for wit::WorkloadLevel {
     fn from(w: WorkloadLevel) -> Self {
@@ -147,10 +147,7 @@ impl From<&Problem> for wit::Problem {
             },
             models: p.models.iter().map(wit::Model::from).collect(),
             sla_floors: Vec::new(),
-            reconfig: wit::ReconfigCosts {
-                variant_switch: 0.0,
-                knob_change: 0.0,
-            },
+            reconfig: Vec::new(),
             throughput_ranges: Vec::new(),
             current: Vec::new(),
         };
@@ -164,10 +161,12 @@ impl From<&Problem> for wit::Problem {
 /// card and the models are left as they are.
 pub fn set_per_tick(w: &mut wit::Problem, p: &Problem) {
     w.sla_floors.clone_from(&p.sla_floors);
-    w.reconfig = wit::ReconfigCosts {
-        variant_switch: p.reconfig.variant_switch,
-        knob_change: p.reconfig.knob_change,
-    };
+    w.reconfig.clear();
+    w.reconfig
+        .extend(p.reconfig.iter().map(|r| wit::ReconfigCosts {
+            variant_switch: r.variant_switch,
+            knob_change: r.knob_change,
+        }));
     w.throughput_ranges
         .resize_with(p.throughput_ranges.len(), Vec::new);
     for (to, from) in w.throughput_ranges.iter_mut().zip(&p.throughput_ranges) {

@@ -369,7 +369,7 @@ impl Pipeline {
             if **domain != *problem {
                 let d = Arc::make_mut(domain);
                 d.sla_floors.clone_from(&problem.sla_floors);
-                d.reconfig = problem.reconfig;
+                d.reconfig.clone_from(&problem.reconfig);
                 d.throughput_ranges.clone_from(&problem.throughput_ranges);
                 d.current.clone_from(&problem.current);
                 crate::bindings::set_per_tick(Arc::make_mut(wit_problem), problem);

@@ -149,16 +149,16 @@ mod tests {
     fn an_incompatible_component_is_refused_naming_both_versions() {
         let err =
             check_component_versions(["wasi:io/streams@0.2.6", "mfsched:scheduler/types@0.1.0"])
-                .expect_err("0.1.0 is not accepted by a 0.3 host");
+                .expect_err("0.1.0 is not accepted by a 0.4 host");
         assert!(err.contains("mfsched:scheduler@0.1.0"), "{err}");
         assert!(
             err.contains(&format!("mfsched:scheduler@{VERSION}")),
             "{err}"
         );
-        assert!(check_component_versions(["mfsched:scheduler/surrogate@0.3.0"]).is_ok());
-        // 0.3.0 changed the utility world: a 0.2 component is rebuilt.
-        assert!(check_component_versions(["mfsched:scheduler/surrogate@0.2.0"]).is_err());
-        assert!(check_component_versions(["mfsched:scheduler/surrogate@0.4.0"]).is_err());
+        assert!(check_component_versions(["mfsched:scheduler/surrogate@0.4.0"]).is_ok());
+        // 0.4.0 changed the problem record: a 0.3 component is rebuilt.
+        assert!(check_component_versions(["mfsched:scheduler/surrogate@0.3.0"]).is_err());
+        assert!(check_component_versions(["mfsched:scheduler/surrogate@0.5.0"]).is_err());
         assert!(check_component_versions(["mfsched:scheduler/types@garbage"]).is_err());
     }
 }

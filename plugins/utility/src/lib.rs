@@ -157,11 +157,12 @@ impl ModelTerms {
         };
         let reward = quality * normalise(thr, range);
         let now = problem.current.get(i).map(|&c| c as usize);
-        let penalty = match now.and_then(|c| model.configs.get(c)) {
-            Some(_) if now == Some(local) => 0.0,
-            Some(cur) if cur.variant != config.variant => problem.reconfig.variant_switch,
-            Some(_) => problem.reconfig.knob_change,
-            None => 0.0,
+        let costs = problem.reconfig.get(i);
+        let penalty = match (now.and_then(|c| model.configs.get(c)), costs) {
+            (Some(_), _) if now == Some(local) => 0.0,
+            (Some(cur), Some(c)) if cur.variant != config.variant => c.variant_switch,
+            (Some(_), Some(c)) => c.knob_change,
+            _ => 0.0,
         };
         reward - penalty
     }

@@ -56,13 +56,14 @@ impl Additive for Utility {
             .get(local.variant as usize)
             .filter(|r| r.max > r.min)
             .map_or(1.0, |r| ((throughput - r.min) / (r.max - r.min)).clamp(0.0, 1.0));
-        let cost = match problem.current.get(model) {
-            Some(&now) if now == config => 0.0,
-            Some(&now) if m.configs[now as usize].variant != local.variant => {
-                problem.reconfig.variant_switch
+        // This model's reconfiguration costs (a list parallel to the models).
+        let cost = match (problem.current.get(model), problem.reconfig.get(model)) {
+            (Some(&now), _) if now == config => 0.0,
+            (Some(&now), Some(c)) if m.configs[now as usize].variant != local.variant => {
+                c.variant_switch
             }
-            Some(_) => problem.reconfig.knob_change,
-            None => 0.0,
+            (Some(_), Some(c)) => c.knob_change,
+            _ => 0.0,
         };
         let w = self.throughput_weight;
         local.quality / best * (1.0 - w + w * share) - cost
