@@ -107,7 +107,8 @@ case "${1:-}" in
     # one-configuration scenario and its bundle, or START, a policy.start line
     # that hold keeps: rig/best_static.py --start); DOWNTIME_AS_COST=1 makes the
     # measured downtime the utility's reconfiguration cost; NO_CORRECTION=1 turns
-    # the online correction off (`[correction] enabled = false`).
+    # the online correction off (`[correction] enabled = false`); FIELD=candidate-aware
+    # decides under the candidate-aware field (`policy.field`).
     name=$2 policy=$3 shadows=${4:-} period=${5:-1000}
     dir="$OUT/$name"
     rm -rf "$dir"; mkdir -p "$dir"
@@ -125,6 +126,7 @@ case "${1:-}" in
         "$CONFIG" > "$dir/mfsched.toml"
     [ -z "${NO_CORRECTION:-}" ] || printf '\n[correction]\nenabled = false\n' >> "$dir/mfsched.toml"
     [ -z "${START:-}" ] || sed -i "s|^active = .*|&\n$START|" "$dir/mfsched.toml"
+    [ -z "${FIELD:-}" ] || sed -i "s|^active = .*|&\nfield = \"$FIELD\"|" "$dir/mfsched.toml"
     rig/rig.sh mlserver start
     start_gateway
     MFSCHED_API_TOKEN=rig RUST_LOG=info "$MFSCHED" run --config "$dir/mfsched.toml" \
