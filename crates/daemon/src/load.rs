@@ -63,9 +63,10 @@ impl LoadReading {
     }
 }
 
-/// One reading of a model's throughput counter: its rate over the span of
-/// time it covers, which says what the rate can be attributed to (a span over
-/// a reconfiguration measures the downtime, not the configuration).
+/// One reading of a counter (a model's throughput, or its requests): its
+/// rate over the span of time it covers, which says what the rate can be
+/// attributed to (a span over a reconfiguration measures the downtime, not
+/// the configuration).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ThroughputReading {
     /// In the model's unit per second.
@@ -80,14 +81,6 @@ pub struct ThroughputReading {
     /// counts only what finished since (llama-server counts a completion's
     /// tokens when it ends), until the window has filled again.
     pub whole: bool,
-}
-
-/// A counter's rate and the span it covers ([`ThroughputReading`]).
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct Rate {
-    per_second: f64,
-    since: Instant,
-    whole: bool,
 }
 
 /// A model's last reading, as its poller stored it.
@@ -209,10 +202,10 @@ impl Source {
         client: &HttpClient,
         timeout: Duration,
         max_bytes: usize,
-    ) -> Result<Option<Rate>> {
-        let rate = self.raw_rate(client, timeout, max_bytes).await?;
-        sane_rate(rate.map(|r| r.per_second))?;
-        Ok(rate)
+    ) -> Result<Option<ThroughputReading>> {
+        let reading = self.raw_rate(client, timeout, max_bytes).await?;
+        sane_rate(reading.map(|r| r.rate))?;
+        Ok(reading)
     }
 
     async fn raw_rate(
@@ -220,14 +213,15 @@ impl Source {
         client: &HttpClient,
         timeout: Duration,
         max_bytes: usize,
-    ) -> Result<Option<Rate>> {
+    ) -> Result<Option<ThroughputReading>> {
         match self {
             Self::Query { uri, window, .. } => {
                 let body = get(client, uri, timeout, max_bytes).await?;
                 let now = Instant::now();
-                Ok(Some(Rate {
-                    per_second: query_value(&body)?,
+                Ok(Some(ThroughputReading {
+                    rate: query_value(&body)?,
                     since: now.checked_sub(*window).unwrap_or(now),
+                    at: now,
                     whole: true,
                 }))
             }
@@ -270,7 +264,7 @@ impl ScrapeWindow {
     /// (`None` on the first). A counter that went down restarted with its
     /// server (or is not a counter): an error, and the rate starts again
     /// from this reading.
-    fn rate(&mut self, value: f64, now: Instant) -> Result<Option<Rate>> {
+    fn rate(&mut self, value: f64, now: Instant) -> Result<Option<ThroughputReading>> {
         if let Some(&(last, _)) = self.readings.back()
             && value < last
         {
@@ -285,9 +279,10 @@ impl ScrapeWindow {
         let &(first, since) = self.readings.front().expect("just pushed");
         let span = now.duration_since(since);
         let dt = span.as_secs_f64();
-        Ok((dt > 0.0).then(|| Rate {
-            per_second: (value - first) / dt,
+        Ok((dt > 0.0).then(|| ThroughputReading {
+            rate: (value - first) / dt,
             since,
+            at: now,
             whole: span >= self.window,
         }))
     }
@@ -613,13 +608,8 @@ async fn poller(mut p: Poller, readings: Arc<Mutex<Vec<Reading>>>, metrics: Arc<
         match throughput {
             Some(Ok(rate)) => {
                 throughput_failing = false;
-                if let Some(rate) = rate {
-                    r[p.slot].throughput = Some(ThroughputReading {
-                        rate: rate.per_second,
-                        since: rate.since,
-                        at: Instant::now(),
-                        whole: rate.whole,
-                    });
+                if let Some(reading) = rate {
+                    r[p.slot].throughput = Some(reading);
                 }
             }
             Some(Err(e)) => {
@@ -639,7 +629,7 @@ async fn poller(mut p: Poller, readings: Arc<Mutex<Vec<Reading>>>, metrics: Arc<
                 reading.failing = false;
                 if let Some(rate) = rate {
                     // Finite: the rate is, and the reference is positive and finite.
-                    reading.ratio = Some((rate.per_second / p.reference).min(f64::MAX));
+                    reading.ratio = Some((rate.rate / p.reference).min(f64::MAX));
                     reading.at = Some(Instant::now());
                 }
             }
@@ -765,7 +755,7 @@ llamacpp:predicted_tokens_seconds 33.3397\n";
     fn a_scraped_counter_rate_covers_its_window() {
         let t0 = Instant::now();
         let at = |ms: u64| t0 + Duration::from_millis(ms);
-        let per_second = |r: Result<Option<Rate>>| r.expect("a value").map(|r| r.per_second);
+        let per_second = |r: Result<Option<ThroughputReading>>| r.expect("a value").map(|r| r.rate);
         // No window: the rate between two scrapes, 0 between two steps.
         let mut plain = ScrapeWindow::new(Duration::ZERO);
         assert_eq!(per_second(plain.rate(0.0, at(0))), None);
@@ -773,9 +763,10 @@ llamacpp:predicted_tokens_seconds 33.3397\n";
         let between = plain.rate(8.0, at(2000)).expect("a value");
         assert_eq!(
             between,
-            Some(Rate {
-                per_second: 0.0,
+            Some(ThroughputReading {
+                rate: 0.0,
                 since: at(1000),
+                at: at(2000),
                 whole: true
             })
         );
@@ -793,9 +784,10 @@ llamacpp:predicted_tokens_seconds 33.3397\n";
         }
         assert_eq!(
             last,
-            Some(Rate {
-                per_second: 4.0,
+            Some(ThroughputReading {
+                rate: 4.0,
                 since: at(6000),
+                at: at(10_000),
                 whole: true
             })
         );
@@ -805,9 +797,10 @@ llamacpp:predicted_tokens_seconds 33.3397\n";
         assert!(e.contains("went down from 40 to 1"), "{e}");
         assert_eq!(
             w.rate(3.0, at(12_000)).expect("a value"),
-            Some(Rate {
-                per_second: 2.0,
+            Some(ThroughputReading {
+                rate: 2.0,
                 since: at(11_000),
+                at: at(12_000),
                 whole: false
             })
         );
