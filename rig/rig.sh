@@ -136,6 +136,13 @@ drop_others() {
 # opens another connection whenever every one it has waits, so a gateway short
 # of CPU would otherwise accept ever more of them and fall further behind,
 # its own /metrics page unanswered (session 21's DOWNTIME_AS_COST run).
+# An idle keep-alive connection is closed after 1 s: at a step down, the
+# previous segment's generator has stopped sending but lives on (up to 15 s,
+# waiting on its requests still in the backlog) with its idle connections
+# holding every slot of the frontend, so the next segment's generator got
+# none and the model served nothing until the old one was killed (the 2-14 s
+# of zero requests/s after each step down in sessions 21-22; reproduced with
+# a frontend of 100 slots: 13 s of zero, and 1 s with this timeout).
 gateway_config() {
   cat <<CFG
 global
@@ -145,6 +152,7 @@ defaults
     mode http
     timeout connect 2s
     timeout client 60s
+    timeout http-keep-alive 1s
     timeout server 60s
 frontend metrics
     bind 127.0.0.1:$GW_METRICS
