@@ -412,6 +412,83 @@ fn a_floor_out_of_reach_is_held_at_the_models_reach_under_best_effort() {
     );
 }
 
+/// A candidate-aware predictor whose joint predictions put model 0 at half
+/// its table's throughput: the field each candidate makes is more crowded
+/// than the one observed.
+struct Crowded {
+    inner: Arc<dyn Predictor>,
+    models: usize,
+}
+
+impl Predictor for Crowded {
+    fn joint_size(&self) -> u64 {
+        self.inner.joint_size()
+    }
+
+    fn predict_table(
+        &self,
+        state: &GpuState,
+        running: &[u32],
+    ) -> Result<Vec<f32>, mfsched_core::PredictError> {
+        self.inner.predict_table(state, running)
+    }
+
+    fn predict_in_space(
+        &self,
+        state: &GpuState,
+        running: &[u32],
+        candidates: mfsched_core::InSpace<'_>,
+    ) -> Result<Vec<f32>, mfsched_core::PredictError> {
+        let mut out = self.inner.predict_in_space(state, running, candidates)?;
+        for t in out.iter_mut().step_by(self.models) {
+            *t *= 0.5;
+        }
+        Ok(out)
+    }
+
+    fn field(&self) -> mfsched_core::Field {
+        mfsched_core::Field::CandidateAware
+    }
+}
+
+/// Under the candidate-aware field, a floor out of reach is held at the
+/// reach of the predictions it is then checked on (each configuration as a
+/// joint candidate), not at the observed field's table: held at the table's
+/// reach, twice what any candidate is predicted to serve, every decision
+/// would be refused.
+#[test]
+fn a_floor_out_of_reach_is_held_at_the_reach_of_the_fields_own_predictions() {
+    let (p, _) = unreachable_floor();
+    let crowded: Arc<dyn Predictor> = Arc::new(Crowded {
+        inner: predictor(),
+        models: p.models.len(),
+    });
+    let mut r = rig_served(
+        engine(Duration::from_secs(10), 256),
+        "exhaustive",
+        None,
+        &[],
+        Arc::clone(&crowded),
+    );
+    r.decider = r.decider.floors_out_of_reach(OutOfReach::BestEffort);
+    let at = state(WorkloadLevel::Medium, 0.5);
+    let report = r.decider.decide(&p, &at);
+    assert!(report.failure().is_none(), "{:?}", report.failure());
+    assert_eq!(report.floors_held, vec![0]);
+    let table = crowded.predict_table(&at, &p.current).expect("a table");
+    let offsets = mfsched_core::table_offsets(&p);
+    let table_reach = table[offsets[0]..offsets[1]]
+        .iter()
+        .fold(f32::MIN, |a, &b| a.max(b));
+    let predicted = f64::from(report.applied.predictions[0]);
+    let joint_reach = f64::from(table_reach) * 0.5;
+    assert!(
+        predicted >= joint_reach * (1.0 - mfsched_core::FLOOR_REACH_BAND)
+            && predicted <= joint_reach,
+        "{predicted} of a reach of {joint_reach}"
+    );
+}
+
 /// Replaces `path` atomically: write a sibling temp file, then rename over.
 fn replace_atomically(path: &Path, bytes: &[u8]) {
     let tmp = path.with_extension("wasm.tmp");

@@ -25,7 +25,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use mfsched_core::{GpuState, JointConfig, OutOfReach, Problem};
+use mfsched_core::{Field, GpuState, JointConfig, OutOfReach, PredictError, Predictor, Problem};
 use serde::{Deserialize, Serialize};
 
 use crate::bindings::wit;
@@ -223,7 +223,7 @@ impl Decider {
         engine: Arc<PluginEngine>,
         policy: Arc<Slot<LoadedPolicy>>,
         utility: Arc<Slot<LoadedUtility>>,
-        predictor: Arc<dyn mfsched_core::Predictor>,
+        predictor: Arc<dyn Predictor>,
         params: Vec<(String, String)>,
     ) -> Self {
         let name = policy.load().info.name.clone();
@@ -386,8 +386,12 @@ impl Decider {
     /// [`OutOfReach::BestEffort`] with each floor at the edge of its model's
     /// reach at `state` held there (`mfsched_core::floors_within_reach`), and
     /// those models. One table of predictions, the others' configurations
-    /// as they run; a predictor that cannot give it leaves the floors as
-    /// they are (the policies meet the same failure and say so).
+    /// as they run, predicted as validation predicts them (under the
+    /// candidate-aware field, each model's configurations as joint
+    /// candidates: the observed field's table would hold a floor at a reach
+    /// it is then not checked against); a predictor that cannot give it
+    /// leaves the floors as they are (the policies meet the same failure and
+    /// say so).
     fn within_reach<'p>(
         &self,
         problem: &'p Problem,
@@ -396,11 +400,12 @@ impl Decider {
         if self.out_of_reach == OutOfReach::Keep {
             return (Cow::Borrowed(problem), Vec::new());
         }
-        let Ok(table) = self
-            .pipeline
-            .predictor()
-            .predict_table(state, &problem.current)
-        else {
+        let predictor = self.pipeline.predictor();
+        let table = match predictor.field() {
+            Field::Observed => predictor.predict_table(state, &problem.current),
+            Field::CandidateAware => one_model_at_a_time(predictor.as_ref(), problem, state),
+        };
+        let Ok(table) = table else {
             return (Cow::Borrowed(problem), Vec::new());
         };
         let offsets = mfsched_core::table_offsets(problem);
@@ -468,4 +473,38 @@ impl Decider {
             })
             .collect()
     }
+}
+
+/// [`Predictor::predict_table`]'s layout (model-major, every model's grid)
+/// from joint predictions: each model's configurations with the others as
+/// they run in `problem.current`, as candidates of the predictor's own field.
+fn one_model_at_a_time(
+    predictor: &dyn Predictor,
+    problem: &Problem,
+    state: &GpuState,
+) -> Result<Vec<f32>, PredictError> {
+    let space = problem.space();
+    let n = problem.models.len();
+    let mut candidates = Vec::new();
+    let mut of_model = Vec::new();
+    for (i, m) in problem.models.iter().enumerate() {
+        let mut joint = problem.current.clone();
+        for c in 0..m.grid_size() as u32 {
+            joint[i] = c;
+            let index = space.index(&joint).ok_or_else(|| {
+                PredictError::Mismatch(format!(
+                    "the running configuration {:?} is not in the joint space",
+                    problem.current
+                ))
+            })?;
+            candidates.push(index);
+            of_model.push(i);
+        }
+    }
+    let joint = predictor.predict_joint(state, &problem.current, &candidates)?;
+    Ok(of_model
+        .iter()
+        .enumerate()
+        .map(|(k, &i)| joint[k * n + i])
+        .collect())
 }
