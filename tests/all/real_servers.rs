@@ -681,6 +681,38 @@ fn real_servers_are_profiled_and_reconfigured_through_v2_repository_and_process(
             }
         }
     }
+    // The costs the ticks were decided with: with `downtime_as_cost`, each
+    // model's measured downtime as a share of the period, at most 1, once
+    // both models were reconfigured. Replayed on the log, `exact` decides
+    // as the daemon's did, at every tick where it decided.
+    let priced = log.costs.last().expect("the costs are recorded");
+    assert_ne!(priced.costs, problem.reconfig, "measured costs: {priced:?}");
+    for c in &priced.costs {
+        for cost in [c.variant_switch, c.knob_change] {
+            assert!((0.0..=1.0).contains(&cost), "{priced:?}");
+        }
+    }
+    let replay = common::process::mfsched(&[
+        "replay",
+        run_dir.join("decisions.log").to_str().expect("utf-8"),
+        "--policy",
+        "exact",
+        "--models",
+        bundle.to_str().expect("utf-8"),
+        "--json",
+    ]);
+    assert!(
+        replay.status.success(),
+        "{}",
+        common::process::stderr(&replay)
+    );
+    let r: serde_json::Value =
+        serde_json::from_slice(&replay.stdout).expect("replay --json answers JSON");
+    for t in r["decisions"].as_array().expect("decisions") {
+        if !t["ran"].is_null() {
+            assert_eq!(t["policies"][0], t["ran"], "exact replayed: {t}");
+        }
+    }
 }
 
 /// The pids of MLServer processes whose command line holds `needle`.

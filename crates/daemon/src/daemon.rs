@@ -931,6 +931,7 @@ impl Daemon {
         let written = self
             .log
             .scored_with(&scored_with)
+            .and_then(|()| self.log.priced_with(tick, &self.problem.reconfig))
             .and_then(|()| {
                 components
                     .iter()

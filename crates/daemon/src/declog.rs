@@ -84,6 +84,9 @@ pub enum Entry {
     /// record it follows treated a floor out of reach (a log without one:
     /// `keep`, the only way there was).
     OutOfReach(mfsched_core::OutOfReach),
+    /// Last, for the same reason: a log without one decided every tick with
+    /// its scenario's reconfiguration costs.
+    Costs(CostsRecord),
 }
 
 /// [`Entry`] as it is written, borrowed: the same variants in the same order,
@@ -100,6 +103,7 @@ enum EntryRef<'a> {
     Contention(&'a ContentionRecord),
     Held(&'a HeldRecord),
     OutOfReach(mfsched_core::OutOfReach),
+    Costs(&'a CostsRecord),
 }
 
 /// What tick `tick` held, written just before its record where it held
@@ -289,6 +293,19 @@ impl UtilityRecord {
     }
 }
 
+/// The reconfiguration costs the ticks from `tick` on were decided with,
+/// until the next one: written once per daemon start and whenever they
+/// change (with `actuator.downtime_as_cost`, each model's measured downtime
+/// replaces its scenario costs as reconfigurations finish), so `replay
+/// --policy` prices a change as the daemon did.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CostsRecord {
+    /// The first tick decided with them.
+    pub tick: u64,
+    /// Per model, parallel to the scenario's models.
+    pub costs: Vec<mfsched_core::ReconfigCosts>,
+}
+
 /// A policy component the ticks after it name by SHA-256.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ComponentRecord {
@@ -467,6 +484,9 @@ pub struct LogContents {
     /// Each daemon start's floors: the index in `records` of its first tick,
     /// and how they were enforced (none in logs written before they were).
     pub floors: Vec<(usize, FloorsRecord)>,
+    /// Each change of the reconfiguration costs the ticks were decided with,
+    /// in log order (none in logs written before they were recorded).
+    pub costs: Vec<CostsRecord>,
     /// Corrupt stretches between intact records.
     pub skipped: Vec<Skipped>,
     pub torn: Option<TornTail>,
@@ -514,6 +534,12 @@ impl LogContents {
     /// The utility tick `tick` was scored with, when the log records it.
     pub fn utility_of(&self, tick: u64) -> Option<&UtilityRecord> {
         self.utilities.iter().rev().find(|u| u.tick <= tick)
+    }
+
+    /// The reconfiguration costs tick `tick` was decided with, when the log
+    /// records them.
+    pub fn costs_of(&self, tick: u64) -> Option<&CostsRecord> {
+        self.costs.iter().rev().find(|c| c.tick <= tick)
     }
 }
 
@@ -590,6 +616,7 @@ pub fn parse(bytes: &[u8]) -> Result<LogContents> {
     let mut utilities = Vec::new();
     let mut measured = Vec::new();
     let mut floors = Vec::new();
+    let mut costs = Vec::new();
     let mut contention: Option<ContentionRecord> = None;
     let mut held: Option<HeldRecord> = None;
     let mut skipped = Vec::new();
@@ -624,6 +651,7 @@ pub fn parse(bytes: &[u8]) -> Result<LogContents> {
                     Entry::Floors(f) => floors.push((records.len(), f)),
                     Entry::Contention(c) => contention = Some(c),
                     Entry::Held(h) => held = Some(h),
+                    Entry::Costs(c) => costs.push(c),
                     Entry::OutOfReach(o) => {
                         if let Some((_, f)) = floors.last_mut() {
                             f.out_of_reach = o;
@@ -690,6 +718,7 @@ pub fn parse(bytes: &[u8]) -> Result<LogContents> {
         utilities,
         measured,
         floors,
+        costs,
         skipped,
         torn,
     })
@@ -863,6 +892,8 @@ pub struct DecisionLog {
     /// The utility (hash, parameters) the last [`UtilityRecord`] this
     /// process wrote names.
     scored_with: Option<(String, Vec<(String, String)>)>,
+    /// The costs the last [`CostsRecord`] this process wrote holds.
+    priced_with: Option<Vec<mfsched_core::ReconfigCosts>>,
     /// Held as long as the log is open for appending.
     _lock: WriterLock,
 }
@@ -968,6 +999,7 @@ impl DecisionLog {
                 last_tick,
                 described,
                 scored_with: None,
+                priced_with: None,
                 _lock: lock,
             },
             recovery,
@@ -1010,6 +1042,7 @@ impl DecisionLog {
                 last_tick,
                 described: HashSet::new(),
                 scored_with: None,
+                priced_with: None,
                 _lock: lock,
             },
             Recovery {
@@ -1102,6 +1135,21 @@ impl DecisionLog {
         }
         self.write(&EntryRef::Utility(record))?;
         self.scored_with = Some(key);
+        Ok(())
+    }
+
+    /// Records the reconfiguration costs tick `tick` is decided with, unless
+    /// they are those the last record this process wrote holds: once per
+    /// daemon start and once per change.
+    pub fn priced_with(&mut self, tick: u64, costs: &[mfsched_core::ReconfigCosts]) -> Result<()> {
+        if self.priced_with.as_deref() == Some(costs) {
+            return Ok(());
+        }
+        self.write(&EntryRef::Costs(&CostsRecord {
+            tick,
+            costs: costs.to_vec(),
+        }))?;
+        self.priced_with = Some(costs.to_vec());
         Ok(())
     }
 
@@ -1314,6 +1362,54 @@ pub(crate) mod tests {
         let tag = |e: &EntryRef<'_>| bincode::serde::encode_to_vec(e, config()).expect("encode")[0];
         assert_eq!(tag(&EntryRef::Tick(&record(0))), 1);
         assert_eq!(tag(&EntryRef::Reconfig(&reconfig)), 3);
+    }
+
+    /// Costs are recorded once per daemon start and once per change, and
+    /// each tick reads back the costs it was decided with; the variants
+    /// older logs hold keep their numbers.
+    #[test]
+    fn the_costs_each_tick_decided_with_are_recorded_when_they_change() {
+        use mfsched_core::ReconfigCosts;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("d.log");
+        let scenario = vec![ReconfigCosts::default(); 2];
+        let measured = vec![
+            ReconfigCosts {
+                variant_switch: 0.04,
+                knob_change: 0.04,
+            },
+            ReconfigCosts {
+                variant_switch: 1.0,
+                knob_change: 1.0,
+            },
+        ];
+        let (mut log, _) = DecisionLog::open(&path).expect("open");
+        for (tick, costs) in [
+            (0, &scenario),
+            (1, &scenario),
+            (2, &measured),
+            (3, &measured),
+        ] {
+            log.priced_with(tick, costs).expect("costs");
+            log.append(&record(tick)).expect("append");
+        }
+        drop(log);
+        // A new daemon start records its costs again, though unchanged.
+        let (mut log, _) = DecisionLog::open(&path).expect("reopen");
+        log.priced_with(4, &measured).expect("costs");
+        log.append(&record(4)).expect("append");
+        let contents = read(&path).expect("read");
+        assert_eq!(contents.records.len(), 5);
+        let firsts: Vec<u64> = contents.costs.iter().map(|c| c.tick).collect();
+        assert_eq!(firsts, vec![0, 2, 4]);
+        assert_eq!(contents.costs_of(1).map(|c| &c.costs), Some(&scenario));
+        assert_eq!(contents.costs_of(3).map(|c| &c.costs), Some(&measured));
+        let tag = |e: &EntryRef<'_>| bincode::serde::encode_to_vec(e, config()).expect("encode")[0];
+        assert_eq!(
+            tag(&EntryRef::OutOfReach(mfsched_core::OutOfReach::default())),
+            9
+        );
+        assert_eq!(tag(&EntryRef::Costs(&contents.costs[0])), 10);
     }
 
     /// Each component is described once per file, before the first tick

@@ -49,6 +49,7 @@ fn segment(contents: &LogContents, tick: u64) -> Option<usize> {
 pub fn lines(contents: &LogContents) -> String {
     let mut out = String::new();
     let mut scored_with = None;
+    let mut priced = None;
     for r in &contents.records {
         // A line each time the utility changes, naming it for the ticks after.
         let now = segment(contents, r.tick);
@@ -58,6 +59,25 @@ pub fn lines(contents: &LogContents) -> String {
             writeln!(out, "utility {} from tick {}", u.label(), r.tick).ok();
         }
         scored_with = now;
+        // A line each time the reconfiguration costs change (measured
+        // downtimes replacing the scenario's): not at every daemon start.
+        if let Some(c) = contents.costs.iter().find(|c| c.tick == r.tick) {
+            if priced.is_some_and(|p| p != &c.costs) {
+                let costs: Vec<String> = c
+                    .costs
+                    .iter()
+                    .map(|c| format!("{:.3}/{:.3}", c.variant_switch, c.knob_change))
+                    .collect();
+                writeln!(
+                    out,
+                    "reconfiguration costs (variant/knob per model) {} from tick {}",
+                    costs.join(" "),
+                    r.tick
+                )
+                .ok();
+            }
+            priced = Some(&c.costs);
+        }
         write!(
             out,
             "tick {} {} vram={} util={} | active {}{}",
@@ -249,6 +269,52 @@ pub fn summary(contents: &LogContents) -> String {
 mod tests {
     use super::*;
     use crate::declog::tests::record;
+
+    /// The costs a log was decided with are printed where they change, not
+    /// at each daemon start that records them again.
+    #[test]
+    fn a_line_says_when_the_reconfiguration_costs_change() {
+        use crate::declog::CostsRecord;
+        use mfsched_core::ReconfigCosts;
+        let scenario = vec![ReconfigCosts::default(); 2];
+        let measured = vec![
+            ReconfigCosts {
+                variant_switch: 0.04,
+                knob_change: 0.04,
+            },
+            ReconfigCosts {
+                variant_switch: 1.0,
+                knob_change: 1.0,
+            },
+        ];
+        let costs = |tick, costs: &Vec<ReconfigCosts>| CostsRecord {
+            tick,
+            costs: costs.clone(),
+        };
+        let contents = LogContents {
+            records: (0..4).map(record).collect(),
+            costs: vec![
+                costs(0, &scenario),
+                costs(2, &measured),
+                costs(3, &measured),
+            ],
+            ..LogContents::default()
+        };
+        let text = lines(&contents);
+        let said: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("reconfiguration costs"))
+            .collect();
+        assert_eq!(
+            said,
+            vec![
+                "reconfiguration costs (variant/knob per model) 0.040/0.040 1.000/1.000 from tick 2"
+            ],
+            "{text}"
+        );
+        let at = |needle: &str| text.lines().position(|l| l.starts_with(needle));
+        assert_eq!(at("reconfiguration costs"), at("tick 2").map(|i| i - 1));
+    }
 
     /// A policy hot-swapped between two builds has a row per build, so the
     /// one that failed is told from the one that answered; a policy that one

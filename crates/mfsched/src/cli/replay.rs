@@ -412,6 +412,18 @@ fn counterfactual(args: &ReplayArgs, contents: &LogContents) -> Result<()> {
             );
         }
         problem.current.clone_from(&previous);
+        // Priced as the daemon priced this tick (its measured downtimes, with
+        // `actuator.downtime_as_cost`); logs without costs: the scenario's.
+        match contents.costs_of(r.tick) {
+            Some(c) if c.costs.len() != problem.models.len() => bail!(
+                "tick {}: the recorded reconfiguration costs are for {} models, the scenario has {}",
+                r.tick,
+                c.costs.len(),
+                problem.models.len()
+            ),
+            Some(c) => problem.reconfig.clone_from(&c.costs),
+            None => problem.reconfig.clone_from(&served.problem.reconfig),
+        }
         if let Some(c) = &corrected {
             let start = contents
                 .runs
