@@ -180,7 +180,7 @@ fn the_daemon_rejects_each_invalid_answer_on_every_tick_and_applies_nothing_inva
             shadows: Vec::new(),
             unknown_utilization: 0.5,
             contention_window: Duration::from_secs(5),
-            downtime_as_cost: false,
+            downtime_cost_horizon: None,
             correction: None,
             floors: mfsched_core::Floors::point(served.problem.sla_floors.clone()),
             workload: WorkloadSource::Fixed(mfsched_core::WorkloadLevel::Medium),

@@ -730,10 +730,25 @@ pub struct ActuatorConfig {
     #[serde(default)]
     pub process: Option<ProcessConfig>,
     /// Use each model's measured mean downtime per reconfiguration (as a
-    /// fraction of the tick period, capped at 1) as that model's
+    /// fraction of `downtime_horizon_ms`, capped at 1) as that model's
     /// reconfiguration cost, once it has been reconfigured.
     #[serde(default)]
     pub downtime_as_cost: bool,
+    /// With `downtime_as_cost`: how long a new configuration is expected to
+    /// serve, over which its downtime is paid off (a restart of 3 s costs
+    /// 0.1 of the model's reward per tick over 30 s). Default: one tick
+    /// period, so a change must pay within the tick that makes it.
+    #[serde(default)]
+    pub downtime_horizon_ms: Option<u64>,
+}
+
+impl ActuatorConfig {
+    /// The horizon measured downtimes are paid off over, when they are the
+    /// reconfiguration costs.
+    pub fn downtime_cost_horizon(&self, period_ms: u64) -> Option<Duration> {
+        self.downtime_as_cost
+            .then(|| Duration::from_millis(self.downtime_horizon_ms.unwrap_or(period_ms)))
+    }
 }
 
 /// A settings file an actuator renders from the configuration and rewrites
@@ -1114,6 +1129,9 @@ impl PrometheusConfig {
     }
 }
 
+/// The longest `actuator.downtime_horizon_ms`: a day.
+pub const MAX_DOWNTIME_HORIZON_MS: u64 = 86_400_000;
+
 /// The longest `rate_window_ms` of a scraped counter: the scrapes it keeps
 /// are bounded by it over the poll period.
 pub const MAX_RATE_WINDOW_MS: u64 = 600_000;
@@ -1252,6 +1270,19 @@ impl DaemonConfig {
     /// against its models and knobs when the actuators start).
     fn check_actuators(&self) -> Result<()> {
         let a = &self.actuator;
+        if let Some(h) = a.downtime_horizon_ms {
+            if !a.downtime_as_cost {
+                bail!(
+                    "actuator.downtime_horizon_ms is set but actuator.downtime_as_cost is not: the horizon pays off measured downtimes"
+                );
+            }
+            if h < self.tick.period_ms || h > MAX_DOWNTIME_HORIZON_MS {
+                bail!(
+                    "actuator.downtime_horizon_ms ({h}) must be at least loop.period_ms ({}) and at most {MAX_DOWNTIME_HORIZON_MS} (a day)",
+                    self.tick.period_ms
+                );
+            }
+        }
         if let Some(v) = &a.v2_repository {
             let p = "actuator.v2_repository";
             if v.timeout_ms == 0
@@ -1546,6 +1577,43 @@ mod tests {
             .expect("unused section");
         assert_eq!(nvml.sampler.kind, SamplerKind::Nvml);
         assert_eq!(SamplerKind::parse("host"), Some(SamplerKind::Host));
+    }
+
+    #[test]
+    fn measured_downtime_is_paid_off_over_the_period_or_the_horizon_given() {
+        let base = "scenario = \"paper-n2\"\n[loop]\nperiod_ms = 500\ndeadline_ms = 400\n[policy]\nactive = \"hold\"\n[log]\npath = \"l\"\n[actuator]\n";
+        let parse = |extra: &str| DaemonConfig::parse(&format!("{base}{extra}"));
+        let horizon = |extra: &str| {
+            let c = parse(extra).expect("valid");
+            c.actuator.downtime_cost_horizon(c.tick.period_ms)
+        };
+        assert_eq!(horizon(""), None, "configured costs");
+        assert_eq!(
+            horizon("downtime_as_cost = true\n"),
+            Some(Duration::from_millis(500)),
+            "one period"
+        );
+        assert_eq!(
+            horizon("downtime_as_cost = true\ndowntime_horizon_ms = 30000\n"),
+            Some(Duration::from_secs(30))
+        );
+        for (extra, says) in [
+            (
+                "downtime_horizon_ms = 30000\n",
+                "actuator.downtime_as_cost is not",
+            ),
+            (
+                "downtime_as_cost = true\ndowntime_horizon_ms = 499\n",
+                "actuator.downtime_horizon_ms (499) must be at least loop.period_ms (500)",
+            ),
+            (
+                "downtime_as_cost = true\ndowntime_horizon_ms = 86400001\n",
+                "at most 86400000",
+            ),
+        ] {
+            let err = format!("{:#}", parse(extra).expect_err(says));
+            assert!(err.contains(says), "{says}: {err}");
+        }
     }
 
     #[test]

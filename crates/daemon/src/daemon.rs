@@ -69,8 +69,9 @@ pub struct LoopSettings {
     pub contention_window: Duration,
     pub workload: WorkloadSource,
     /// Measured downtime, not the configured constants, as the
-    /// reconfiguration cost (`actuator.downtime_as_cost`).
-    pub downtime_as_cost: bool,
+    /// reconfiguration cost, paid off over this horizon
+    /// (`actuator.downtime_as_cost`, `actuator.downtime_horizon_ms`).
+    pub downtime_cost_horizon: Option<Duration>,
     /// The predictor the policies are served, when it is corrected online:
     /// every tick, before deciding, it learns from the throughput measured
     /// for the running configuration (`[correction]`).
@@ -102,23 +103,27 @@ impl DowntimeBook {
     }
 
     /// Per model, the costs: each kind's mean measured downtime as a
-    /// fraction of the tick period (the share of one tick's utility the model
-    /// loses while it does not serve; the utility's per-model reward is at
-    /// most 1), capped at 1. A kind the model was not measured in takes its
-    /// other kind's (both actuators reload or restart the server for either:
-    /// a llama-server knob change is a restart too), and a model never
-    /// measured its configured costs. Per model, not averaged over them: a
-    /// llama-server restart of 3.6 s and an MLServer reload of 80 ms are
-    /// different prices.
-    fn costs(&self, period: Duration, configured: &[ReconfigCosts]) -> Vec<ReconfigCosts> {
-        let period_ms = period.as_secs_f64() * 1e3;
+    /// fraction of the horizon a new configuration is expected to serve for
+    /// (by default one tick period: the share of one tick's utility the
+    /// model loses while it does not serve; the utility's per-model reward is
+    /// at most 1), capped at 1. The utility charges a change once, in the
+    /// tick that makes it, against that tick's gain: paid off over a horizon
+    /// of H, a restart is made where its gain per tick, kept for H, outweighs
+    /// the reward its downtime loses. A kind the model was not measured in
+    /// takes its other kind's (both actuators reload or restart the server
+    /// for either: a llama-server knob change is a restart too), and a model
+    /// never measured its configured costs. Per model, not averaged over
+    /// them: a llama-server restart of 3.6 s and an MLServer reload of 80 ms
+    /// are different prices.
+    fn costs(&self, horizon: Duration, configured: &[ReconfigCosts]) -> Vec<ReconfigCosts> {
+        let horizon_ms = horizon.as_secs_f64() * 1e3;
         configured
             .iter()
             .enumerate()
             .map(|(i, c)| {
                 let mean = |kind: usize| {
                     let m = self.per_model.get(i)?[kind];
-                    (m.1 > 0 && period_ms > 0.0).then(|| (m.0 / m.1 as f64 / period_ms).min(1.0))
+                    (m.1 > 0 && horizon_ms > 0.0).then(|| (m.0 / m.1 as f64 / horizon_ms).min(1.0))
                 };
                 let cost = |kind: usize, fallback: f64| {
                     mean(kind).or_else(|| mean(1 - kind)).unwrap_or(fallback)
@@ -1132,10 +1137,10 @@ impl Daemon {
             }
             self.downtime.record(self.problem.models.len(), r);
         }
-        if self.settings.downtime_as_cost && !done.is_empty() {
-            self.problem.reconfig = self
-                .downtime
-                .costs(self.settings.period, &self.configured_costs);
+        if let Some(horizon) = self.settings.downtime_cost_horizon
+            && !done.is_empty()
+        {
+            self.problem.reconfig = self.downtime.costs(horizon, &self.configured_costs);
         }
         done
     }
@@ -1312,5 +1317,10 @@ mod tests {
         assert_eq!(book.costs(period, &configured)[0].knob_change, 1.0);
         // A model never measured keeps what it was configured with.
         assert_eq!(book.costs(period, &[configured[0]; 3])[2], configured[0]);
+        // Paid off over 20 periods, model 1's switch of 100 ms costs 0.005,
+        // and model 0's mean knob change (50 s) still the whole tick.
+        let costs = book.costs(20 * period, &configured);
+        assert!(near(costs[1].variant_switch, 0.005), "{costs:?}");
+        assert_eq!(costs[0].knob_change, 1.0);
     }
 }

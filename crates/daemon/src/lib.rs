@@ -347,7 +347,7 @@ pub async fn run(
         unknown_utilization: config.sampler.unknown_utilization,
         contention_window: std::time::Duration::from_millis(config.sampler.contention_window_ms),
         workload,
-        downtime_as_cost: config.actuator.downtime_as_cost,
+        downtime_cost_horizon: config.actuator.downtime_cost_horizon(config.tick.period_ms),
         correction,
         floors,
     };
