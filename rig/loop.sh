@@ -106,7 +106,8 @@ case "${1:-}" in
     # BUNDLE (default the pair's and the trained bundle; a static run passes a
     # one-configuration scenario and its bundle, or START, a policy.start line
     # that hold keeps: rig/best_static.py --start); DOWNTIME_AS_COST=1 makes the
-    # measured downtime the utility's reconfiguration cost; NO_CORRECTION=1 turns
+    # measured downtime the utility's reconfiguration cost (DOWNTIME_HORIZON_MS:
+    # paid off over that horizon, `actuator.downtime_horizon_ms`); NO_CORRECTION=1 turns
     # the online correction off (`[correction] enabled = false`); FIELD=candidate-aware
     # decides under the candidate-aware field (`policy.field`).
     name=$2 policy=$3 shadows=${4:-} period=${5:-1000}
@@ -124,6 +125,8 @@ case "${1:-}" in
         ${shadows:+-e "s|^shadows = .*|shadows = $shadows|"} \
         ${DOWNTIME_AS_COST:+-e 's|^file = "applied.json"|file = "applied.json"\ndowntime_as_cost = true|'} \
         "$CONFIG" > "$dir/mfsched.toml"
+    [ -z "${DOWNTIME_HORIZON_MS:-}" ] ||
+      sed -i "s|^downtime_as_cost = true|&\ndowntime_horizon_ms = $DOWNTIME_HORIZON_MS|" "$dir/mfsched.toml"
     [ -z "${NO_CORRECTION:-}" ] || printf '\n[correction]\nenabled = false\n' >> "$dir/mfsched.toml"
     [ -z "${START:-}" ] || sed -i "s|^active = .*|&\n$START|" "$dir/mfsched.toml"
     [ -z "${FIELD:-}" ] || sed -i "s|^active = .*|&\nfield = \"$FIELD\"|" "$dir/mfsched.toml"
