@@ -19,7 +19,9 @@ such ticks out, as the figures before then did, which scores a run that
 restarts a server often on its good ticks only). The
 reward (the sum) and the reconfiguration penalty are reported apart: a
 restart's real cost is already in the measured throughput of its period.
-The ticks of the first SKIP seconds (servers coming up) are left out. A
+The ticks of the first SKIP seconds (servers coming up) are left out, and
+with --trace those after the trace ended (nothing offered while the drive
+waits for its generators; before 2026-12-06, session 23, they were scored). A
 server's counter moves in steps (llama-server counts a completion's tokens
 when it finishes): over one short poll a model that keeps its floor on average
 can read zero, so violations are also counted over windows of WINDOW ticks
@@ -77,11 +79,22 @@ def main(argv):
     if len(ticks) < 2:
         sys.exit("fewer than two ticks in the history")
     t0 = ticks[0]["unix_ms"]
-    # (the tick before, the tick) pairs scored: consecutive, past the skip;
-    # with --missing skip, every model measured.
+    # With the trace, the ticks after it ended are not scored: nothing is
+    # offered then (the drive waits up to 15 s for its generators), and every
+    # model would count a floor miss at each of them, as many as the drive
+    # happened to outlast the trace.
+    end_ms = None
+    if args.trace:
+        start = drive_start(ticks)
+        if start is not None:
+            end_ms = start + sum(secs for secs, _ in parse_trace(args.trace)) * 1e3
+    # (the tick before, the tick) pairs scored: consecutive, past the skip,
+    # within the trace; with --missing skip, every model measured.
     pairs = [(prev, cur) for prev, cur in zip(ticks, ticks[1:])
              if cur["tick"] == prev["tick"] + 1 and (cur["unix_ms"] - t0) / 1e3 >= args.skip
+             and (end_ms is None or cur["unix_ms"] <= end_ms)
              and (args.missing == "zero" or all(v is not None for v in cur["measured_throughput"]))]
+    after_trace = 0 if end_ms is None else sum(1 for t in ticks if t["unix_ms"] > end_ms)
     unmeasured = sum(1 for _, cur in pairs for v in cur["measured_throughput"] if v is None)
     scored, penalties, violations, reconfigs, predicted = [], [], {m: 0 for m in models}, 0, []
     for prev, cur in pairs:
@@ -108,6 +121,7 @@ def main(argv):
                          for i, m in enumerate(models)}
     out = {
         "ticks_scored": n,
+        "ticks_after_trace": after_trace,
         "missing": args.missing,
         "unmeasured_readings_scored_as_zero": unmeasured,
         "realised_reward_mean": sum(scored) / n if n else None,
@@ -130,6 +144,12 @@ def main(argv):
     return 0
 
 
+def drive_start(ticks):
+    """When the drive started: the first tick whose first model measures a
+    throughput above 1 (the servers idle before it), ms since the epoch."""
+    return next((t["unix_ms"] for t in ticks if (t["measured_throughput"][0] or 0.0) > 1.0), None)
+
+
 def reaction(ticks, models, metrics_path, trace_path):
     """Reaction times to the regime steps the daemon saw, in ms."""
     downtime = {}
@@ -148,8 +168,7 @@ def reaction(ticks, models, metrics_path, trace_path):
         if at > 0:
             steps.append(at)
         at += secs
-    start = next((t["unix_ms"] for t in ticks
-                  if (t["measured_throughput"][0] or 0.0) > 1.0), None)
+    start = drive_start(ticks)
     times, unanswered = [], 0
     for step in steps:
         if start is None:
