@@ -1197,6 +1197,24 @@ pub(crate) mod tests {
     use super::*;
     use mfsched_plugin_host::{Failure, FailureKind, Proposal};
 
+    /// Two models' reconfiguration costs: the scenario's defaults, then as
+    /// measured downtimes would replace them (an MLServer reload, a
+    /// `llama-server` restart longer than the period).
+    pub(crate) fn two_models_costs() -> (
+        Vec<mfsched_core::ReconfigCosts>,
+        Vec<mfsched_core::ReconfigCosts>,
+    ) {
+        use mfsched_core::ReconfigCosts;
+        let measured = |cost| ReconfigCosts {
+            variant_switch: cost,
+            knob_change: cost,
+        };
+        (
+            vec![ReconfigCosts::default(); 2],
+            vec![measured(0.04), measured(1.0)],
+        )
+    }
+
     pub(crate) fn record(tick: u64) -> TickRecord {
         TickRecord {
             tick,
@@ -1369,20 +1387,9 @@ pub(crate) mod tests {
     /// older logs hold keep their numbers.
     #[test]
     fn the_costs_each_tick_decided_with_are_recorded_when_they_change() {
-        use mfsched_core::ReconfigCosts;
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("d.log");
-        let scenario = vec![ReconfigCosts::default(); 2];
-        let measured = vec![
-            ReconfigCosts {
-                variant_switch: 0.04,
-                knob_change: 0.04,
-            },
-            ReconfigCosts {
-                variant_switch: 1.0,
-                knob_change: 1.0,
-            },
-        ];
+        let (scenario, measured) = two_models_costs();
         let (mut log, _) = DecisionLog::open(&path).expect("open");
         for (tick, costs) in [
             (0, &scenario),

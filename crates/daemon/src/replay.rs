@@ -275,19 +275,8 @@ mod tests {
     #[test]
     fn a_line_says_when_the_reconfiguration_costs_change() {
         use crate::declog::CostsRecord;
-        use mfsched_core::ReconfigCosts;
-        let scenario = vec![ReconfigCosts::default(); 2];
-        let measured = vec![
-            ReconfigCosts {
-                variant_switch: 0.04,
-                knob_change: 0.04,
-            },
-            ReconfigCosts {
-                variant_switch: 1.0,
-                knob_change: 1.0,
-            },
-        ];
-        let costs = |tick, costs: &Vec<ReconfigCosts>| CostsRecord {
+        let (scenario, measured) = crate::declog::tests::two_models_costs();
+        let costs = |tick, costs: &Vec<mfsched_core::ReconfigCosts>| CostsRecord {
             tick,
             costs: costs.clone(),
         };
