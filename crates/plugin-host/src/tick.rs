@@ -401,14 +401,16 @@ impl Decider {
             return (Cow::Borrowed(problem), Vec::new());
         }
         let predictor = self.pipeline.predictor();
+        let offsets = mfsched_core::table_offsets(problem);
         let table = match predictor.field() {
             Field::Observed => predictor.predict_table(state, &problem.current),
-            Field::CandidateAware => one_model_at_a_time(predictor.as_ref(), problem, state),
+            Field::CandidateAware => {
+                one_model_at_a_time(predictor.as_ref(), problem, state, &offsets)
+            }
         };
         let Ok(table) = table else {
             return (Cow::Borrowed(problem), Vec::new());
         };
-        let offsets = mfsched_core::table_offsets(problem);
         let (floors, held) =
             mfsched_core::floors_within_reach(&problem.sla_floors, &table, &offsets);
         if held.is_empty() {
@@ -475,18 +477,20 @@ impl Decider {
     }
 }
 
-/// [`Predictor::predict_table`]'s layout (model-major, every model's grid)
-/// from joint predictions: each model's configurations with the others as
-/// they run in `problem.current`, as candidates of the predictor's own field.
+/// [`Predictor::predict_table`]'s layout (model-major, every model's grid,
+/// at `offsets`) from joint predictions: each model's configurations with the
+/// others as they run in `problem.current`, as candidates of the predictor's
+/// own field. Candidate k is the table's entry k, so model i's prediction in
+/// it is the table's value.
 fn one_model_at_a_time(
     predictor: &dyn Predictor,
     problem: &Problem,
     state: &GpuState,
+    offsets: &[usize],
 ) -> Result<Vec<f32>, PredictError> {
     let space = problem.space();
     let n = problem.models.len();
-    let mut candidates = Vec::new();
-    let mut of_model = Vec::new();
+    let mut candidates = Vec::with_capacity(offsets[n]);
     for (i, m) in problem.models.iter().enumerate() {
         let mut joint = problem.current.clone();
         for c in 0..m.grid_size() as u32 {
@@ -498,13 +502,11 @@ fn one_model_at_a_time(
                 ))
             })?;
             candidates.push(index);
-            of_model.push(i);
         }
     }
     let joint = predictor.predict_joint(state, &problem.current, &candidates)?;
-    Ok(of_model
-        .iter()
-        .enumerate()
-        .map(|(k, &i)| joint[k * n + i])
+    let joint = &joint;
+    Ok((0..n)
+        .flat_map(|i| (offsets[i]..offsets[i + 1]).map(move |k| joint[k * n + i]))
         .collect())
 }
