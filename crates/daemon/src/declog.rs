@@ -476,16 +476,16 @@ pub struct LogContents {
     pub components: Vec<ComponentRecord>,
     /// Every finished reconfiguration, in log order (none before they were recorded).
     pub reconfigurations: Vec<ReconfigRecord>,
-    /// Each change of the utility the ticks were scored with, in log order
+    /// Each change of the utility the ticks were scored with, in tick order
     /// (none in logs written before they were recorded).
     pub utilities: Vec<UtilityRecord>,
-    /// What was measured before each tick that measured anything, in log order.
+    /// What was measured before each tick that measured anything, in tick order.
     pub measured: Vec<MeasuredRecord>,
     /// Each daemon start's floors: the index in `records` of its first tick,
     /// and how they were enforced (none in logs written before they were).
     pub floors: Vec<(usize, FloorsRecord)>,
     /// Each change of the reconfiguration costs the ticks were decided with,
-    /// in log order (none in logs written before they were recorded).
+    /// in tick order (none in logs written before they were recorded).
     pub costs: Vec<CostsRecord>,
     /// Corrupt stretches between intact records.
     pub skipped: Vec<Skipped>,
@@ -501,6 +501,13 @@ fn config() -> bincode::config::Configuration<
     bincode::config::Limit<{ MAX_RECORD_BYTES as usize }>,
 > {
     bincode::config::standard().with_limit::<{ MAX_RECORD_BYTES as usize }>()
+}
+
+/// Of `entries` in tick order, the last at or before `tick` (a binary
+/// search: a replay looks one up per tick).
+fn latest_at_or_before<T>(entries: &[T], tick: u64, tick_of: impl Fn(&T) -> u64) -> Option<&T> {
+    let after = entries.partition_point(|e| tick_of(e) <= tick);
+    after.checked_sub(1).map(|i| &entries[i])
 }
 
 /// Of entries written once per daemon start (each with the index of its
@@ -528,18 +535,18 @@ impl LogContents {
 
     /// What was measured before tick `tick` decided, when the log records it.
     pub fn measured_of(&self, tick: u64) -> Option<&MeasuredRecord> {
-        self.measured.iter().rev().find(|m| m.tick == tick)
+        latest_at_or_before(&self.measured, tick, |m| m.tick).filter(|m| m.tick == tick)
     }
 
     /// The utility tick `tick` was scored with, when the log records it.
     pub fn utility_of(&self, tick: u64) -> Option<&UtilityRecord> {
-        self.utilities.iter().rev().find(|u| u.tick <= tick)
+        latest_at_or_before(&self.utilities, tick, |u| u.tick)
     }
 
     /// The reconfiguration costs tick `tick` was decided with, when the log
     /// records them.
     pub fn costs_of(&self, tick: u64) -> Option<&CostsRecord> {
-        self.costs.iter().rev().find(|c| c.tick <= tick)
+        latest_at_or_before(&self.costs, tick, |c| c.tick)
     }
 }
 
@@ -710,6 +717,12 @@ pub fn parse(bytes: &[u8]) -> Result<LogContents> {
             }
         }
     };
+    // In tick order, so that each replayed tick finds its entries by binary
+    // search (ticks number on across daemon starts: a log read back is in
+    // that order already, and a stable sort keeps log order among equals).
+    utilities.sort_by_key(|u| u.tick);
+    measured.sort_by_key(|m| m.tick);
+    costs.sort_by_key(|c| c.tick);
     Ok(LogContents {
         records,
         runs,
