@@ -9,6 +9,9 @@
 #   rig/loop.sh run NAME POLICY [SHADOWS] [PERIOD_MS]
 #                         the daemon under the trace (rig/traces/steps.txt), POLICY
 #                         active; its log and /v1/history kept as NAME
+#   rig/loop.sh first [POLICY]
+#                         what POLICY (exact) decides for the trace's first regime,
+#                         as a policy.start line (START="$(cat …/first-start.txt)")
 #   rig/loop.sh repeats [REGIME] [PASSES]
 #                         the measurement noise: one plan's points (REPEAT_SAMPLES/4,
 #                         default 8, at REGIME, default medium) measured PASSES times (3),
@@ -142,6 +145,19 @@ case "${1:-}" in
     # A daemon that did not start leaves the servers undriven by it: stop here.
     curl -sf "http://$api/healthz" >/dev/null || {
       say "run $name: the daemon does not answer: $(tail -n 1 "$dir/daemon.log")"; exit 1; }
+    # The trace starts once every server serves what the daemon brought up
+    # (each model's first reconfiguration finished, or failed): a load on a
+    # server still starting is its start-up, not the policy's doing.
+    for _ in $(seq 1 120); do
+      page=$(curl -sf "http://$api/metrics" || true)
+      up=1
+      for m in $MODELS; do
+        grep -qE "^mfsched_reconfiguration_(downtime_seconds_count|failures_total)\{model=\"$m\"" <<< "$page" || up=
+      done
+      [ -z "$up" ] || break
+      sleep 0.5
+    done
+    [ -n "$up" ] || say "run $name: a server is not up after 60 s; driving anyway"
     say "run $name: $policy active, under $(basename "$TRACE")"
     rig/rig.sh drive "$TRACE" | tee "$dir/drive.txt"
     curl -sf "http://$api/v1/history" > "$dir/history.json"
@@ -150,6 +166,14 @@ case "${1:-}" in
     "$RIG_DIR/venv/bin/python" rig/realised.py --history "$dir/history.json" \
       --bundle "$OUT/bundle" --scenario "$SCEN" --metrics "$dir/metrics.txt" \
       --trace "$TRACE" --json "$dir/realised.json" ;;
+  first)
+    # The configuration POLICY (default exact) decides for the trace's first
+    # regime at the profile's mean state there, as a policy.start line in
+    # $OUT/first-start.txt: START="$(cat …/first-start.txt)" rig/loop.sh run …
+    # brings the servers up in it (no restart at the trace's start).
+    "$RIG_DIR/venv/bin/python" rig/first_decision.py --mfsched "$MFSCHED" \
+      --profile "$OUT/profile.csv" --bundle "$OUT/bundle" --scenario "$SCEN" \
+      --trace "$TRACE" --policy "${2:-exact}" --out "$OUT/first-start.txt" ;;
   repeats)
     regime=${2:-medium} passes=${3:-3}
     dir="$OUT/repeats"

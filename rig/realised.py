@@ -19,9 +19,14 @@ such ticks out, as the figures before then did, which scores a run that
 restarts a server often on its good ticks only). The
 reward (the sum) and the reconfiguration penalty are reported apart: a
 restart's real cost is already in the measured throughput of its period.
-The ticks of the first SKIP seconds (servers coming up) are left out, and
-with --trace those after the trace ended (nothing offered while the drive
-waits for its generators; before 2026-12-06, session 23, they were scored). A
+The ticks of the first SKIP seconds of the drive are left out (each
+server's rate window still holds the idle time before the load: `gemma`'s is
+10 s; the drive's start is the first tick whose first model measures a
+throughput above 1; before 2026-12-07, session 24, they were counted from the
+daemon's first tick, which the drive followed within a second until
+rig/loop.sh waited for the servers to come up), and with --trace those after
+the trace ended (nothing offered while the drive waits for its generators;
+before 2026-12-06, session 23, they were scored). A
 server's counter moves in steps (llama-server counts a completion's tokens
 when it finishes): over one short poll a model that keeps its floor on average
 can read zero, so violations are also counted over windows of WINDOW ticks
@@ -78,7 +83,9 @@ def main(argv):
     ticks = load_history(args.history)
     if len(ticks) < 2:
         sys.exit("fewer than two ticks in the history")
-    t0 = ticks[0]["unix_ms"]
+    # The skip runs from the drive's start (from the daemon's first tick
+    # where no reading shows the drive).
+    t0 = drive_start(ticks) or ticks[0]["unix_ms"]
     # With the trace, the ticks after it ended are not scored: nothing is
     # offered then (the drive waits up to 15 s for its generators), and every
     # model would count a floor miss at each of them, as many as the drive
