@@ -31,8 +31,18 @@
 //! by more than that (in either direction) for [`CorrectionConfig::drift_after`]
 //! observations in a row is drifting ([`Correction::observe`] says when it
 //! starts and stops).
+//!
+//! A floor's memory: a configuration a model left while its own floor was
+//! predicted unmet ([`Corrected::forced_out`]) is predicted at most what it
+//! was predicted then, for as long as the load is at least what it was and
+//! for [`CorrectionConfig::forced_out_ticks`] ticks (doubled each time it is
+//! forced out again at that load). Under the observed field a model's own
+//! share of the state leaves with it: from the lighter state its lighter
+//! configuration makes, the one it left is predicted to keep its floor again,
+//! and without the memory a policy flips between the two, missing the floor
+//! at each return (measured on the real-server rig, docs/real-servers.md).
 
-use crate::domain::{GpuState, JointSpace, Problem};
+use crate::domain::{GpuState, JointSpace, Problem, WorkloadLevel};
 use crate::predict::{Field, InSpace, PredictError, Predictor, table_offsets};
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -58,7 +68,18 @@ pub struct CorrectionConfig {
     pub max_factor: f64,
     /// Consecutive observations beyond the error bound before a model drifts.
     pub drift_after: u32,
+    /// Ticks a configuration its floor forced out is predicted at most what
+    /// it was predicted then (while the load is as high), doubled each time
+    /// it is forced out again, up to [`MAX_FORCED_OUT_DOUBLINGS`] times; 0
+    /// turns the memory off.
+    pub forced_out_ticks: u32,
 }
+
+/// The most times a forced-out configuration's hold doubles.
+pub const MAX_FORCED_OUT_DOUBLINGS: u32 = 4;
+
+/// The longest [`CorrectionConfig::forced_out_ticks`].
+pub const MAX_FORCED_OUT_TICKS: u32 = 100_000;
 
 impl Default for CorrectionConfig {
     fn default() -> Self {
@@ -69,6 +90,7 @@ impl Default for CorrectionConfig {
             half_life: 50.0,
             max_factor: 4.0,
             drift_after: 5,
+            forced_out_ticks: 30,
         }
     }
 }
@@ -96,6 +118,12 @@ impl CorrectionConfig {
         }
         if self.drift_after == 0 {
             return Err("drift_after must be at least 1".into());
+        }
+        if self.forced_out_ticks > MAX_FORCED_OUT_TICKS {
+            return Err(format!(
+                "forced_out_ticks = {} must be at most {MAX_FORCED_OUT_TICKS}",
+                self.forced_out_ticks
+            ));
         }
         Ok(())
     }
@@ -163,6 +191,34 @@ pub enum DriftEdge {
     Stopped { model: usize, ratio: f64 },
 }
 
+/// A configuration its model's floor forced out, reported by
+/// [`Corrected::forced_out`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct ForcedOut {
+    pub model: usize,
+    /// The configuration left (local to the model).
+    pub config: u32,
+    /// Its corrected prediction when it was left, below `floor`: what it is
+    /// predicted at most from now on while the memory holds.
+    pub predicted: f64,
+    pub floor: f64,
+    /// The load it was left under: the memory holds while the load is at least this.
+    pub workload: WorkloadLevel,
+    /// Ticks the memory holds.
+    pub ticks: u64,
+}
+
+/// The memory of one forced-out configuration.
+#[derive(Debug, Clone, Copy)]
+struct Cap {
+    value: f32,
+    workload: WorkloadLevel,
+    /// The tick count ([`Correction::ticks`]) from which it no longer holds.
+    until: u64,
+    /// Times in a row it was forced out at this load or a higher one.
+    strikes: u32,
+}
+
 /// The correction state: per model, per configuration.
 #[derive(Debug)]
 pub struct Correction {
@@ -179,6 +235,10 @@ pub struct Correction {
     rejected: u64,
     /// [`MAX_TRACKED_CONFIGS`] (smaller in the tests).
     max_tracked: usize,
+    /// The floors' memory, per table entry (model-major, as `factors`).
+    caps: Vec<Option<Cap>>,
+    /// Ticks settled ([`Corrected::forced_out`] calls), the memory's clock.
+    ticks: u64,
 }
 
 impl Correction {
@@ -209,6 +269,8 @@ impl Correction {
             factors: vec![1.0; total],
             rejected: 0,
             max_tracked: MAX_TRACKED_CONFIGS,
+            caps: vec![None; total],
+            ticks: 0,
         }
     }
 
@@ -321,10 +383,54 @@ impl Correction {
         self.factors[self.offsets[i]..self.offsets[i + 1]].copy_from_slice(&block);
     }
 
-    /// Whether nothing was learnt yet: every factor is 1 and predictions
-    /// pass unchanged.
+    /// Whether nothing was learnt yet: every factor is 1, nothing is capped,
+    /// and predictions pass unchanged.
     fn is_identity(&self) -> bool {
-        self.models.iter().all(|m| m.observations == 0)
+        self.models.iter().all(|m| m.observations == 0) && self.caps.iter().all(Option::is_none)
+    }
+
+    /// What table entry `k` is predicted at most under `workload` now.
+    fn cap(&self, k: usize, workload: WorkloadLevel) -> Option<f32> {
+        self.caps[k]
+            .filter(|c| workload >= c.workload && self.ticks < c.until)
+            .map(|c| c.value)
+    }
+
+    /// The corrected prediction `t` of table entry `k` under `workload`.
+    fn corrected(&self, k: usize, t: f32, workload: WorkloadLevel) -> f32 {
+        let t = t * self.factors[k];
+        self.cap(k, workload).map_or(t, |cap| t.min(cap))
+    }
+
+    /// Remembers that model `i` left configuration `c`, predicted `value`
+    /// under `workload`, below its floor; returns the ticks the memory holds
+    /// (`None` when the memory is off). Forced out again at the same load or
+    /// a higher one once the last hold ran out, it holds twice as long.
+    fn remember(&mut self, i: usize, c: u32, value: f32, workload: WorkloadLevel) -> Option<u64> {
+        let base = u64::from(self.config.forced_out_ticks);
+        if base == 0 {
+            return None;
+        }
+        let k = self.offsets[i] + c as usize;
+        // Again within one hold of the last one's end, at its load or a
+        // higher one: the configuration does not keep its floor there.
+        let strikes = match self.caps[k] {
+            Some(last)
+                if workload >= last.workload
+                    && self.ticks < last.until + (base << (last.strikes - 1)) =>
+            {
+                (last.strikes + 1).min(MAX_FORCED_OUT_DOUBLINGS + 1)
+            }
+            _ => 1,
+        };
+        let ticks = base << (strikes - 1);
+        self.caps[k] = Some(Cap {
+            value,
+            workload,
+            until: self.ticks + 1 + ticks,
+            strikes,
+        });
+        Some(ticks)
     }
 
     /// Readings skipped as not positive and finite.
@@ -337,6 +443,8 @@ impl Correction {
         self.models = vec![ModelState::default(); self.models.len()];
         self.factors.fill(1.0);
         self.rejected = 0;
+        self.caps.fill(None);
+        self.ticks = 0;
     }
 
     /// Model `i`'s state, with the factor of its configuration `running`.
@@ -406,6 +514,59 @@ impl Corrected {
             .observe(running, &predicted, measured))
     }
 
+    /// Settles one tick: of the models whose configuration changed from
+    /// `previous` to `applied` at `state`, those whose floor (`floors`) the
+    /// configuration they left was then predicted (corrected) not to keep are
+    /// remembered ([`CorrectionConfig::forced_out_ticks`]); returns them. The
+    /// tick's owner calls it once per tick, after the decision, changed or
+    /// not: it is the memory's clock. A prediction that fails is the error
+    /// (the clock still advances, nothing is remembered).
+    pub fn forced_out(
+        &self,
+        state: &GpuState,
+        previous: &[u32],
+        applied: &[u32],
+        floors: &[f64],
+    ) -> Result<Vec<ForcedOut>, PredictError> {
+        let left: Vec<usize> = (0..previous.len())
+            .filter(|&i| applied.get(i) != previous.get(i))
+            .filter(|&i| floors.get(i).is_some_and(|&f| f > 0.0))
+            .collect();
+        let held = if left.is_empty() || self.read().config.forced_out_ticks == 0 {
+            Ok(Vec::new())
+        } else {
+            match self.space.index(previous) {
+                Some(index) => self.predict_joint(state, previous, &[index]),
+                None => Err(PredictError::Mismatch(format!(
+                    "the configuration left {previous:?} is outside the joint space"
+                ))),
+            }
+        };
+        let mut c = self.correction.write().unwrap_or_else(|p| p.into_inner());
+        let held = held.inspect_err(|_| c.ticks += 1)?;
+        let mut out = Vec::new();
+        for i in left {
+            let (Some(&p), &floor) = (held.get(i), &floors[i]) else {
+                continue;
+            };
+            if !p.is_finite() || f64::from(p) >= floor {
+                continue;
+            }
+            if let Some(ticks) = c.remember(i, previous[i], p, state.workload) {
+                out.push(ForcedOut {
+                    model: i,
+                    config: previous[i],
+                    predicted: f64::from(p),
+                    floor,
+                    workload: state.workload,
+                    ticks,
+                });
+            }
+        }
+        c.ticks += 1;
+        Ok(out)
+    }
+
     /// How it learns.
     pub fn config(&self) -> CorrectionConfig {
         self.read().config.clone()
@@ -444,8 +605,8 @@ impl Predictor for Corrected {
         let mut table = self.inner.predict_table(state, running)?;
         let c = self.read();
         if !c.is_identity() {
-            for (t, f) in table.iter_mut().zip(&c.factors) {
-                *t *= f;
+            for (k, t) in table.iter_mut().enumerate().take(c.factors.len()) {
+                *t = c.corrected(k, *t, state.workload);
             }
         }
         Ok(table)
@@ -468,7 +629,7 @@ impl Predictor for Corrected {
         for (row, &index) in out.chunks_exact_mut(n).zip(indices.iter()) {
             self.space.decode(index, &mut locals);
             for ((t, &local), &offset) in row.iter_mut().zip(&locals).zip(&c.offsets) {
-                *t *= c.factors[offset + local as usize];
+                *t = c.corrected(offset + local as usize, *t, state.workload);
             }
         }
         Ok(out)
@@ -520,7 +681,7 @@ mod tests {
 
     fn state() -> GpuState {
         GpuState {
-            workload: crate::domain::WorkloadLevel::Medium,
+            workload: WorkloadLevel::Medium,
             vram_used_mib: 1000.0,
             utilization: 0.5,
             contention: None,
@@ -634,6 +795,121 @@ mod tests {
         assert!(c.models[0].configs.contains_key(&(grid - 1)));
     }
 
+    /// A predictor of 200 × (1 − utilisation) for everything: a model's
+    /// configurations look better from a lighter state.
+    struct Contended(u64, usize);
+
+    impl Predictor for Contended {
+        fn joint_size(&self) -> u64 {
+            self.0
+        }
+        fn predict_table(&self, s: &GpuState, _: &[u32]) -> Result<Vec<f32>, PredictError> {
+            Ok(vec![(200.0 * (1.0 - s.utilization)) as f32; self.1])
+        }
+        fn predict_in_space(
+            &self,
+            s: &GpuState,
+            running: &[u32],
+            candidates: InSpace<'_>,
+        ) -> Result<Vec<f32>, PredictError> {
+            let t = (200.0 * (1.0 - s.utilization)) as f32;
+            Ok(vec![t; candidates.len() * running.len()])
+        }
+    }
+
+    /// A configuration left while its floor was predicted unmet is predicted
+    /// at most what it was then, from a lighter state too, for its hold and
+    /// at its load or higher; forced out again soon after, it holds twice as
+    /// long; a change its floor did not force, or a memory turned off,
+    /// remembers nothing.
+    #[test]
+    fn a_configuration_its_floor_forced_out_is_not_predicted_back_above_it() {
+        let problem = paper_n2();
+        let offsets = table_offsets(&problem);
+        let contended = |forced_out_ticks| {
+            let correction = Correction::new(
+                &problem,
+                CorrectionConfig {
+                    forced_out_ticks,
+                    ..CorrectionConfig::default()
+                },
+                &[],
+            );
+            let inner = Arc::new(Contended(problem.space().size(), offsets[2]));
+            Corrected::new(inner, &problem, correction)
+        };
+        let at = |utilization, workload| GpuState {
+            workload,
+            utilization,
+            ..state()
+        };
+        let (heavy, light) = (
+            at(0.75, WorkloadLevel::Medium),
+            at(0.5, WorkloadLevel::Medium),
+        );
+        let floors = [60.0, 0.0];
+        let c = contended(30);
+        let left = c
+            .forced_out(&heavy, &[1, 0], &[0, 0], &floors)
+            .expect("settled");
+        assert_eq!(
+            left,
+            vec![ForcedOut {
+                model: 0,
+                config: 1,
+                predicted: 50.0,
+                floor: 60.0,
+                workload: WorkloadLevel::Medium,
+                ticks: 30,
+            }]
+        );
+        let table = c.predict_table(&light, &[0, 0]).expect("table");
+        assert_eq!((table[0], table[1], table[2]), (100.0, 50.0, 100.0));
+        assert!(table[offsets[1]..].iter().all(|&t| t == 100.0));
+        let index = problem.space().index(&[1, 0]).expect("in space");
+        let joint = c.predict_joint(&light, &[0, 0], &[index]).expect("joint");
+        assert_eq!(joint, vec![50.0, 100.0]);
+        // Under a lower load it is predicted as the surrogate says.
+        let low = at(0.5, WorkloadLevel::Low);
+        assert_eq!(c.predict_table(&low, &[0, 0]).expect("table")[1], 100.0);
+        // Its hold runs out after 30 ticks.
+        for _ in 0..29 {
+            assert!(
+                c.forced_out(&light, &[0, 0], &[0, 0], &floors)
+                    .expect("settled")
+                    .is_empty()
+            );
+        }
+        assert_eq!(c.predict_table(&light, &[0, 0]).expect("table")[1], 50.0);
+        c.forced_out(&light, &[0, 0], &[0, 0], &floors)
+            .expect("settled");
+        assert_eq!(c.predict_table(&light, &[0, 0]).expect("table")[1], 100.0);
+        // Back on it and forced out again at once: twice as long.
+        let again = c
+            .forced_out(&heavy, &[1, 0], &[0, 0], &floors)
+            .expect("settled");
+        assert_eq!(again.len(), 1);
+        assert_eq!(again[0].ticks, 60);
+        // Leaving a configuration predicted to keep its floor is a choice,
+        // not a floor's: nothing remembered.
+        let c = contended(30);
+        assert!(
+            c.forced_out(&light, &[1, 0], &[0, 0], &floors)
+                .expect("settled")
+                .is_empty()
+        );
+        assert_eq!(c.predict_table(&heavy, &[0, 0]).expect("table")[1], 50.0);
+        assert_eq!(c.predict_table(&light, &[0, 0]).expect("table")[1], 100.0);
+        // Turned off, nothing is remembered.
+        let off = contended(0);
+        assert!(
+            off.forced_out(&heavy, &[1, 0], &[0, 0], &floors)
+                .expect("settled")
+                .is_empty()
+        );
+        assert_eq!(off.predict_table(&light, &[0, 0]).expect("table")[1], 100.0);
+    }
+
     #[test]
     fn nonsense_settings_are_refused_naming_the_key() {
         let bad = CorrectionConfig {
@@ -646,6 +922,16 @@ mod tests {
             ..CorrectionConfig::default()
         };
         assert!(huge.check().expect_err("refused").contains("at most 1000"));
+        let forever = CorrectionConfig {
+            forced_out_ticks: MAX_FORCED_OUT_TICKS + 1,
+            ..CorrectionConfig::default()
+        };
+        assert!(
+            forever
+                .check()
+                .expect_err("refused")
+                .contains("forced_out_ticks")
+        );
         assert!(CorrectionConfig::default().check().is_ok());
     }
 }

@@ -24,7 +24,8 @@ mod traces;
 
 /// Online correction of a predictor from measured throughput.
 pub use correction::{
-    Corrected, Correction, CorrectionConfig, DriftEdge, MAX_TRACKED_CONFIGS, ModelCorrection,
+    Corrected, Correction, CorrectionConfig, DriftEdge, ForcedOut, MAX_FORCED_OUT_DOUBLINGS,
+    MAX_FORCED_OUT_TICKS, MAX_TRACKED_CONFIGS, ModelCorrection,
 };
 /// Files read with a bound and written atomically; outside text made printable;
 /// digests; statistics.

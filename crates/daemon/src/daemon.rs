@@ -19,7 +19,7 @@ use super::policies::PluginPolicies;
 use super::sampler::{Sample, Sampler};
 use super::streak::{Change, Streaks};
 use mfsched_core::{
-    Corrected, DriftEdge, GpuState, PredictError, Problem, ReconfigCosts, WorkloadLevel,
+    Corrected, DriftEdge, ForcedOut, GpuState, PredictError, Problem, ReconfigCosts, WorkloadLevel,
 };
 use mfsched_plugin_host::ComponentIdentity;
 use mfsched_plugin_host::wit;
@@ -855,7 +855,7 @@ impl Daemon {
         // not its configuration's: not learnt from (nor recorded as learnt).
         let learnt_from = self.settling.learnable(&load.measured);
         let measured = learnt_from.clone();
-        let (decider, outcome, learnt) = tokio::task::spawn_blocking(move || {
+        let (decider, outcome, learnt, forced_out) = tokio::task::spawn_blocking(move || {
             // What ran since the last tick corrects the predictions first, so
             // this tick decides on them (one inference of one candidate).
             let learnt = correction
@@ -863,13 +863,25 @@ impl Daemon {
                 .map(|c| c.observe(&state, &problem.current, &measured));
             let budget = budget.saturating_sub(started_at.elapsed());
             let outcome = decider.tick(&problem, &state, &active, &shadows, budget);
-            (decider, outcome, learnt)
+            // What a floor forced out is remembered for the next ticks.
+            let forced_out = correction.as_ref().map(|c| {
+                c.forced_out(
+                    &state,
+                    &problem.current,
+                    &outcome.applied.config,
+                    &problem.sla_floors,
+                )
+            });
+            (decider, outcome, learnt, forced_out)
         })
         .await
         .context("the tick's decision")?;
         self.decider = Some(decider);
         if let Some(learnt) = learnt {
             self.corrected(tick, learnt);
+        }
+        if let Some(forced_out) = forced_out {
+            self.forced_out(tick, forced_out);
         }
         let active_record = PolicyRecord::from(&outcome.active);
         let shadows: Vec<PolicyRecord> = outcome.shadows.iter().map(PolicyRecord::from).collect();
@@ -1044,6 +1056,40 @@ impl Daemon {
         self.shared
             .metrics
             .correction_rejected(correction.rejected());
+    }
+
+    /// One `info` line per configuration a floor forced out, which the
+    /// correction now remembers (bounded by the changes the tick made), and
+    /// its count; a failed prediction is said once per run of failures, as
+    /// the correction's own.
+    fn forced_out(&mut self, tick: u64, forced_out: Result<Vec<ForcedOut>, PredictError>) {
+        match forced_out {
+            Ok(left) => {
+                for f in left {
+                    let model = &self.problem.models[f.model];
+                    self.shared.metrics.floor_forced_out(&model.name);
+                    tracing::info!(
+                        tick,
+                        model = %model.name,
+                        "floor forced out {}: predicted {:.2} there, under its floor of {:.2}; predicted at most that for {} ticks while the load is {} or higher",
+                        model.knobs(f.config as usize),
+                        f.predicted,
+                        f.floor,
+                        f.ticks,
+                        f.workload.as_str()
+                    );
+                }
+            }
+            Err(e) => {
+                if !std::mem::replace(&mut self.correction_failing, true) {
+                    tracing::warn!(
+                        tick,
+                        "correction: the configuration left could not be predicted ({}); nothing remembered of it",
+                        mfsched_core::error_chain(&e)
+                    );
+                }
+            }
+        }
     }
 
     /// Counts the models whose floor this tick held at the edge of their

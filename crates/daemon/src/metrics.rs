@@ -107,6 +107,8 @@ struct Inner {
     /// Readings the correction skipped as not positive and finite, this run.
     correction_rejected: u64,
     drift_alarms: BTreeMap<String, u64>,
+    /// Per model: configurations its floor forced out and the correction remembered.
+    floor_forced_out: BTreeMap<String, u64>,
     /// Per model: its floor as declared and as decisions enforce it.
     floors: Vec<(String, f64, f64)>,
     /// Per model: ticks whose measured throughput was under its declared floor.
@@ -315,6 +317,16 @@ impl Metrics {
     /// nothing, a prediction that was not a positive number).
     pub fn correction_rejected(&self, readings: u64) {
         self.lock().correction_rejected = readings;
+    }
+
+    /// A model's floor forced it out of a configuration, which the correction
+    /// now remembers.
+    pub fn floor_forced_out(&self, model: &str) {
+        *self
+            .lock()
+            .floor_forced_out
+            .entry(model.to_owned())
+            .or_default() += 1;
     }
 
     /// A model started drifting.
@@ -805,6 +817,21 @@ impl Metrics {
                 .map(|(model, n)| {
                     format!(
                         "mfsched_prediction_drift_alarms_total{{model=\"{}\"}} {n}",
+                        escape_label_value(model)
+                    )
+                })
+                .collect(),
+        );
+        section(
+            &mut out,
+            "mfsched_floor_forced_out_total",
+            "counter",
+            "Times a model left a configuration while its floor was predicted unmet there, which the online correction then predicts at most that while the load stays as high ([correction] forced_out_ticks).",
+            m.floor_forced_out
+                .iter()
+                .map(|(model, n)| {
+                    format!(
+                        "mfsched_floor_forced_out_total{{model=\"{}\"}} {n}",
                         escape_label_value(model)
                     )
                 })

@@ -468,6 +468,11 @@ impl Harness {
                 applied.get_or_insert(report.applied.config);
             }
             if let Some(config) = applied {
+                // What a floor forced out, remembered for the ticks after.
+                for (_, c) in &corrected {
+                    c.forced_out(&state, &problem.current, &config, &problem.sla_floors)
+                        .context("the correction's prediction of the configuration left")?;
+                }
                 problem.current = config;
             }
             on_tick();

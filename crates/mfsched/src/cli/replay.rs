@@ -485,6 +485,12 @@ fn counterfactual(args: &ReplayArgs, contents: &LogContents) -> Result<()> {
             );
             mine.push(joint);
         }
+        // What the daemon's floors forced out at this tick, remembered as it
+        // remembered it, for the ticks after.
+        if let Some(c) = &corrected {
+            c.forced_out(&r.state, &previous, &r.applied, &problem.sla_floors)
+                .with_context(|| format!("tick {}: the configuration left", r.tick))?;
+        }
         decisions.push(TickDecisions {
             tick: r.tick,
             ran: ran_joint,
