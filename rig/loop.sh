@@ -111,7 +111,8 @@ case "${1:-}" in
     # that hold keeps: rig/best_static.py --start); DOWNTIME_AS_COST=1 makes the
     # measured downtime the utility's reconfiguration cost (DOWNTIME_HORIZON_MS:
     # paid off over that horizon, `actuator.downtime_horizon_ms`); NO_CORRECTION=1 turns
-    # the online correction off (`[correction] enabled = false`); FIELD=candidate-aware
+    # the online correction off (`[correction] enabled = false`), FORCED_OUT_TICKS
+    # sets its floor's memory (`[correction] forced_out_ticks`, 0: off); FIELD=candidate-aware
     # decides under the candidate-aware field (`policy.field`).
     name=$2 policy=$3 shadows=${4:-} period=${5:-1000}
     dir="$OUT/$name"
@@ -131,6 +132,8 @@ case "${1:-}" in
     [ -z "${DOWNTIME_HORIZON_MS:-}" ] ||
       sed -i "s|^downtime_as_cost = true|&\ndowntime_horizon_ms = $DOWNTIME_HORIZON_MS|" "$dir/mfsched.toml"
     [ -z "${NO_CORRECTION:-}" ] || printf '\n[correction]\nenabled = false\n' >> "$dir/mfsched.toml"
+    [ -z "${FORCED_OUT_TICKS:-}" ] ||
+      printf '\n[correction]\nforced_out_ticks = %s\n' "$FORCED_OUT_TICKS" >> "$dir/mfsched.toml"
     [ -z "${START:-}" ] || sed -i "s|^active = .*|&\n$START|" "$dir/mfsched.toml"
     [ -z "${FIELD:-}" ] || sed -i "s|^active = .*|&\nfield = \"$FIELD\"|" "$dir/mfsched.toml"
     rig/rig.sh mlserver start

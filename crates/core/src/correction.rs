@@ -515,9 +515,13 @@ impl Corrected {
     }
 
     /// Settles one tick: of the models whose configuration changed from
-    /// `previous` to `applied` at `state`, those whose floor (`floors`) the
+    /// `previous` to `applied` at `state`, those whose floor the
     /// configuration they left was then predicted (corrected) not to keep are
-    /// remembered ([`CorrectionConfig::forced_out_ticks`]); returns them. The
+    /// remembered ([`CorrectionConfig::forced_out_ticks`]); returns them.
+    /// `floors` are the floors the tick decided with: a floor out of every
+    /// configuration's reach counts at the edge of the reach it was held at,
+    /// not as enforced (against that, every configuration a model leaves
+    /// would be remembered, and its reach would fall tick after tick). The
     /// tick's owner calls it once per tick, after the decision, changed or
     /// not: it is the memory's clock. A prediction that fails is the error
     /// (the clock still advances, nothing is remembered).
@@ -820,8 +824,9 @@ mod tests {
     /// A configuration left while its floor was predicted unmet is predicted
     /// at most what it was then, from a lighter state too, for its hold and
     /// at its load or higher; forced out again soon after, it holds twice as
-    /// long; a change its floor did not force, or a memory turned off,
-    /// remembers nothing.
+    /// long; a change its floor did not force (against the floor the tick
+    /// decided with, held at its reach), or a memory turned off, remembers
+    /// nothing.
     #[test]
     fn a_configuration_its_floor_forced_out_is_not_predicted_back_above_it() {
         let problem = paper_n2();
@@ -899,6 +904,13 @@ mod tests {
                 .is_empty()
         );
         assert_eq!(c.predict_table(&heavy, &[0, 0]).expect("table")[1], 50.0);
+        assert_eq!(c.predict_table(&light, &[0, 0]).expect("table")[1], 100.0);
+        // A floor out of every configuration's reach counts at the edge it was
+        // held at: a configuration left above it was not forced out.
+        let c = contended(30);
+        let held_at = [45.0, 0.0];
+        let left = c.forced_out(&heavy, &[1, 0], &[0, 0], &held_at);
+        assert!(left.expect("settled").is_empty());
         assert_eq!(c.predict_table(&light, &[0, 0]).expect("table")[1], 100.0);
         // Turned off, nothing is remembered.
         let off = contended(0);

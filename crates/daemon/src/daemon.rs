@@ -869,7 +869,7 @@ impl Daemon {
                     &state,
                     &problem.current,
                     &outcome.applied.config,
-                    &problem.sla_floors,
+                    &outcome.floors,
                 )
             });
             (decider, outcome, learnt, forced_out)
@@ -1071,7 +1071,7 @@ impl Daemon {
                     tracing::info!(
                         tick,
                         model = %model.name,
-                        "floor forced out {}: predicted {:.2} there, under its floor of {:.2}; predicted at most that for {} ticks while the load is {} or higher",
+                        "floor forced out {}: predicted {:.2} there, under its floor of {:.2} (as this tick held it); predicted at most that for {} ticks while the load is {} or higher",
                         model.knobs(f.config as usize),
                         f.predicted,
                         f.floor,

@@ -140,6 +140,9 @@ pub struct TickOutcome {
     /// tick's state (or only within the reach band of the best), held at the
     /// band's edge for it ([`OutOfReach::BestEffort`]).
     pub floors_held: Vec<usize>,
+    /// Each model's floor as this tick decided with it: the enforced one, or
+    /// for a model in `floors_held` the edge of its reach it was held at.
+    pub floors: Vec<f64>,
     /// Wall time of the tick: preparation, every policy, the kept
     /// configuration's description.
     pub latency: Duration,
@@ -328,6 +331,7 @@ impl Decider {
         let started = Instant::now();
         let (problem, floors_held) = self.within_reach(problem, state);
         let problem = problem.as_ref();
+        let floors = problem.sla_floors.clone();
         let mut prepared = self.pipeline.prepare(problem);
         prepared.clock_shift = self.clock_shift;
         let inputs = Arc::new(prepared);
@@ -378,6 +382,7 @@ impl Decider {
             applied,
             kept_last_valid,
             floors_held,
+            floors,
             latency: started.elapsed(),
         }
     }

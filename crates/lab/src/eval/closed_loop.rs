@@ -430,7 +430,7 @@ impl Harness {
             }
             lifted.current.clone_from(&problem.current);
             let wit_lifted = wit::Problem::from(&lifted);
-            let mut applied = None;
+            let mut applied: Option<(Vec<u32>, Vec<f64>)> = None;
             for ((decider, run), &best) in deciders.iter_mut().zip(&mut runs).zip(&best) {
                 let report = decider.decide(&problem, &state);
                 let config = &report.applied.config;
@@ -465,12 +465,12 @@ impl Harness {
                     config: config.clone(),
                 });
                 // Only the active policy's decision runs on the card.
-                applied.get_or_insert(report.applied.config);
+                applied.get_or_insert((report.applied.config, report.floors));
             }
-            if let Some(config) = applied {
+            if let Some((config, floors)) = applied {
                 // What a floor forced out, remembered for the ticks after.
                 for (_, c) in &corrected {
-                    c.forced_out(&state, &problem.current, &config, &problem.sla_floors)
+                    c.forced_out(&state, &problem.current, &config, &floors)
                         .context("the correction's prediction of the configuration left")?;
                 }
                 problem.current = config;

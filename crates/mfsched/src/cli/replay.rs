@@ -466,8 +466,13 @@ fn counterfactual(args: &ReplayArgs, contents: &LogContents) -> Result<()> {
             r.changed_models.len(),
         );
         let mut mine = Vec::with_capacity(deciders.len());
+        // The floors the tick decided with (those out of reach held at its
+        // edge): each replayed decider holds them as the daemon did, whatever
+        // its policy.
+        let mut tick_floors = None;
         for ((_, decider), t) in deciders.iter_mut().zip(&mut totals) {
             let report = decider.decide(&problem, &r.state);
+            tick_floors.get_or_insert_with(|| report.floors.clone());
             let accepted = report.failure().is_none();
             if accepted {
                 t.decided += 1;
@@ -488,7 +493,8 @@ fn counterfactual(args: &ReplayArgs, contents: &LogContents) -> Result<()> {
         // What the daemon's floors forced out at this tick, remembered as it
         // remembered it, for the ticks after.
         if let Some(c) = &corrected {
-            c.forced_out(&r.state, &previous, &r.applied, &problem.sla_floors)
+            let floors = tick_floors.as_ref().unwrap_or(&problem.sla_floors);
+            c.forced_out(&r.state, &previous, &r.applied, floors)
                 .with_context(|| format!("tick {}: the configuration left", r.tick))?;
         }
         decisions.push(TickDecisions {
