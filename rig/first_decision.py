@@ -17,12 +17,11 @@ Usage: first_decision.py --mfsched BIN --profile PROFILE.csv --bundle DIR
 import argparse
 import csv
 import json
-import os
 import subprocess
 import sys
-import tempfile
 import tomllib
 
+from best_static import write_atomically
 from drive import parse_trace
 
 
@@ -73,13 +72,6 @@ def value(v):
     if isinstance(v, float) and v.is_integer():
         return str(int(v))
     return str(v)
-
-
-def write_atomically(path, text):
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
 
 
 if __name__ == "__main__":
