@@ -550,7 +550,7 @@ impl Corrected {
         let held = held.inspect_err(|_| c.ticks += 1)?;
         let mut out = Vec::new();
         for i in left {
-            let (Some(&p), &floor) = (held.get(i), &floors[i]) else {
+            let (Some(&p), floor) = (held.get(i), floors[i]) else {
                 continue;
             };
             if !p.is_finite() || f64::from(p) >= floor {

@@ -520,6 +520,10 @@ pub struct Daemon {
     log_failing: bool,
     /// The last correction step failed (logged once per run of failures).
     correction_failing: bool,
+    /// The last tick's floor memory could not predict the configuration a
+    /// model left (logged once per run of failures, apart from the
+    /// correction's own: one succeeding must not re-arm the other's line).
+    floor_memory_failing: bool,
     /// Where the correction stood on the configuration that ran, for the history.
     corrections: Vec<mfsched_core::ModelCorrection>,
     /// Each policy's run of failed ticks, for the log's one line per edge.
@@ -707,6 +711,7 @@ impl Daemon {
             decider: Some(decider),
             log_failing: false,
             correction_failing: false,
+            floor_memory_failing: false,
             corrections: Vec::new(),
             streaks: Streaks::default(),
             downtime: DowntimeBook::default(),
@@ -1060,11 +1065,11 @@ impl Daemon {
 
     /// One `info` line per configuration a floor forced out, which the
     /// correction now remembers (bounded by the changes the tick made), and
-    /// its count; a failed prediction is said once per run of failures, as
-    /// the correction's own.
+    /// its count; a failed prediction is said once per run of failures.
     fn forced_out(&mut self, tick: u64, forced_out: Result<Vec<ForcedOut>, PredictError>) {
         match forced_out {
             Ok(left) => {
+                self.floor_memory_failing = false;
                 for f in left {
                     let model = &self.problem.models[f.model];
                     self.shared.metrics.floor_forced_out(&model.name);
@@ -1081,7 +1086,7 @@ impl Daemon {
                 }
             }
             Err(e) => {
-                if !std::mem::replace(&mut self.correction_failing, true) {
+                if !std::mem::replace(&mut self.floor_memory_failing, true) {
                     tracing::warn!(
                         tick,
                         "correction: the configuration left could not be predicted ({}); nothing remembered of it",
