@@ -194,8 +194,8 @@ fn the_daemon_follows_the_load_prometheus_reports_and_survives_losing_it() {
     };
 
     // Healthy: the whole trace (low, high, burst) plays once, from a cycle that
-    // starts at least one lag after the daemon listens (it starts at the safe
-    // level, before its first reading, and a loaded machine starts it late).
+    // starts at least one lag after the daemon listens (its first tick waits
+    // for the first readings, and a loaded machine starts it late).
     let listening = now_ms();
     let state = sim_state(any_server);
     let started = state["started_unix_ms"].as_u64().expect("started");
@@ -244,8 +244,8 @@ fn the_daemon_follows_the_load_prometheus_reports_and_survives_losing_it() {
     );
 
     // Prometheus dies: readings fail, the last one stands in for stale_ms, then
-    // the safe level. (The daemon also started on the safe level, before its
-    // first reading: count from here.)
+    // the safe level. (Counted from here: a first tick the first readings
+    // did not come in time for decides on the safe level too.)
     let metrics_page = || get(api, "/metrics").map(|(_, b)| b).unwrap_or_default();
     let fallbacks = |page: &str, kind: &str| {
         metric(
@@ -308,6 +308,19 @@ fn the_daemon_follows_the_load_prometheus_reports_and_survives_losing_it() {
         mfsched_daemon::read_decision_log(&d.join("decisions.log")).expect("the decision log");
     let records = &log.records;
     assert!(records.len() > 20, "{} ticks", records.len());
+    // The first tick decided on the load read, unless the first readings
+    // did not come within stale_ms, which the daemon said.
+    let first = &records[0];
+    assert!(
+        first.load.fallback.is_none() || run_text.contains("models read within"),
+        "tick {} decided on a {:?} load without waiting: {run_text}",
+        first.tick,
+        first.load.fallback
+    );
+    assert!(
+        run_text.contains("for every model's first reading before the first tick"),
+        "{run_text}"
+    );
     // Nothing invalid was ever applied.
     for r in records {
         problem

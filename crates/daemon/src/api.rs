@@ -427,16 +427,25 @@ fn start_connection(stream: tokio::net::TcpStream, app: &Router, limits: ServeLi
 }
 
 /// Healthy while ticks keep coming: the last one finished within three periods
-/// (at least one second, so a slow first tick is not a failure).
+/// (at least one second, so a slow first tick is not a failure); before the
+/// first, `starting` while it may still be waiting for the load's first
+/// readings.
 async fn healthz(State(shared): State<Arc<Shared>>) -> Response {
     let age = shared.since_last_tick();
-    let limit = (shared.period * 3).max(Duration::from_secs(1));
     let ticks = shared.metrics.counts().ticks;
+    let starting = ticks == 0;
+    let limit = (shared.period * 3).max(Duration::from_secs(1))
+        + if starting {
+            shared.first_tick_wait
+        } else {
+            Duration::ZERO
+        };
     let body = json!({ "ticks": ticks, "last_tick_age_ms": age.as_millis() as u64 });
     if age <= limit {
+        let status = if starting { "starting" } else { "ok" };
         (
             StatusCode::OK,
-            Json(json!({ "status": "ok", "detail": body })),
+            Json(json!({ "status": status, "detail": body })),
         )
             .into_response()
     } else {

@@ -325,6 +325,9 @@ pub struct Shared {
     roles: RwLock<Roles>,
     last: RwLock<Option<Arc<TickRecord>>>,
     last_at: RwLock<Instant>,
+    /// How long the first tick may wait for the load's first readings
+    /// (`workload.prometheus.stale_ms`; none without a measured load).
+    pub first_tick_wait: Duration,
 }
 
 impl std::fmt::Debug for Shared {
@@ -699,6 +702,10 @@ impl Daemon {
             }),
             last: RwLock::new(None),
             last_at: RwLock::new(Instant::now()),
+            first_tick_wait: match &settings.workload {
+                WorkloadSource::Measured(monitor) => monitor.stale(),
+                _ => Duration::ZERO,
+            },
         });
         Ok(Self {
             settings,
@@ -744,6 +751,13 @@ impl Daemon {
             log_records: 0,
         };
         let period = self.settings.period.as_nanos().max(1);
+        if let WorkloadSource::Measured(monitor) = &mut self.settings.workload {
+            tokio::select! {
+                _ = monitor.first_readings() => {}
+                _ = shutdown.changed() => {}
+            }
+            interval.reset_immediately();
+        }
         while max_ticks.is_none_or(|m| summary.ticks < m) {
             if *shutdown.borrow() {
                 break;

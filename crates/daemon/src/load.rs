@@ -14,7 +14,11 @@
 //! and `thresholds` into a regime. A reading that fails is counted and logged
 //! once per run of failures; the model's last reading stands in for `stale_ms`;
 //! with no model read within that, the tick decides on `safe_level`. Every
-//! fallback tick is counted by kind in `/metrics`.
+//! fallback tick is counted by kind in `/metrics`. The first tick waits for
+//! every model's first reading, for at most `stale_ms`
+//! ([`LoadMonitor::first_readings`]): a rate needs two scrapes, and a decision
+//! on the safe level before the load is known reconfigures servers the next
+//! reading may send back.
 
 use anyhow::{Context, Result, bail};
 use http_body_util::{BodyExt, Empty, Limited};
@@ -25,6 +29,7 @@ use hyper_util::rt::TokioExecutor;
 use serde::Deserialize;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::config::{ModelLoadConfig, PrometheusConfig};
@@ -457,6 +462,8 @@ pub struct LoadMonitor {
     safe_level: WorkloadLevel,
     /// The previous tick fell back to the safe level (logged on the change).
     on_safe_level: bool,
+    /// How many models have had a first reading (each poller counts its own once).
+    first_read: watch::Receiver<usize>,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -475,6 +482,8 @@ impl LoadMonitor {
         let poll = config.poll(period_ms);
         let timeout = Duration::from_millis(config.timeout_ms);
         let mut tasks = Vec::with_capacity(config.models.len());
+        let (first_read_tx, first_read) = watch::channel(0);
+        let first_read_tx = Arc::new(first_read_tx);
         for (slot, (model, m)) in config.models.iter().enumerate() {
             let Some(index) = problem.model_index(model) else {
                 bail!(
@@ -502,6 +511,7 @@ impl LoadMonitor {
                 },
                 Arc::clone(&readings),
                 Arc::clone(&metrics),
+                Arc::clone(&first_read_tx),
             )));
         }
         Ok(Self {
@@ -513,8 +523,47 @@ impl LoadMonitor {
             stale: Duration::from_millis(config.stale_ms),
             safe_level: config.safe_level,
             on_safe_level: false,
+            first_read,
             tasks,
         })
+    }
+
+    /// How long a reading stands in (`stale_ms`), and the first tick waits.
+    pub fn stale(&self) -> Duration {
+        self.stale
+    }
+
+    /// Waits until every model has been read once, or `stale_ms` has passed
+    /// (then the first ticks hold what was read, or decide on the safe
+    /// level), and says which in one line. Returns the models read.
+    pub async fn first_readings(&mut self) -> usize {
+        let models = self.model_of_slot.len();
+        tracing::info!(
+            "load: waiting up to {} ms for every model's first reading before the first tick",
+            self.stale.as_millis()
+        );
+        let started = Instant::now();
+        let all = tokio::time::timeout(self.stale, self.first_read.wait_for(|&n| n >= models))
+            .await
+            .is_ok_and(|read| read.is_ok());
+        let read = *self.first_read.borrow();
+        if all {
+            tracing::info!(
+                "load: every model read after {} ms; deciding",
+                started.elapsed().as_millis()
+            );
+        } else {
+            tracing::warn!(
+                "load: {read} of {models} models read within {} ms; deciding on {}",
+                self.stale.as_millis(),
+                if read == 0 {
+                    "the safe level"
+                } else {
+                    "those read"
+                }
+            );
+        }
+        read
     }
 
     /// The load for the tick starting now.
@@ -592,9 +641,15 @@ struct Poller {
 
 /// Reads one model's rate (and its throughput, where a counter is configured)
 /// every `poll`, forever (aborted with the monitor).
-async fn poller(mut p: Poller, readings: Arc<Mutex<Vec<Reading>>>, metrics: Arc<Metrics>) {
+async fn poller(
+    mut p: Poller,
+    readings: Arc<Mutex<Vec<Reading>>>,
+    metrics: Arc<Metrics>,
+    first_read: Arc<watch::Sender<usize>>,
+) {
     let mut interval = tokio::time::interval(p.poll);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut read_once = false;
     let mut failing = false;
     let mut throughput_failing = false;
     loop {
@@ -631,6 +686,9 @@ async fn poller(mut p: Poller, readings: Arc<Mutex<Vec<Reading>>>, metrics: Arc<
                     // Finite: the rate is, and the reference is positive and finite.
                     reading.ratio = Some((rate.rate / p.reference).min(f64::MAX));
                     reading.at = Some(Instant::now());
+                    if !std::mem::replace(&mut read_once, true) {
+                        first_read.send_modify(|n| *n += 1);
+                    }
                 }
             }
             Err(e) => {
@@ -650,6 +708,86 @@ async fn poller(mut p: Poller, readings: Arc<Mutex<Vec<Reading>>>, metrics: Arc<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A server of one `/metrics` page whose counter grows by one per scrape.
+    async fn counting_page() -> u16 {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a port");
+        let port = listener.local_addr().expect("its address").port();
+        tokio::spawn(async move {
+            let mut count = 0u64;
+            while let Ok((mut stream, _)) = listener.accept().await {
+                use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                let mut request = [0u8; 1024];
+                let _ = stream.read(&mut request).await;
+                count += 1;
+                let body = format!("requests_total {count}\n");
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = stream.write_all(answer.as_bytes()).await;
+            }
+        });
+        port
+    }
+
+    #[tokio::test]
+    async fn the_first_tick_waits_for_every_models_first_reading_at_most_stale_ms() {
+        let problem = mfsched_core::load_scenario("paper-n2")
+            .expect("bundled")
+            .problem;
+        let live = counting_page().await;
+        let dead = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a port")
+            .port();
+        let config = |ports: &[u16]| -> PrometheusConfig {
+            let mut text = "poll_ms = 20\ntimeout_ms = 200\nstale_ms = 1500\n".to_owned();
+            for (model, port) in problem.models.iter().zip(ports) {
+                text.push_str(&format!(
+                    "[models.{}]\nmetric = \"requests_total\"\nlabel = \"\"\n\
+                     scrape = \"http://127.0.0.1:{port}/metrics\"\nreference_rate = 10\n",
+                    model.name
+                ));
+            }
+            toml::from_str(&text).expect("a load configuration")
+        };
+        let start = |ports: &[u16]| {
+            LoadMonitor::start(
+                &config(ports),
+                ForecastKind::Last,
+                1000,
+                &problem,
+                Arc::new(Metrics::default()),
+            )
+            .expect("started")
+        };
+
+        // Every model read (a rate needs two scrapes): the first tick decides on it.
+        let mut both = start(&[live, live]);
+        assert_eq!(both.first_readings().await, 2);
+        let reading = both.read();
+        assert_eq!(reading.fallback, None, "{reading:?}");
+        assert!(reading.observed.is_some_and(|r| r > 0.0), "{reading:?}");
+
+        // One model never read: the wait ends at stale_ms with the one read,
+        // and the tick holds what was read.
+        let mut one = start(&[live, dead]);
+        assert_eq!(one.first_readings().await, 1);
+        assert_eq!(one.read().fallback, Some("held"));
+
+        // Nothing read: the safe level, after stale_ms.
+        let mut none = start(&[dead, dead]);
+        assert_eq!(none.first_readings().await, 0);
+        let reading = none.read();
+        assert_eq!(
+            (reading.fallback, reading.level),
+            (Some("safe"), WorkloadLevel::High),
+            "{reading:?}"
+        );
+    }
 
     #[test]
     fn ratios_fall_in_the_regime_between_the_thresholds() {
