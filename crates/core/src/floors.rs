@@ -78,35 +78,64 @@ impl OutOfReach {
 /// times in 113 ticks).
 pub const REACH_BAND: f64 = 0.05;
 
+/// The share under a model's highest prediction down to which the
+/// configuration it runs stays allowed while its floor is held at the edge of
+/// its reach: a hysteresis of twice [`REACH_BAND`]. A configuration that
+/// enters at the edge changes the state it is predicted at (its own
+/// footprint, the field), and on the rig at N = 3 `conv` medium, predicted
+/// within 0.1 % of the edge, left and re-entered 16 times in one run as the
+/// edge moved by less than that; held with a floor of one band, the next
+/// tick's prediction decides whether it stays, not the band's edge.
+pub const REACH_KEEP_BAND: f64 = 2.0 * REACH_BAND;
+
 /// Under [`OutOfReach::BestEffort`], the floors a tick decides with: each of
 /// `floors` held at `(1 − REACH_BAND)` times its model's highest finite
 /// prediction in `table` (every model's configurations at the tick's state,
 /// laid out by [`crate::table_offsets`]) where that is lower: every floor out
 /// of reach, and those within [`REACH_BAND`] of its edge; and the models so
-/// held. A floor well within reach is unchanged, and a model with no finite
+/// held. A held model's `running` configuration (its index in the model's
+/// grid) predicted under that edge but within [`REACH_KEEP_BAND`] of the
+/// highest holds the floor at its own prediction instead, so it may stay. A
+/// floor well within reach is unchanged, and a model with no finite
 /// prediction keeps its floor.
-pub fn within_reach(floors: &[f64], table: &[f32], offsets: &[usize]) -> (Vec<f64>, Vec<usize>) {
+pub fn within_reach(
+    floors: &[f64],
+    table: &[f32],
+    offsets: &[usize],
+    running: &[u32],
+) -> (Vec<f64>, Vec<usize>) {
     let mut held = Vec::new();
     let within = floors
         .iter()
         .enumerate()
         .map(|(m, &floor)| {
-            let reach = offsets
+            let predictions = offsets
                 .get(m..m + 2)
                 .and_then(|r| table.get(r[0]..r[1]))
-                .into_iter()
-                .flatten()
+                .unwrap_or_default();
+            let reach = predictions
+                .iter()
                 .filter(|t| t.is_finite())
                 .map(|&t| f64::from(t))
                 .fold(None, |best: Option<f64>, t| {
                     Some(best.map_or(t, |b| b.max(t)))
                 });
-            match reach.map(|r| r * (1.0 - REACH_BAND)) {
-                Some(edge) if edge < floor => {
-                    held.push(m);
-                    edge
-                }
-                _ => floor,
+            let Some(reach) = reach else {
+                return floor;
+            };
+            let edge = reach * (1.0 - REACH_BAND);
+            if edge >= floor {
+                return floor;
+            }
+            held.push(m);
+            let incumbent = running
+                .get(m)
+                .and_then(|&c| predictions.get(c as usize))
+                .map(|&t| f64::from(t))
+                .filter(|t| t.is_finite());
+            match incumbent {
+                Some(kept) if kept < edge && kept >= reach * (1.0 - REACH_KEEP_BAND) => kept,
+                _ => edge,
             }
         })
         .collect();
@@ -393,25 +422,50 @@ mod tests {
         let offsets = [0, 3, 5];
         let table = [4.0_f32, 9.0, 6.0, 2.0, 3.0];
         let edge = |reach: f64| reach * (1.0 - REACH_BAND);
+        // Each model runs its first configuration (4.0, 2.0): far from the edges.
+        let running = [0, 0];
         // Both well within reach: unchanged.
         assert_eq!(
-            within_reach(&[8.0, 2.5], &table, &offsets),
+            within_reach(&[8.0, 2.5], &table, &offsets, &running),
             (vec![8.0, 2.5], vec![])
         );
         // The second out of reach: held at the edge of its best prediction,
         // which then passes the floor check; the first untouched.
-        let (floors, held) = within_reach(&[8.0, 5.0], &table, &offsets);
+        let (floors, held) = within_reach(&[8.0, 5.0], &table, &offsets, &running);
         assert_eq!((floors, held), (vec![8.0, edge(3.0)], vec![1]));
         // Within reach but inside the band: held at the edge too, so the floor
         // is continuous across the edge of reach.
-        let (floors, held) = within_reach(&[8.9, 2.5], &table, &offsets);
+        let (floors, held) = within_reach(&[8.9, 2.5], &table, &offsets, &running);
         assert_eq!((floors, held), (vec![edge(9.0), 2.5], vec![0]));
         // NaN predictions do not count as reach; a model with none keeps its floor.
         let nan = [f32::NAN, f32::NAN, f32::NAN, f32::NAN, 1.0];
         assert_eq!(
-            within_reach(&[8.0, 5.0], &nan, &offsets),
+            within_reach(&[8.0, 5.0], &nan, &offsets, &running),
             (vec![8.0, edge(1.0)], vec![1])
         );
+    }
+
+    #[test]
+    fn the_configuration_a_held_model_runs_may_stay_within_the_keep_band() {
+        // One model: its best 10.0, the edge of its reach 9.5.
+        let offsets = [0, 4];
+        let table = [10.0_f32, 9.3, 8.95, 8.0];
+        let at = |running: u32| within_reach(&[20.0], &table, &offsets, &[running]);
+        // Running 9.3 (under the edge, within the keep band): the floor is
+        // held at 9.3, so it stays allowed, and nothing under it is.
+        assert_eq!(at(1), (vec![f64::from(9.3_f32)], vec![0]));
+        // Running the best or 8.95 (out of the keep band, 9.0): at the edge,
+        // so 8.95 is left and 9.3 is not entered.
+        let edge = 10.0 * (1.0 - REACH_BAND);
+        assert_eq!(at(0), (vec![edge], vec![0]));
+        assert_eq!(at(2), (vec![edge], vec![0]));
+        // A floor within reach keeps its value whatever runs.
+        assert_eq!(
+            within_reach(&[8.5], &table, &offsets, &[3]),
+            (vec![8.5], vec![])
+        );
+        // A running index out of the table (a stale configuration): the edge.
+        assert_eq!(at(9), (vec![edge], vec![0]));
     }
 
     #[test]

@@ -389,7 +389,8 @@ impl Decider {
 
     /// The problem this tick decides: `problem` itself, or under
     /// [`OutOfReach::BestEffort`] with each floor at the edge of its model's
-    /// reach at `state` held there (`mfsched_core::floors_within_reach`), and
+    /// reach at `state` held there, or at the prediction of the configuration
+    /// it runs within the keep band (`mfsched_core::floors_within_reach`), and
     /// those models. One table of predictions, the others' configurations
     /// as they run, predicted as validation predicts them (under the
     /// candidate-aware field, each model's configurations as joint
@@ -416,8 +417,12 @@ impl Decider {
         let Ok(table) = table else {
             return (Cow::Borrowed(problem), Vec::new());
         };
-        let (floors, held) =
-            mfsched_core::floors_within_reach(&problem.sla_floors, &table, &offsets);
+        let (floors, held) = mfsched_core::floors_within_reach(
+            &problem.sla_floors,
+            &table,
+            &offsets,
+            &problem.current,
+        );
         if held.is_empty() {
             return (Cow::Borrowed(problem), held);
         }
