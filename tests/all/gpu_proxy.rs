@@ -98,7 +98,11 @@ fn config(dir: &Path, scenario: &Path, proxy: &Path, rate_file: &Path) -> std::p
 
 #[test]
 fn gpu_proxies_are_profiled_live_through_the_process_actuator() {
-    if !common::gpu_adapter("gpu_proxies_are_profiled_live_through_the_process_actuator") {
+    // The scenario's f16 variant runs its kernels in f16.
+    if !common::gpu_adapter_with(
+        "gpu_proxies_are_profiled_live_through_the_process_actuator",
+        mfsched_surrogate::AdapterFeatures::SHADER_F16,
+    ) {
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");

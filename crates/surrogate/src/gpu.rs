@@ -723,7 +723,26 @@ pub const REQUIRE_ADAPTER_ENV: &str = "MFSCHED_REQUIRE_GPU_ADAPTER";
 /// available; without one, `Err` when [`REQUIRE_ADAPTER_ENV`] is `1`, else
 /// `Ok(Err(why))` for the test to say why it skips.
 pub fn adapter_gate(test: &str) -> Result<Result<AdapterSummary, String>> {
-    match probe_adapter() {
+    adapter_gate_with(test, wgpu::Features::empty())
+}
+
+/// [`adapter_gate`] for a test that also needs some of the adapter's optional
+/// `features` (a kernel in f16 needs `SHADER_F16`, which a GL adapter such as
+/// llvmpipe lacks): an adapter without them is no adapter for the test.
+pub fn adapter_gate_with(
+    test: &str,
+    features: wgpu::Features,
+) -> Result<Result<AdapterSummary, String>> {
+    let probed = request_adapter().and_then(|adapter| {
+        let summary = AdapterSummary::from_info(&adapter.get_info());
+        let missing = features - adapter.features();
+        if missing.is_empty() {
+            Ok(summary)
+        } else {
+            Err(anyhow!("adapter {summary} lacks {missing:?}"))
+        }
+    });
+    match probed {
         Ok(adapter) => Ok(Ok(adapter)),
         Err(e) if std::env::var(REQUIRE_ADAPTER_ENV).as_deref() == Ok("1") => Err(e.context(
             format!("{test}: {REQUIRE_ADAPTER_ENV}=1 requires a GPU adapter"),

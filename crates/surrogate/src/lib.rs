@@ -61,9 +61,14 @@ pub use features::{
 };
 pub use field::{CandidateAware, TOLERANCE as FIELD_TOLERANCE};
 pub use fold::fold;
-pub use gpu::{AdapterSummary, GpuBackend, adapter_gate, checked as wgpu_checked, request_adapter};
+pub use gpu::{
+    AdapterSummary, GpuBackend, adapter_gate, adapter_gate_with, checked as wgpu_checked,
+    request_adapter,
+};
 pub use meanfield::MeanField;
 pub use net::FoldedNet;
 pub use serve::{ServeOptions, Served, serve};
 pub use synthetic::{HIDDEN_WIDTHS, synthetic_nets};
 pub use target::{OutputMap, Target, fill_solo};
+/// An adapter's optional features, as [`adapter_gate_with`] asks for them.
+pub use wgpu::Features as AdapterFeatures;

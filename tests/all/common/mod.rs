@@ -185,7 +185,13 @@ pub fn custom_section(name: &str, data: &[u8]) -> Vec<u8> {
 /// Whether a GPU adapter is there; without one the test skips, unless
 /// `MFSCHED_REQUIRE_GPU_ADAPTER=1` (CI) makes that a failure.
 pub fn gpu_adapter(test: &str) -> bool {
-    match mfsched_surrogate::adapter_gate(test).expect("a GPU adapter is required") {
+    gpu_adapter_with(test, mfsched_surrogate::AdapterFeatures::empty())
+}
+
+/// [`gpu_adapter`] for a test that also needs some of the adapter's optional
+/// features.
+pub fn gpu_adapter_with(test: &str, features: mfsched_surrogate::AdapterFeatures) -> bool {
+    match mfsched_surrogate::adapter_gate_with(test, features).expect("a GPU adapter is required") {
         Ok(_) => true,
         Err(why) => {
             eprintln!("skipping {test}: {why}");
