@@ -325,8 +325,8 @@ pub struct Shared {
     roles: RwLock<Roles>,
     last: RwLock<Option<Arc<TickRecord>>>,
     last_at: RwLock<Instant>,
-    /// How long the first tick may wait for the load's first readings
-    /// (`workload.prometheus.stale_ms`; none without a measured load).
+    /// How long the first tick may wait ([`Daemon::start_up`]): the servers'
+    /// bring-up, the load's first readings and one period.
     pub first_tick_wait: Duration,
 }
 
@@ -544,6 +544,8 @@ pub struct Daemon {
     /// The device part of the last state read while none was (what a
     /// transient tick decides on).
     steady: Option<GpuState>,
+    /// The bring-ups that finished before the first tick, for its record.
+    brought_up: Vec<ReconfigRecord>,
 }
 
 /// The reconfigurations the v2-repository and process actuators are carrying
@@ -633,6 +635,33 @@ impl Settling {
     }
 }
 
+/// The state a tick decides on, and whether it is held: the reading
+/// `measured` when `settled` (and it becomes the steady one), else the last
+/// steady reading at the tick's load. With none yet, the first reading stands
+/// as the steady one: else a policy that changes something every tick,
+/// deciding on readings over its own reconfigurations, never gets one and
+/// keeps deciding on them (the rig's first runs with a start-up wait, whose
+/// first tick saw the bring-ups finish: 82–113 changes a run against 28).
+fn steady_state(
+    steady: &mut Option<GpuState>,
+    measured: GpuState,
+    settled: bool,
+) -> (GpuState, bool) {
+    match *steady {
+        Some(held) if !settled => (
+            GpuState {
+                workload: measured.workload,
+                ..held
+            },
+            true,
+        ),
+        _ => {
+            *steady = Some(measured);
+            (measured, false)
+        }
+    }
+}
+
 /// Ticks in a row a held floor must be within reach before the log says it
 /// is back: a floor at the edge of reach goes in and out of it with the
 /// state, and that is one `warn` line, not one pair per edge.
@@ -702,10 +731,12 @@ impl Daemon {
             }),
             last: RwLock::new(None),
             last_at: RwLock::new(Instant::now()),
-            first_tick_wait: match &settings.workload {
-                WorkloadSource::Measured(monitor) => monitor.stale(),
-                _ => Duration::ZERO,
-            },
+            first_tick_wait: actuators.longest_reconfiguration()
+                + settings.period
+                + match &settings.workload {
+                    WorkloadSource::Measured(monitor) => monitor.stale(),
+                    _ => Duration::ZERO,
+                },
         });
         Ok(Self {
             settings,
@@ -727,6 +758,7 @@ impl Daemon {
             out_of_reach: vec![None; models],
             settling: Settling::default(),
             steady: None,
+            brought_up: Vec::new(),
         })
     }
 
@@ -751,12 +783,9 @@ impl Daemon {
             log_records: 0,
         };
         let period = self.settings.period.as_nanos().max(1);
-        if let WorkloadSource::Measured(monitor) = &mut self.settings.workload {
-            tokio::select! {
-                _ = monitor.first_readings() => {}
-                _ = shutdown.changed() => {}
-            }
-            interval.reset_immediately();
+        if self.start_up(&mut shutdown).await {
+            // The first tick a period from now: its state is read over servers serving.
+            interval.reset();
         }
         while max_ticks.is_none_or(|m| summary.ticks < m) {
             if *shutdown.borrow() {
@@ -783,12 +812,58 @@ impl Daemon {
         Ok(summary)
     }
 
+    /// Before the first tick: the servers the actuators brought up serving
+    /// (or failed), at most their longest reconfiguration, and every model's
+    /// load read, at most `stale_ms`; then the sampler's span restarted, so
+    /// the first decision is on the load and the state of running servers,
+    /// not on the safe level and the servers' start-up (on the rig, tick 0
+    /// restarted `gemma` for a `high` load no request had made, at a state
+    /// where llama-server was still loading). Whether it waited for anything.
+    async fn start_up(&mut self, shutdown: &mut watch::Receiver<bool>) -> bool {
+        let drives = self.actuators.drives_servers();
+        let measured = matches!(self.settings.workload, WorkloadSource::Measured(_));
+        if !drives && !measured {
+            return false;
+        }
+        let waited = async {
+            if drives {
+                let within = self.actuators.longest_reconfiguration();
+                let pending = self.actuators.brought_up(within).await;
+                if !pending.is_empty() {
+                    let names: Vec<&str> = pending
+                        .iter()
+                        .map(|&i| self.problem.models[i].name.as_str())
+                        .collect();
+                    tracing::warn!(
+                        "start-up: {} not brought up within {} ms; deciding from what serves",
+                        names.join(", "),
+                        within.as_millis()
+                    );
+                }
+            }
+            if let WorkloadSource::Measured(monitor) = &mut self.settings.workload {
+                monitor.first_readings().await;
+            }
+        };
+        tokio::select! {
+            () = waited => {}
+            _ = shutdown.changed() => {}
+        }
+        // Taken now, so the bring-ups count as finished a period before the
+        // first tick, not at it: a first reading over the one period after
+        // them is a steady one.
+        self.brought_up = self.finished_reconfigurations();
+        self.sampler.restart_span();
+        true
+    }
+
     async fn tick(&mut self, missed_before: u64) -> Result<()> {
         let tick = self.next_tick;
         self.next_tick += 1;
         let unix_ms = unix_ms_now();
         let started = tokio::time::Instant::now();
-        let reconfigurations = self.finished_reconfigurations();
+        let mut reconfigurations = std::mem::take(&mut self.brought_up);
+        reconfigurations.extend(self.finished_reconfigurations());
         let footprint = self.problem.vram_mib(&self.problem.current) as f64;
         let load = self.settings.workload.read(tick);
         self.shared
@@ -833,15 +908,7 @@ impl Daemon {
             self.settings.period,
             self.actuators.longest_reconfiguration(),
         );
-        let (state, state_held) = match self.steady {
-            Some(steady) if !unsettled.is_empty() => (GpuState { workload, ..steady }, true),
-            _ => {
-                if unsettled.is_empty() {
-                    self.steady = Some(measured);
-                }
-                (measured, false)
-            }
-        };
+        let (state, state_held) = steady_state(&mut self.steady, measured, unsettled.is_empty());
         if state_held {
             self.shared.metrics.state_held();
         }
@@ -1250,6 +1317,28 @@ mod tests {
         let mut raw = TimeAverage::default();
         raw.update(at(0.0), Some(0.1), Duration::ZERO);
         assert_eq!(raw.update(at(0.1), Some(0.9), Duration::ZERO), Some(0.9));
+    }
+
+    #[test]
+    fn a_tick_over_a_reconfiguration_decides_on_the_last_steady_state_and_the_first_is_one() {
+        let at = |utilization: f64, workload: WorkloadLevel| GpuState {
+            workload,
+            vram_used_mib: 500.0,
+            utilization,
+            contention: None,
+        };
+        let mut steady = None;
+        // The first reading, over a reconfiguration: decided on, and steady.
+        let first = at(0.3, WorkloadLevel::Low);
+        assert_eq!(steady_state(&mut steady, first, false), (first, false));
+        // Over a reconfiguration: the steady state at this tick's load.
+        let (held, is_held) = steady_state(&mut steady, at(1.0, WorkloadLevel::High), false);
+        assert!(is_held);
+        assert_eq!(held, at(0.3, WorkloadLevel::High));
+        // Settled: the reading, which becomes the steady one.
+        let settled = at(0.8, WorkloadLevel::Medium);
+        assert_eq!(steady_state(&mut steady, settled, true), (settled, false));
+        assert_eq!(steady, Some(settled));
     }
 
     #[test]

@@ -57,6 +57,12 @@ pub trait Sampler: Send + std::fmt::Debug {
         applied: &[u32],
         workload: WorkloadLevel,
     ) -> Result<Sample>;
+
+    /// Starts the next sample's span now, for a sampler whose readings are
+    /// deltas since the previous one (the host's CPU time): what ran before
+    /// (the servers' start-up) is not the state the next tick decides from.
+    /// A failure is the next sample's to report.
+    fn restart_span(&mut self) {}
 }
 
 /// Makes the simulated card's sampler for a problem and seed. The simulator lives

@@ -112,6 +112,9 @@ struct FinishedQueue(Arc<Mutex<Vec<ReconfigRecord>>>);
 
 const MAX_FINISHED: usize = 1024;
 
+/// How often [`Actuators::brought_up`] looks at the finished records.
+const BRING_UP_POLL: Duration = Duration::from_millis(50);
+
 impl FinishedQueue {
     fn push(&self, record: ReconfigRecord) {
         let mut f = self.0.lock().unwrap_or_else(|p| p.into_inner());
@@ -375,6 +378,33 @@ impl Actuators {
         for (&i, d) in &self.driven {
             d.send(problem, 0, i, &problem.current, None, requested);
         }
+    }
+
+    /// Waits until every model whose server these actuators own has finished
+    /// its bring-up (serving, or failed and said why), for at most `within`;
+    /// the models still coming up. Before the first [`Self::drain`] only:
+    /// the bring-ups' records are what it looks for.
+    pub async fn brought_up(&self, within: Duration) -> Vec<usize> {
+        let deadline = Instant::now() + within;
+        loop {
+            let pending: Vec<usize> = {
+                let finished = self.finished.0.lock().unwrap_or_else(|p| p.into_inner());
+                self.driven
+                    .keys()
+                    .copied()
+                    .filter(|&i| !finished.iter().any(|r| r.model as usize == i))
+                    .collect()
+            };
+            if pending.is_empty() || Instant::now() >= deadline {
+                return pending;
+            }
+            tokio::time::sleep(BRING_UP_POLL).await;
+        }
+    }
+
+    /// Whether any model's server is owned (and brought up) by these actuators.
+    pub fn drives_servers(&self) -> bool {
+        !self.driven.is_empty()
     }
 
     /// The reconfigurations the v2-repository and process actuators finished
@@ -762,7 +792,17 @@ mod tests {
             .find(|&c| model.knobs(c).variant == "s")
             .expect("variant s") as u32;
         problem.current[1] = n;
+        assert_eq!(
+            a.brought_up(Duration::from_millis(60)).await,
+            vec![1],
+            "not brought up yet: the wait ends at its bound"
+        );
         a.bring_up(&problem);
+        assert_eq!(
+            a.brought_up(Duration::from_secs(30)).await,
+            Vec::<usize>::new()
+        );
+        // The wait leaves the bring-up's record for the first tick to log.
         let up = next_record(&a).await;
         assert_eq!(
             (up.error.as_deref(), up.serving, up.from),

@@ -659,6 +659,10 @@ impl Sampler for HostSampler {
     ) -> Result<Sample> {
         self.read()
     }
+
+    fn restart_span(&mut self) {
+        let _ = self.read();
+    }
 }
 
 fn cgroup_cpu_file(dir: &Path) -> Result<(PathBuf, CgroupCpuFile)> {
