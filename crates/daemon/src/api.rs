@@ -428,8 +428,8 @@ fn start_connection(stream: tokio::net::TcpStream, app: &Router, limits: ServeLi
 
 /// Healthy while ticks keep coming: the last one finished within three periods
 /// (at least one second, so a slow first tick is not a failure); before the
-/// first, `starting` while it may still be waiting for the load's first
-/// readings.
+/// first, `starting` while it may still be waiting for the servers it brings
+/// up and the load's first readings (`Daemon::start_up`).
 async fn healthz(State(shared): State<Arc<Shared>>) -> Response {
     let age = shared.since_last_tick();
     let ticks = shared.metrics.counts().ticks;

@@ -641,7 +641,8 @@ impl Settling {
 /// as the steady one: else a policy that changes something every tick,
 /// deciding on readings over its own reconfigurations, never gets one and
 /// keeps deciding on them (the rig's first runs with a start-up wait, whose
-/// first tick saw the bring-ups finish: 82–113 changes a run against 28).
+/// first tick saw the bring-ups finish: 96–113 model changes a run against
+/// 25–28).
 fn steady_state(
     steady: &mut Option<GpuState>,
     measured: GpuState,
