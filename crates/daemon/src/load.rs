@@ -709,36 +709,19 @@ async fn poller(
 mod tests {
     use super::*;
 
-    /// A server of one `/metrics` page whose counter grows by one per scrape.
-    async fn counting_page() -> u16 {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("a port");
-        let port = listener.local_addr().expect("its address").port();
-        tokio::spawn(async move {
-            let mut count = 0u64;
-            while let Ok((mut stream, _)) = listener.accept().await {
-                use tokio::io::{AsyncReadExt, AsyncWriteExt};
-                let mut request = [0u8; 1024];
-                let _ = stream.read(&mut request).await;
-                count += 1;
-                let body = format!("requests_total {count}\n");
-                let answer = format!(
-                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-                let _ = stream.write_all(answer.as_bytes()).await;
-            }
-        });
-        port
-    }
-
     #[tokio::test]
     async fn the_first_tick_waits_for_every_models_first_reading_at_most_stale_ms() {
         let problem = mfsched_core::load_scenario("paper-n2")
             .expect("bundled")
             .problem;
-        let live = counting_page().await;
+        // A `/metrics` page whose counter grows by one per scrape.
+        let scrapes = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let live = crate::actuator::tests::fake_server(move |_, _| {
+            let n = scrapes.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+            (200, format!("requests_total {n}\n"))
+        })
+        .await
+        .port();
         let dead = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("a port")

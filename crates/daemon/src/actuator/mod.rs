@@ -538,7 +538,7 @@ fn printable(s: &str, max: usize) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::config::DaemonConfig;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -566,7 +566,7 @@ mod tests {
 
     /// A plain-HTTP stand-in for a server: `answer(method, path)` gives the
     /// status and body of every request.
-    async fn fake_server(
+    pub(crate) async fn fake_server(
         answer: impl Fn(&str, &str) -> (u16, String) + Send + Sync + 'static,
     ) -> std::net::SocketAddr {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
