@@ -663,6 +663,28 @@ fn steady_state(
     }
 }
 
+/// The longest [`Daemon::start_up`] waits before the first tick: the
+/// servers' bring-up (where the actuators drive any), the load's first
+/// readings (where it is measured) and one period; `None` where it waits for
+/// nothing.
+fn start_up_bound(
+    actuators: &Actuators,
+    workload: &WorkloadSource,
+    period: Duration,
+) -> Option<Duration> {
+    let bring_up = actuators
+        .drives_servers()
+        .then(|| actuators.longest_reconfiguration());
+    let load = match workload {
+        WorkloadSource::Measured(monitor) => Some(monitor.stale()),
+        _ => None,
+    };
+    if bring_up.is_none() && load.is_none() {
+        return None;
+    }
+    Some(bring_up.unwrap_or_default() + load.unwrap_or_default() + period)
+}
+
 /// Ticks in a row a held floor must be within reach before the log says it
 /// is back: a floor at the edge of reach goes in and out of it with the
 /// state, and that is one `warn` line, not one pair per edge.
@@ -732,12 +754,8 @@ impl Daemon {
             }),
             last: RwLock::new(None),
             last_at: RwLock::new(Instant::now()),
-            first_tick_wait: actuators.longest_reconfiguration()
-                + settings.period
-                + match &settings.workload {
-                    WorkloadSource::Measured(monitor) => monitor.stale(),
-                    _ => Duration::ZERO,
-                },
+            first_tick_wait: start_up_bound(&actuators, &settings.workload, settings.period)
+                .unwrap_or_default(),
         });
         Ok(Self {
             settings,
@@ -821,13 +839,17 @@ impl Daemon {
     /// restarted `gemma` for a `high` load no request had made, at a state
     /// where llama-server was still loading). Whether it waited for anything.
     async fn start_up(&mut self, shutdown: &mut watch::Receiver<bool>) -> bool {
-        let drives = self.actuators.drives_servers();
-        let measured = matches!(self.settings.workload, WorkloadSource::Measured(_));
-        if !drives && !measured {
+        if start_up_bound(
+            &self.actuators,
+            &self.settings.workload,
+            self.settings.period,
+        )
+        .is_none()
+        {
             return false;
         }
         let waited = async {
-            if drives {
+            if self.actuators.drives_servers() {
                 let within = self.actuators.longest_reconfiguration();
                 let pending = self.actuators.brought_up(within).await;
                 if !pending.is_empty() {
