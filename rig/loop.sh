@@ -131,9 +131,13 @@ case "${1:-}" in
         "$CONFIG" > "$dir/mfsched.toml"
     [ -z "${DOWNTIME_HORIZON_MS:-}" ] ||
       sed -i "s|^downtime_as_cost = true|&\ndowntime_horizon_ms = $DOWNTIME_HORIZON_MS|" "$dir/mfsched.toml"
-    [ -z "${NO_CORRECTION:-}" ] || printf '\n[correction]\nenabled = false\n' >> "$dir/mfsched.toml"
-    [ -z "${FORCED_OUT_TICKS:-}" ] ||
-      printf '\n[correction]\nforced_out_ticks = %s\n' "$FORCED_OUT_TICKS" >> "$dir/mfsched.toml"
+    # One [correction] table for both keys (TOML refuses a table defined twice).
+    if [ -n "${NO_CORRECTION:-}${FORCED_OUT_TICKS:-}" ]; then
+      printf '\n[correction]\n' >> "$dir/mfsched.toml"
+      [ -z "${NO_CORRECTION:-}" ] || printf 'enabled = false\n' >> "$dir/mfsched.toml"
+      [ -z "${FORCED_OUT_TICKS:-}" ] ||
+        printf 'forced_out_ticks = %s\n' "$FORCED_OUT_TICKS" >> "$dir/mfsched.toml"
+    fi
     [ -z "${START:-}" ] || sed -i "s|^active = .*|&\n$START|" "$dir/mfsched.toml"
     [ -z "${FIELD:-}" ] || sed -i "s|^active = .*|&\nfield = \"$FIELD\"|" "$dir/mfsched.toml"
     rig/rig.sh mlserver start
