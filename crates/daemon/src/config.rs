@@ -876,6 +876,12 @@ pub struct ProcessModelConfig {
     pub settings_file: Option<SettingsFileConfig>,
     #[serde(default)]
     pub vars: BTreeMap<String, String>,
+    /// Values of the `{slot}` placeholder (ports, say), two or more: a change
+    /// starts the new configuration on a slot the running process does not
+    /// hold and stops the old one once the new one is ready. Empty: stop, then
+    /// start.
+    #[serde(default)]
+    pub slots: Vec<String>,
 }
 
 fn default_grace_ms() -> u64 {

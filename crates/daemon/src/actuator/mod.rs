@@ -675,6 +675,26 @@ pub(crate) mod tests {
                 "actuator.process.models.yolo-a.argv must name a program",
             ),
             (
+                "[actuator.process.models.yolo-a]\nargv = [\"server\"]\nready_url = \"http://127.0.0.1:{slot}/\"\nslots = [\"1\"]\n",
+                "actuator.process.models.yolo-a.slots: two or more, or none",
+            ),
+            (
+                "[actuator.process.models.yolo-a]\nargv = [\"server\"]\nready_url = \"http://127.0.0.1:{slot}/\"\nslots = [\"1\", \"2\", \"1\"]\n",
+                "actuator.process.models.yolo-a.slots[2]: '1' is there twice",
+            ),
+            (
+                "[actuator.process.models.yolo-a]\nargv = [\"server\"]\nready_url = \"http://127.0.0.1:1/\"\nslots = [\"1\", \"2\"]\n",
+                "actuator.process.models.yolo-a.ready_url: with slots it names {slot}",
+            ),
+            (
+                "[actuator.process.models.yolo-a]\nargv = [\"server\"]\nready_url = \"http://127.0.0.1:{slot}/\"\nslots = [\"1\", \"2\"]\nvars = { slot = \"3\" }\n",
+                "actuator.process.models.yolo-a.vars.slot: the name is taken by actuator.process.models.yolo-a.slots",
+            ),
+            (
+                "[actuator.process.models.yolo-a]\nargv = [\"server\", \"{slot}\"]\nready_url = \"http://127.0.0.1:1/\"\n",
+                "actuator.process.models.yolo-a.argv[1]: the template '{slot}' names '{slot}'",
+            ),
+            (
                 "[actuator.v2_repository.models.yolo-a]\nurl = \"https://x:1\"\n",
                 "actuator.v2_repository.models.yolo-a.url: 'https://x:1' must be a plain http:// URL",
             ),
@@ -879,6 +899,127 @@ pub(crate) mod tests {
             .render(Default::default())
             .contains("mfsched_reconfiguration_downtime_seconds_count{model=\"yolo-a\",actuator=\"process\"} 1"));
         a.shutdown(Duration::from_secs(1)).await;
+    }
+
+    /// PIDs of the running processes whose argv is exactly `argv`.
+    fn pids_running(argv: &[&str]) -> Vec<u32> {
+        let want: Vec<u8> = argv.iter().flat_map(|a| a.bytes().chain([0])).collect();
+        std::fs::read_dir("/proc")
+            .expect("/proc")
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == want))
+            .filter(|pid| {
+                // A stopped child waits in the zombie state until it is reaped.
+                std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+                    s.rsplit_once(") ")
+                        .is_some_and(|(_, r)| !r.starts_with('Z'))
+                })
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn with_slots_the_old_process_serves_until_the_new_one_is_ready() {
+        // Readiness per slot: slot 7001's answers 200 unless closed, slot
+        // 7002's only once opened.
+        let first_ready = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let second_ready = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (first, second) = (Arc::clone(&first_ready), Arc::clone(&second_ready));
+        let addr = fake_server(move |_, path| {
+            use std::sync::atomic::Ordering::SeqCst;
+            let ready = if path.starts_with("/7001/") {
+                first.load(SeqCst)
+            } else {
+                second.load(SeqCst)
+            };
+            (if ready { 200 } else { 503 }, String::new())
+        })
+        .await;
+        // A nonce keeps other tests' sleeps out of the count.
+        let nonce = format!("0.000{}", std::process::id());
+        let config = actuator_config(&format!(
+            "[actuator.process]\nready_timeout_ms = 1000\nready_poll_ms = 20\ngrace_ms = 500\n\
+             [actuator.process.models.yolo-a]\nargv = [\"/bin/sleep\", \"60\", \"{{slot}}\", \"{nonce}\"]\n\
+             ready_url = \"http://{addr}/{{slot}}/{{variant}}\"\nslots = [\"7001\", \"7002\"]\n"
+        ))
+        .expect("config");
+        let on = |slot: &'static str| {
+            let nonce = nonce.clone();
+            move || pids_running(&["/bin/sleep", "60", slot, &nonce])
+        };
+        let (on_first, on_second) = (on("7001"), on("7002"));
+        const YOLO: usize = 1;
+        let mut problem = problem();
+        assert_eq!(problem.models[YOLO].name, "yolo-a");
+        let a = Actuators::new(&config, &problem, Arc::new(Metrics::default())).expect("valid");
+        a.bring_up(&problem);
+        let up = next_record(&a).await;
+        assert_eq!(
+            (up.error.as_deref(), up.serving),
+            (None, Some(problem.current[YOLO]))
+        );
+        let old = on_first();
+        assert_eq!(old.len(), 1, "the first slot's process runs");
+        assert!(on_second().is_empty());
+
+        // A change: the new configuration starts on the other slot while the
+        // old one keeps running, and the old one stops once the new is ready.
+        let mut joint = problem.current.clone();
+        joint[YOLO] = (joint[YOLO] + 1) % problem.models[YOLO].grid_len() as u32;
+        a.apply(&problem, 3, &joint, &[YOLO]);
+        let mut both = false;
+        for _ in 0..200 {
+            if on_second().len() == 1 {
+                both = on_first() == old;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(both, "the new process started beside the old one");
+        second_ready.store(true, std::sync::atomic::Ordering::SeqCst);
+        let switched = next_record(&a).await;
+        assert_eq!(
+            (switched.error.as_deref(), switched.serving),
+            (None, Some(joint[YOLO]))
+        );
+        let mut old_gone = false;
+        for _ in 0..200 {
+            if on_first().is_empty() {
+                old_gone = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(
+            old_gone,
+            "the old process stopped once the new one was ready"
+        );
+        let serving = on_second();
+        assert_eq!(serving.len(), 1);
+
+        // A change that never gets ready (back on the first slot, now closed):
+        // the process serving was never stopped.
+        first_ready.store(false, std::sync::atomic::Ordering::SeqCst);
+        problem.current = joint.clone();
+        let mut next = joint.clone();
+        next[YOLO] = (next[YOLO] + 1) % problem.models[YOLO].grid_len() as u32;
+        a.apply(&problem, 4, &next, &[YOLO]);
+        let failed = next_record(&a).await;
+        assert!(
+            failed
+                .error
+                .as_deref()
+                .is_some_and(|e| e.contains("not ready within 1000 ms")),
+            "{failed:?}"
+        );
+        assert_eq!(failed.serving, Some(joint[YOLO]));
+        assert_eq!(on_second(), serving, "the same process serves on");
+        assert!(
+            on_first().is_empty(),
+            "the one that never got ready was stopped"
+        );
+        a.shutdown(Duration::from_secs(2)).await;
+        assert!(on_second().is_empty(), "stopped at shutdown");
     }
 
     #[tokio::test]

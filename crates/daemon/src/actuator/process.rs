@@ -6,7 +6,16 @@
 //! A change stops the process (SIGTERM to its process group, `grace_ms`, then
 //! SIGKILL), starts the new configuration and waits until `ready_url` answers
 //! 2xx; the downtime is request to ready. A configuration that never gets
-//! ready is stopped and the previous one started again. A process that exits
+//! ready is stopped and the previous one started again.
+//!
+//! With `slots` (two or more values of the `{slot}` placeholder, a port for
+//! instance, behind a router that sends requests to whichever answers), a
+//! change starts the new configuration on a slot the running process does not
+//! hold, waits until it is ready and only then stops the old one, as the
+//! v2-repository actuator loads before it unloads: the old configuration
+//! serves meanwhile, and one that never gets ready leaves it serving untouched.
+//! When both do not fit in the memory cap together, the old one stops first.
+//! The downtime recorded is request to ready either way. A process that exits
 //! on its own is counted (`mfsched_actuator_restarts_total`), logged, and
 //! started again after a back-off that doubles with each crash in a row.
 //! Its stdout and stderr are logged line by line (tagged with the model and
@@ -14,6 +23,7 @@
 //! is stopped when the actuators shut down, and killed if they are dropped.
 
 use anyhow::{Context, Result, bail};
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, ExitStatus, Stdio};
@@ -28,6 +38,9 @@ use crate::metrics::Metrics;
 
 pub(super) const NAME: &str = "process";
 
+/// The placeholder each of `slots`' values stands in for.
+const SLOT: &str = "slot";
+
 /// Longest piece of an output line logged at once.
 const MAX_LINE: usize = 1024;
 
@@ -38,6 +51,9 @@ pub(super) struct Supervisor {
     key: String,
     config: ProcessModelConfig,
     common: ProcessConfig,
+    /// The template constants of each slot: `vars` and, with `slots`, `slot`
+    /// (one entry without slots).
+    slot_vars: Vec<BTreeMap<String, String>>,
 }
 
 /// How often a supervisor looks whether its process exited (std's child
@@ -80,11 +96,12 @@ impl Drop for Child {
     }
 }
 
-/// A started process and the configuration it serves.
+/// A started process, the configuration it serves and the slot it holds.
 #[derive(Debug)]
 struct Running {
     child: Child,
     job: Job,
+    slot: usize,
 }
 
 impl Supervisor {
@@ -95,7 +112,8 @@ impl Supervisor {
         common: &ProcessConfig,
     ) -> Result<Self> {
         let key = format!("actuator.process.models.{}", model.name);
-        let known = template::known_names(model, &config.vars);
+        let slot_vars = slot_vars(&key, config)?;
+        let known = template::known_names(model, &slot_vars[0]);
         for (i, a) in config.argv.iter().enumerate() {
             template::check(&format!("{key}.argv[{i}]"), a, &known)?;
         }
@@ -106,14 +124,16 @@ impl Supervisor {
         if let Some(f) = &config.settings_file {
             super::v2::check_settings(&format!("{key}.settings_file"), f, &known)?;
         }
-        for c in 0..model.grid_len() {
-            let values = Values::new(&model.name, &model.knobs(c), &config.vars);
-            let url = template::render(&config.ready_url, &values);
-            if !url.starts_with("http://") || url.parse::<hyper::Uri>().is_err() {
-                bail!(
-                    "{key}.ready_url: configuration {} gives '{url}', not a plain http:// URL",
-                    model.knobs(c)
-                );
+        for vars in &slot_vars {
+            for c in 0..model.grid_len() {
+                let values = Values::new(&model.name, &model.knobs(c), vars);
+                let url = template::render(&config.ready_url, &values);
+                if !url.starts_with("http://") || url.parse::<hyper::Uri>().is_err() {
+                    bail!(
+                        "{key}.ready_url: configuration {} gives '{url}', not a plain http:// URL",
+                        model.knobs(c)
+                    );
+                }
             }
         }
         Ok(Self {
@@ -122,6 +142,7 @@ impl Supervisor {
             key,
             config: config.clone(),
             common: common.clone(),
+            slot_vars,
         })
     }
 
@@ -140,50 +161,81 @@ impl Supervisor {
                         break;
                     }
                     let Some(job) = rx.borrow_and_update().clone() else { continue };
-                    let previous = match running.take() {
-                        Some(r) => {
-                            let job = r.job.clone();
-                            self.stop(r.child).await;
-                            Some(job)
-                        }
-                        None => None,
-                    };
-                    let started = self.start_ready(&job).await;
-                    let downtime = job.requested.elapsed();
-                    let error = match started {
-                        Ok(child) => {
-                            running = Some(Running { child, job: job.clone() });
-                            crashes_in_a_row = 0;
-                            tracing::info!(
-                        model = %self.name,
-                        "{}: {} serves, {:.1} ms after it was asked for",
-                        self.key,
-                        job.setting,
-                        downtime.as_secs_f64() * 1e3
-                    );
-                    None
-                        }
-                        Err(e) => {
-                            tracing::warn!(
-                                model = %self.name,
-                                "{}: configuration {} not applied ({e:#}); starting the previous one again",
-                                self.key, job.setting
-                            );
-                            if let Some(p) = previous {
-                                match self.start_ready(&p).await {
-                                    Ok(child) => running = Some(Running { child, job: p }),
-                                    Err(e) => tracing::warn!(model = %self.name, "{}: the previous configuration does not start either: {e:#}", self.key),
+                    let (error, downtime) = match running.take() {
+                        // Side by side: the old one serves until the new one is ready.
+                        Some(old) if self.slot_vars.len() > 1 && !job.unload_first => {
+                            let slot = (old.slot + 1) % self.slot_vars.len();
+                            let started = self.start_ready(&job, slot).await;
+                            let downtime = job.requested.elapsed();
+                            let error = match started {
+                                Ok(child) => {
+                                    self.stop(old.child).await;
+                                    running = Some(Running { child, job: job.clone(), slot });
+                                    crashes_in_a_row = 0;
+                                    None
                                 }
-                            }
-                            Some(format!("{e:#}"))
+                                Err(e) => {
+                                    tracing::warn!(
+                                        model = %self.name,
+                                        "{}: configuration {} not applied ({e:#}); {} goes on serving",
+                                        self.key, job.setting, old.job.setting
+                                    );
+                                    running = Some(old);
+                                    Some(format!("{e:#}"))
+                                }
+                            };
+                            (error, downtime)
+                        }
+                        previous => {
+                            let (previous, slot) = match previous {
+                                Some(r) => {
+                                    let slot = (r.slot + 1) % self.slot_vars.len();
+                                    self.stop(r.child).await;
+                                    (Some(r.job), slot)
+                                }
+                                None => (None, 0),
+                            };
+                            let started = self.start_ready(&job, slot).await;
+                            let downtime = job.requested.elapsed();
+                            let error = match started {
+                                Ok(child) => {
+                                    running = Some(Running { child, job: job.clone(), slot });
+                                    crashes_in_a_row = 0;
+                                    None
+                                }
+                                Err(e) => {
+                                    tracing::warn!(
+                                        model = %self.name,
+                                        "{}: configuration {} not applied ({e:#}); starting the previous one again",
+                                        self.key, job.setting
+                                    );
+                                    if let Some(p) = previous {
+                                        match self.start_ready(&p, slot).await {
+                                            Ok(child) => running = Some(Running { child, job: p, slot }),
+                                            Err(e) => tracing::warn!(model = %self.name, "{}: the previous configuration does not start either: {e:#}", self.key),
+                                        }
+                                    }
+                                    Some(format!("{e:#}"))
+                                }
+                            };
+                            (error, downtime)
                         }
                     };
+                    if error.is_none() {
+                        tracing::info!(
+                            model = %self.name,
+                            "{}: {} serves, {:.1} ms after it was asked for",
+                            self.key,
+                            job.setting,
+                            downtime.as_secs_f64() * 1e3
+                        );
+                    }
                     metrics.reconfigured(&self.name, NAME, downtime, error.is_none());
                     finished.push(job.record(self.index, NAME, downtime, error, running.as_ref().map(|r| r.job.config)));
                 }
                 status = exited(&mut running) => {
                     let Some(r) = running.take() else { continue };
-                    let job = r.job;
+                    let (job, slot) = (r.job, r.slot);
                     tracing::warn!(model = %self.name, "{}: the process exited on its own ({})", self.key, describe(status));
                     // Restart it with a back-off that doubles with every crash
                     // (or failed start) in a row; a new configuration, or the
@@ -209,9 +261,9 @@ impl Supervisor {
                                 break;
                             }
                         }
-                        match self.start_ready(&job).await {
+                        match self.start_ready(&job, slot).await {
                             Ok(child) => {
-                                running = Some(Running { child, job });
+                                running = Some(Running { child, job, slot });
                                 break;
                             }
                             Err(e) => tracing::warn!(model = %self.name, "{}: restart failed: {e:#}", self.key),
@@ -225,14 +277,19 @@ impl Supervisor {
         }
     }
 
-    /// Starts `job`'s process and waits until it answers ready; stops it when
-    /// it does not within `ready_timeout_ms` or exits first.
-    async fn start_ready(&self, job: &Job) -> Result<Child> {
-        let values = Values::new(&self.name, &job.setting, &self.config.vars);
+    /// What the placeholders of `job`'s templates stand for on `slot`.
+    fn values(&self, job: &Job, slot: usize) -> Values {
+        Values::new(&self.name, &job.setting, &self.slot_vars[slot])
+    }
+
+    /// Starts `job`'s process on `slot` and waits until it answers ready;
+    /// stops it when it does not within `ready_timeout_ms` or exits first.
+    async fn start_ready(&self, job: &Job, slot: usize) -> Result<Child> {
+        let values = self.values(job, slot);
         let ready: hyper::Uri = template::render(&self.config.ready_url, &values)
             .parse()
             .with_context(|| format!("{}.ready_url", self.key))?;
-        let mut child = self.start(job)?;
+        let mut child = self.start(&values)?;
         let client = crate::load::http_client();
         let timeout = Duration::from_millis(self.common.ready_timeout_ms);
         let outcome = tokio::select! {
@@ -248,12 +305,12 @@ impl Supervisor {
         }
     }
 
-    /// Renders the settings file, argv and environment of `job` and spawns it
-    /// in a process group of its own, its output drained into the log.
-    fn start(&self, job: &Job) -> Result<Child> {
-        let values = Values::new(&self.name, &job.setting, &self.config.vars);
+    /// Renders the settings file, argv and environment of a configuration's
+    /// `values` and spawns it in a process group of its own, its output
+    /// drained into the log.
+    fn start(&self, values: &Values) -> Result<Child> {
         if let Some(f) = &self.config.settings_file {
-            let text = super::v2::render_settings(f, &values)?;
+            let text = super::v2::render_settings(f, values)?;
             super::write_atomically(&f.path, &text)
                 .with_context(|| format!("{}.settings_file", self.key))?;
         }
@@ -261,7 +318,7 @@ impl Supervisor {
             .config
             .argv
             .iter()
-            .map(|a| template::render(a, &values))
+            .map(|a| template::render(a, values))
             .collect();
         let mut command = Command::new(&argv[0]);
         command
@@ -277,7 +334,7 @@ impl Supervisor {
             }
         }
         for (k, v) in &self.config.env {
-            command.env(k, template::render(v, &values));
+            command.env(k, template::render(v, values));
         }
         if let Some(dir) = &self.config.cwd {
             command.current_dir(dir);
@@ -341,6 +398,45 @@ impl Supervisor {
             child.signal(rustix::process::Signal::KILL);
         }
     }
+}
+
+/// The template constants of each of the model's slots (`vars` plus `slot`),
+/// or `vars` alone without slots; a slot list that cannot work is an error
+/// naming its key.
+fn slot_vars(key: &str, config: &ProcessModelConfig) -> Result<Vec<BTreeMap<String, String>>> {
+    if config.slots.is_empty() {
+        return Ok(vec![config.vars.clone()]);
+    }
+    if config.slots.len() < 2 {
+        bail!(
+            "{key}.slots: two or more, or none (a new configuration starts on a slot the running one does not hold)"
+        );
+    }
+    if config.vars.contains_key(SLOT) {
+        bail!("{key}.vars.{SLOT}: the name is taken by {key}.slots");
+    }
+    if let Some((i, v)) = config
+        .slots
+        .iter()
+        .enumerate()
+        .find(|(i, v)| config.slots[..*i].contains(v))
+    {
+        bail!("{key}.slots[{i}]: '{v}' is there twice (two processes would share a slot)");
+    }
+    if !config.ready_url.contains(&format!("{{{SLOT}}}")) {
+        bail!(
+            "{key}.ready_url: with slots it names {{{SLOT}}} (each slot's process answers its own readiness)"
+        );
+    }
+    Ok(config
+        .slots
+        .iter()
+        .map(|v| {
+            let mut vars = config.vars.clone();
+            vars.insert(SLOT.to_owned(), v.clone());
+            vars
+        })
+        .collect())
 }
 
 /// Resolves when the running process exits; never while none runs.
