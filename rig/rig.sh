@@ -20,7 +20,11 @@
 # RIG_GATEWAY (1: the load goes through HAProxy, which counts what arrives
 # and admits at most 8 requests at a time per model, shedding what waits past
 # its queue timeout, and the generator is npm's open-loop loadtest, not hey;
-# the daemon reads the offered load off HAProxy's page).
+# the daemon reads the offered load off HAProxy's page), RIG_OVERLAP (1, with
+# RIG_GATEWAY: llama-server alternates between two ports, the process
+# actuator's slots, a new configuration starting beside the one serving; the
+# gateway sends Gemma's requests and the daemon's reads of its /metrics to the
+# first of the two that answers its health check).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$(pwd)
@@ -32,10 +36,16 @@ CPUS=${RIG_CPUS:-0-1}
 LOAD_CPUS=${RIG_LOAD_CPUS:-$CPUS}
 BASE=${RIG_PORT_BASE:-27100}
 ML_HTTP=$BASE ML_GRPC=$((BASE + 1)) ML_METRICS=$((BASE + 2))
-LLAMA_PORT=$((BASE + 10)) API_PORT=$((BASE + 20))
-# The gateway: its Prometheus page, then one frontend per model.
+LLAMA_PORT=$((BASE + 10)) LLAMA_PORT_B=$((BASE + 11)) API_PORT=$((BASE + 20))
+# The gateway: its Prometheus page, then one frontend per model, and
+# llama-server's /metrics with RIG_OVERLAP.
 GW_METRICS=$((BASE + 30)) GW_MLP=$((BASE + 31)) GW_GEMMA=$((BASE + 32)) GW_CONV=$((BASE + 33))
+GW_GEMMA_METRICS=$((BASE + 34))
 GATEWAY=${RIG_GATEWAY:-}
+OVERLAP=${RIG_OVERLAP:-}
+if [ -n "$OVERLAP" ] && [ -z "$GATEWAY" ]; then
+  echo "rig.sh: RIG_OVERLAP needs RIG_GATEWAY (the gateway finds the slot that serves)" >&2; exit 2
+fi
 MLP_RATE=${MLP_RATE:-400}
 GEMMA_RATE=${GEMMA_RATE:-40}
 CONV_RATE=${CONV_RATE:-300}
@@ -122,6 +132,11 @@ drop_others() {
   done
   [ -n "$(on_mlserver "$1")" ] || printf -- '-e\n/# @mlserver-begin/,/# @mlserver-end/d\n'
   [ -n "$GATEWAY" ] || printf -- '-e\n/# @gateway-begin/,/# @gateway-end/d\n'
+  if [ -n "$OVERLAP" ]; then
+    printf -- '-e\n/# @one-port-begin/,/# @one-port-end/d\n'
+  else
+    printf -- '-e\n/# @overlap-begin/,/# @overlap-end/d\n'
+  fi
 }
 
 # HAProxy's config: a frontend per model (named as the model: its request
@@ -168,9 +183,33 @@ CFG
     esac
     printf 'frontend %s\n    bind 127.0.0.1:%s\n    maxconn %s\n    default_backend %s-server\n' \
       "$m" "$port" "$conns" "$m"
-    printf 'backend %s-server\n    timeout queue %s\n    server %s 127.0.0.1:%s maxconn 8\n' \
-      "$m" "$timeout" "$m" "$server"
+    if [ "$m" = gemma ] && [ -n "$OVERLAP" ]; then
+      printf 'backend %s-server\n    timeout queue %s\n' "$m" "$timeout"
+      llama_slots 8
+    else
+      printf 'backend %s-server\n    timeout queue %s\n    server %s 127.0.0.1:%s maxconn 8\n' \
+        "$m" "$timeout" "$m" "$server"
+    fi
   done
+  if [ -n "$OVERLAP" ]; then
+    printf 'frontend gemma-metrics\n    bind 127.0.0.1:%s\n    maxconn 16\n    default_backend gemma-metrics\n' \
+      "$GW_GEMMA_METRICS"
+    printf 'backend gemma-metrics\n'
+    llama_slots 4
+  fi
+}
+
+# RIG_OVERLAP: llama-server's two ports as one backend's servers, each taking
+# at most $1 requests at a time. Requests go to the first that answers
+# /health (checked every 250 ms: the one serving, or during a change the
+# first slot once its new server is ready); one refused (the old server
+# stopping) is tried on the other. The same for the daemon's reads of
+# /metrics, so that they follow the server that serves.
+llama_slots() {
+  printf '    balance first\n    option httpchk GET /health\n    option redispatch\n    retries 3\n'
+  printf '    default-server inter 250ms fall 1 rise 1 maxconn %s\n' "$1"
+  printf '    server gemma-a 127.0.0.1:%s check\n    server gemma-b 127.0.0.1:%s check\n' \
+    "$LLAMA_PORT" "$LLAMA_PORT_B"
 }
 
 # Stops the process whose PID the file $1 holds, if any, and forgets it.
@@ -220,7 +259,8 @@ render() {
   sed "${args[@]}" -e "s|@SCENARIO@|$1|g" \
       -e "s|@RIG_DIR@|$RIG_DIR|g" -e "s|@CPUS@|$CPUS|g" \
       -e "s|@ML_HTTP@|$ML_HTTP|g" -e "s|@ML_METRICS@|$ML_METRICS|g" \
-      -e "s|@LLAMA_PORT@|$LLAMA_PORT|g" -e "s|@API_PORT@|$API_PORT|g" \
+      -e "s|@LLAMA_PORT@|$LLAMA_PORT|g" -e "s|@LLAMA_PORT_B@|$LLAMA_PORT_B|g" \
+      -e "s|@GW_GEMMA_METRICS@|$GW_GEMMA_METRICS|g" -e "s|@API_PORT@|$API_PORT|g" \
       -e "s|@MLP_RATE@|$MLP_RATE|g" -e "s|@GEMMA_REFERENCE@|$(gemma_reference)|g" \
       -e "s|@CONV_RATE@|$CONV_RATE|g" -e "s|@GW_METRICS@|$GW_METRICS|g" \
       rig/mfsched-rig.toml.in
