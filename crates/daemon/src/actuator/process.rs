@@ -104,6 +104,33 @@ struct Running {
     slot: usize,
 }
 
+/// The outcome of a change: what runs afterwards, the error when the new
+/// configuration did not take, and the downtime (request to ready, or to the
+/// failure).
+struct Switched {
+    running: Option<Running>,
+    error: Option<String>,
+    downtime: Duration,
+}
+
+impl Switched {
+    fn to(running: Running, downtime: Duration) -> Self {
+        Self {
+            running: Some(running),
+            error: None,
+            downtime,
+        }
+    }
+
+    fn failed(running: Option<Running>, error: &anyhow::Error, downtime: Duration) -> Self {
+        Self {
+            running,
+            error: Some(format!("{error:#}")),
+            downtime,
+        }
+    }
+}
+
 impl Supervisor {
     pub(super) fn new(
         index: usize,
@@ -161,67 +188,16 @@ impl Supervisor {
                         break;
                     }
                     let Some(job) = rx.borrow_and_update().clone() else { continue };
-                    let (error, downtime) = match running.take() {
-                        // Side by side: the old one serves until the new one is ready.
+                    let switched = match running.take() {
                         Some(old) if self.slot_vars.len() > 1 && !job.unload_first => {
-                            let slot = (old.slot + 1) % self.slot_vars.len();
-                            let started = self.start_ready(&job, slot).await;
-                            let downtime = job.requested.elapsed();
-                            let error = match started {
-                                Ok(child) => {
-                                    self.stop(old.child).await;
-                                    running = Some(Running { child, job: job.clone(), slot });
-                                    crashes_in_a_row = 0;
-                                    None
-                                }
-                                Err(e) => {
-                                    tracing::warn!(
-                                        model = %self.name,
-                                        "{}: configuration {} not applied ({e:#}); {} goes on serving",
-                                        self.key, job.setting, old.job.setting
-                                    );
-                                    running = Some(old);
-                                    Some(format!("{e:#}"))
-                                }
-                            };
-                            (error, downtime)
+                            self.switch_beside(old, &job).await
                         }
-                        previous => {
-                            let (previous, slot) = match previous {
-                                Some(r) => {
-                                    let slot = (r.slot + 1) % self.slot_vars.len();
-                                    self.stop(r.child).await;
-                                    (Some(r.job), slot)
-                                }
-                                None => (None, 0),
-                            };
-                            let started = self.start_ready(&job, slot).await;
-                            let downtime = job.requested.elapsed();
-                            let error = match started {
-                                Ok(child) => {
-                                    running = Some(Running { child, job: job.clone(), slot });
-                                    crashes_in_a_row = 0;
-                                    None
-                                }
-                                Err(e) => {
-                                    tracing::warn!(
-                                        model = %self.name,
-                                        "{}: configuration {} not applied ({e:#}); starting the previous one again",
-                                        self.key, job.setting
-                                    );
-                                    if let Some(p) = previous {
-                                        match self.start_ready(&p, slot).await {
-                                            Ok(child) => running = Some(Running { child, job: p, slot }),
-                                            Err(e) => tracing::warn!(model = %self.name, "{}: the previous configuration does not start either: {e:#}", self.key),
-                                        }
-                                    }
-                                    Some(format!("{e:#}"))
-                                }
-                            };
-                            (error, downtime)
-                        }
+                        previous => self.switch_in_turn(previous, &job).await,
                     };
+                    let (error, downtime) = (switched.error, switched.downtime);
+                    running = switched.running;
                     if error.is_none() {
+                        crashes_in_a_row = 0;
                         tracing::info!(
                             model = %self.name,
                             "{}: {} serves, {:.1} ms after it was asked for",
@@ -274,6 +250,83 @@ impl Supervisor {
         }
         if let Some(r) = running {
             self.stop(r.child).await;
+        }
+    }
+
+    /// Starts `job` on the slot after the one `old` holds and stops `old`
+    /// once it is ready; when it never gets ready, `old` serves on untouched.
+    async fn switch_beside(&self, old: Running, job: &Job) -> Switched {
+        let slot = (old.slot + 1) % self.slot_vars.len();
+        let started = self.start_ready(job, slot).await;
+        let downtime = job.requested.elapsed();
+        match started {
+            Ok(child) => {
+                self.stop(old.child).await;
+                Switched::to(
+                    Running {
+                        child,
+                        job: job.clone(),
+                        slot,
+                    },
+                    downtime,
+                )
+            }
+            Err(e) => {
+                tracing::warn!(
+                    model = %self.name,
+                    "{}: configuration {} not applied ({e:#}); {} goes on serving",
+                    self.key, job.setting, old.job.setting
+                );
+                Switched::failed(Some(old), &e, downtime)
+            }
+        }
+    }
+
+    /// Stops what runs (`previous`), then starts `job` (on the next slot);
+    /// when it never gets ready, starts the previous configuration again.
+    async fn switch_in_turn(&self, previous: Option<Running>, job: &Job) -> Switched {
+        let (previous, slot) = match previous {
+            Some(r) => {
+                let slot = (r.slot + 1) % self.slot_vars.len();
+                self.stop(r.child).await;
+                (Some(r.job), slot)
+            }
+            None => (None, 0),
+        };
+        let started = self.start_ready(job, slot).await;
+        let downtime = job.requested.elapsed();
+        match started {
+            Ok(child) => Switched::to(
+                Running {
+                    child,
+                    job: job.clone(),
+                    slot,
+                },
+                downtime,
+            ),
+            Err(e) => {
+                tracing::warn!(
+                    model = %self.name,
+                    "{}: configuration {} not applied ({e:#}); starting the previous one again",
+                    self.key, job.setting
+                );
+                let mut back = None;
+                if let Some(p) = previous {
+                    match self.start_ready(&p, slot).await {
+                        Ok(child) => {
+                            back = Some(Running {
+                                child,
+                                job: p,
+                                slot,
+                            })
+                        }
+                        Err(e) => {
+                            tracing::warn!(model = %self.name, "{}: the previous configuration does not start either: {e:#}", self.key)
+                        }
+                    }
+                }
+                Switched::failed(back, &e, downtime)
+            }
         }
     }
 
