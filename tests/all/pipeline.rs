@@ -181,6 +181,7 @@ fn the_daemon_rejects_each_invalid_answer_on_every_tick_and_applies_nothing_inva
             unknown_utilization: 0.5,
             contention_window: Duration::from_secs(5),
             downtime_cost_horizon: None,
+            reversal_damping: None,
             correction: None,
             floors: mfsched_core::Floors::point(served.problem.sla_floors.clone()),
             workload: WorkloadSource::Fixed(mfsched_core::WorkloadLevel::Medium),

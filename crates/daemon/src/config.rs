@@ -714,7 +714,7 @@ impl ModelLoadConfig {
     }
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ActuatorConfig {
     /// A JSON file rewritten atomically with every model's configuration on change.
@@ -740,9 +740,51 @@ pub struct ActuatorConfig {
     /// period, so a change must pay within the tick that makes it.
     #[serde(default)]
     pub downtime_horizon_ms: Option<u64>,
+    /// A model that goes back to the configuration it left at most this many
+    /// ticks before doubles its reconfiguration costs (up to
+    /// `reversal_max_factor`); as many ticks without a reversal halve them
+    /// again. 0: off.
+    #[serde(default = "default_reversal_window_ticks")]
+    pub reversal_window_ticks: u64,
+    #[serde(default = "default_reversal_max_factor")]
+    pub reversal_max_factor: f64,
 }
 
+fn default_reversal_window_ticks() -> u64 {
+    30
+}
+fn default_reversal_max_factor() -> f64 {
+    16.0
+}
+
+impl Default for ActuatorConfig {
+    /// As an `[actuator]` table with no keys.
+    fn default() -> Self {
+        Self {
+            file: None,
+            webhook: None,
+            v2_repository: None,
+            process: None,
+            downtime_as_cost: false,
+            downtime_horizon_ms: None,
+            reversal_window_ticks: default_reversal_window_ticks(),
+            reversal_max_factor: default_reversal_max_factor(),
+        }
+    }
+}
+
+/// The largest `actuator.reversal_max_factor`.
+const MAX_REVERSAL_FACTOR: f64 = 1024.0;
+
 impl ActuatorConfig {
+    /// How reversals are damped; `None` when `reversal_window_ticks` is 0.
+    pub fn reversal_damping(&self) -> Option<crate::reversals::ReversalDamping> {
+        (self.reversal_window_ticks > 0).then_some(crate::reversals::ReversalDamping {
+            window_ticks: self.reversal_window_ticks,
+            max_factor: self.reversal_max_factor,
+        })
+    }
+
     /// The horizon measured downtimes are paid off over, when they are the
     /// reconfiguration costs.
     pub fn downtime_cost_horizon(&self, period_ms: u64) -> Option<Duration> {
@@ -1289,6 +1331,12 @@ impl DaemonConfig {
                 );
             }
         }
+        if !(1.0..=MAX_REVERSAL_FACTOR).contains(&a.reversal_max_factor) {
+            bail!(
+                "actuator.reversal_max_factor ({}) must be at least 1 and at most {MAX_REVERSAL_FACTOR}",
+                a.reversal_max_factor
+            );
+        }
         if let Some(v) = &a.v2_repository {
             let p = "actuator.v2_repository";
             if v.timeout_ms == 0
@@ -1619,6 +1667,30 @@ mod tests {
         ] {
             let err = format!("{:#}", parse(extra).expect_err(says));
             assert!(err.contains(says), "{says}: {err}");
+        }
+    }
+
+    #[test]
+    fn reversal_damping_is_on_by_default_off_at_zero_ticks_and_its_factor_bounded() {
+        let base = "scenario = \"paper-n2\"\n[policy]\nactive = \"hold\"\n[log]\npath = \"l\"\n";
+        let parse = |extra: &str| DaemonConfig::parse(&format!("{base}{extra}"));
+        let damping = |extra: &str| parse(extra).expect("valid").actuator.reversal_damping();
+        let default = Some(crate::reversals::ReversalDamping {
+            window_ticks: 30,
+            max_factor: 16.0,
+        });
+        assert_eq!(damping(""), default, "no [actuator] table");
+        assert_eq!(damping("[actuator]\n"), default);
+        assert_eq!(damping("[actuator]\nreversal_window_ticks = 0\n"), None);
+        for factor in ["0.5", "1025.0", "nan"] {
+            let err = format!(
+                "{:#}",
+                parse(&format!("[actuator]\nreversal_max_factor = {factor}\n")).expect_err(factor)
+            );
+            assert!(
+                err.contains("actuator.reversal_max_factor") && err.contains("at least 1"),
+                "{factor}: {err}"
+            );
         }
     }
 

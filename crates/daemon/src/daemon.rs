@@ -16,6 +16,7 @@ use super::history::{History, Measured};
 use super::load::{LoadMonitor, LoadReading, ThroughputReading};
 use super::metrics::{Metrics, Role};
 use super::policies::PluginPolicies;
+use super::reversals::{ReversalDamping, Reversals};
 use super::sampler::{Sample, Sampler};
 use super::streak::{Change, Streaks};
 use mfsched_core::{
@@ -72,6 +73,9 @@ pub struct LoopSettings {
     /// reconfiguration cost, paid off over this horizon
     /// (`actuator.downtime_as_cost`, `actuator.downtime_horizon_ms`).
     pub downtime_cost_horizon: Option<Duration>,
+    /// Reconfiguration costs raised for a model that keeps going back to the
+    /// configuration it left (`actuator.reversal_window_ticks`).
+    pub reversal_damping: Option<ReversalDamping>,
     /// The predictor the policies are served, when it is corrected online:
     /// every tick, before deciding, it learns from the throughput measured
     /// for the running configuration (`[correction]`).
@@ -534,6 +538,11 @@ pub struct Daemon {
     downtime: DowntimeBook,
     /// The scenario's reconfiguration costs (before any measured ones).
     configured_costs: Vec<ReconfigCosts>,
+    /// The costs before reversal damping: the configured ones, or the
+    /// measured downtimes' once there are some.
+    undamped_costs: Vec<ReconfigCosts>,
+    /// Each model's reversals, which raise its costs (`None`: not damped).
+    reversals: Option<Reversals>,
     /// The contention reading the ticks decide with, averaged over time.
     contention: TimeAverage,
     /// Per model: since its floor was said to be out of reach, the ticks it
@@ -731,6 +740,9 @@ impl Daemon {
     ) -> Result<Self> {
         let first_tick = log.last_tick().map_or(0, |t| t + 1);
         let configured_costs = problem.reconfig.clone();
+        let reversals = settings
+            .reversal_damping
+            .map(|d| Reversals::new(d, problem.models.len()));
         check_loaded(
             deciding.policies.as_ref(),
             &settings.active,
@@ -772,6 +784,8 @@ impl Daemon {
             corrections: Vec::new(),
             streaks: Streaks::default(),
             downtime: DowntimeBook::default(),
+            undamped_costs: configured_costs.clone(),
+            reversals,
             configured_costs,
             contention: TimeAverage::default(),
             out_of_reach: vec![None; models],
@@ -1031,6 +1045,7 @@ impl Daemon {
         }
         self.shared.metrics.model_changes(changed.len());
         let previous = std::mem::replace(&mut self.problem.current, applied.clone());
+        self.note_reversals(tick, &previous, &applied);
 
         let record = TickRecord {
             tick,
@@ -1295,9 +1310,34 @@ impl Daemon {
         if let Some(horizon) = self.settings.downtime_cost_horizon
             && !done.is_empty()
         {
-            self.problem.reconfig = self.downtime.costs(horizon, &self.configured_costs);
+            self.undamped_costs = self.downtime.costs(horizon, &self.configured_costs);
         }
+        self.problem.reconfig = match &self.reversals {
+            Some(r) => r.priced(&self.undamped_costs),
+            None => self.undamped_costs.clone(),
+        };
         done
+    }
+
+    /// Notes this tick's changes in the reversal damping (the next tick
+    /// decides with the costs it raises), one line for each model whose
+    /// costs rose.
+    fn note_reversals(&mut self, tick: u64, previous: &[u32], applied: &[u32]) {
+        let Some(reversals) = &mut self.reversals else {
+            return;
+        };
+        let window = self.settings.reversal_damping.map_or(0, |d| d.window_ticks);
+        for r in reversals.observe(tick, previous, applied) {
+            let model = &self.problem.models[r.model];
+            tracing::info!(
+                model = %model.name,
+                "tick {tick}: {} went back to {} {} ticks after leaving it: its reconfiguration costs ×{}, halved after each {window} ticks without going back (actuator.reversal_window_ticks)",
+                model.name,
+                model.knobs(r.config as usize),
+                r.after_ticks,
+                r.factor
+            );
+        }
     }
 
     /// Counts a policy's answer in the metrics.

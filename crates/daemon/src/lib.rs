@@ -29,6 +29,7 @@ mod load;
 mod metrics;
 mod policies;
 mod replay;
+mod reversals;
 mod sampler;
 mod streak;
 
@@ -59,6 +60,7 @@ pub use load::{HttpClient, get as http_get, http_client, sample_sum, sample_sums
 pub use metrics::{Metrics, escape_label_value};
 pub use policies::PluginPolicies;
 pub use replay::{lines as replay_lines, summary as replay_summary};
+pub use reversals::ReversalDamping;
 /// Reading the card or the host: the field a tick decides under.
 pub use sampler::{
     DcgmReading, DcgmSampler, FootprintSampler, HostSampler, Sample, Sampler,
@@ -348,6 +350,7 @@ pub async fn run(
         contention_window: std::time::Duration::from_millis(config.sampler.contention_window_ms),
         workload,
         downtime_cost_horizon: config.actuator.downtime_cost_horizon(config.tick.period_ms),
+        reversal_damping: config.actuator.reversal_damping(),
         correction,
         floors,
     };
