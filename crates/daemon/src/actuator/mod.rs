@@ -129,6 +129,17 @@ impl FinishedQueue {
     }
 }
 
+/// The line a v2-repository or process task logs when `job`'s
+/// configuration serves: which, and how long after it was asked for.
+fn log_served(model: &str, key: &str, job: &Job, downtime: Duration) {
+    tracing::info!(
+        model = %model,
+        "{key}: {} serves, {:.1} ms after it was asked for",
+        job.setting,
+        downtime.as_secs_f64() * 1e3
+    );
+}
+
 /// A model whose configurations go to a v2-repository or process task.
 #[derive(Debug)]
 struct Driven {

@@ -198,13 +198,7 @@ impl Supervisor {
                     running = switched.running;
                     if error.is_none() {
                         crashes_in_a_row = 0;
-                        tracing::info!(
-                            model = %self.name,
-                            "{}: {} serves, {:.1} ms after it was asked for",
-                            self.key,
-                            job.setting,
-                            downtime.as_secs_f64() * 1e3
-                        );
+                        super::log_served(&self.name, &self.key, &job, downtime);
                     }
                     metrics.reconfigured(&self.name, NAME, downtime, error.is_none());
                     finished.push(job.record(self.index, NAME, downtime, error, running.as_ref().map(|r| r.job.config)));
@@ -257,21 +251,12 @@ impl Supervisor {
     /// once it is ready; when it never gets ready, `old` serves on untouched.
     async fn switch_beside(&self, old: Running, job: &Job) -> Switched {
         let slot = (old.slot + 1) % self.slot_vars.len();
-        let started = self.start_ready(job, slot).await;
-        let downtime = job.requested.elapsed();
-        match started {
-            Ok(child) => {
+        match self.start_timed(job, slot).await {
+            (Ok(new), downtime) => {
                 self.stop(old.child).await;
-                Switched::to(
-                    Running {
-                        child,
-                        job: job.clone(),
-                        slot,
-                    },
-                    downtime,
-                )
+                Switched::to(new, downtime)
             }
-            Err(e) => {
+            (Err(e), downtime) => {
                 tracing::warn!(
                     model = %self.name,
                     "{}: configuration {} not applied ({e:#}); {} goes on serving",
@@ -293,18 +278,9 @@ impl Supervisor {
             }
             None => (None, 0),
         };
-        let started = self.start_ready(job, slot).await;
-        let downtime = job.requested.elapsed();
-        match started {
-            Ok(child) => Switched::to(
-                Running {
-                    child,
-                    job: job.clone(),
-                    slot,
-                },
-                downtime,
-            ),
-            Err(e) => {
+        match self.start_timed(job, slot).await {
+            (Ok(new), downtime) => Switched::to(new, downtime),
+            (Err(e), downtime) => {
                 tracing::warn!(
                     model = %self.name,
                     "{}: configuration {} not applied ({e:#}); starting the previous one again",
@@ -328,6 +304,17 @@ impl Supervisor {
                 Switched::failed(back, &e, downtime)
             }
         }
+    }
+
+    /// Starts `job` on `slot`: the process once ready (or why not) and the
+    /// downtime, from the request to then.
+    async fn start_timed(&self, job: &Job, slot: usize) -> (Result<Running>, Duration) {
+        let started = self.start_ready(job, slot).await.map(|child| Running {
+            child,
+            job: job.clone(),
+            slot,
+        });
+        (started, job.requested.elapsed())
     }
 
     /// What the placeholders of `job`'s templates stand for on `slot`.

@@ -173,13 +173,7 @@ impl Model {
             let error = match outcome {
                 Ok(new) => {
                     serving = Some(new);
-                    tracing::info!(
-                        model = %self.name,
-                        "{}: {} serves, {:.1} ms after it was asked for",
-                        self.key,
-                        job.setting,
-                        downtime.as_secs_f64() * 1e3
-                    );
+                    super::log_served(&self.name, &self.key, &job, downtime);
                     None
                 }
                 Err(e) => {
