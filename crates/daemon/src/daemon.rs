@@ -1326,7 +1326,7 @@ impl Daemon {
         let Some(reversals) = &mut self.reversals else {
             return;
         };
-        let window = self.settings.reversal_damping.map_or(0, |d| d.window_ticks);
+        let window = reversals.window_ticks();
         for r in reversals.observe(tick, previous, applied) {
             let model = &self.problem.models[r.model];
             tracing::info!(

@@ -98,6 +98,12 @@ impl Reversals {
         rose
     }
 
+    /// The window: a change back within it is a reversal, and this many
+    /// ticks without one halve the factor.
+    pub fn window_ticks(&self) -> u64 {
+        self.damping.window_ticks
+    }
+
     /// Model `i`'s factor now.
     pub fn factor(&self, i: usize) -> f64 {
         self.models

@@ -247,10 +247,16 @@ impl Supervisor {
         }
     }
 
+    /// The slot after `slot`: every change moves to it, beside or in turn,
+    /// so a new server never needs the port the running one holds.
+    fn next_slot(&self, slot: usize) -> usize {
+        (slot + 1) % self.slot_vars.len()
+    }
+
     /// Starts `job` on the slot after the one `old` holds and stops `old`
     /// once it is ready; when it never gets ready, `old` serves on untouched.
     async fn switch_beside(&self, old: Running, job: &Job) -> Switched {
-        let slot = (old.slot + 1) % self.slot_vars.len();
+        let slot = self.next_slot(old.slot);
         match self.start_timed(job, slot).await {
             (Ok(new), downtime) => {
                 self.stop(old.child).await;
@@ -272,7 +278,7 @@ impl Supervisor {
     async fn switch_in_turn(&self, previous: Option<Running>, job: &Job) -> Switched {
         let (previous, slot) = match previous {
             Some(r) => {
-                let slot = (r.slot + 1) % self.slot_vars.len();
+                let slot = self.next_slot(r.slot);
                 self.stop(r.child).await;
                 (Some(r.job), slot)
             }
