@@ -777,24 +777,23 @@ mod tests {
     fn a_configuration_never_run_inherits_what_its_model_s_configurations_share() {
         let problem = paper_n2();
         let c = corrected(&problem);
-        let factor = |running: &[u32], config: u32| {
-            c.predict_table(&state(), running).expect("table")[config as usize] / 100.0
+        // Model 0 runs `config` for a hundred ticks, measured at 32 % of
+        // its prediction; the factors of `config` and of configuration 2
+        // (never run) then.
+        let run = |config: u32| {
+            let running = [config, 0];
+            for _ in 0..100 {
+                c.observe(&state(), &running, &[Some(32.0), None])
+                    .expect("observe");
+            }
+            let table = c.predict_table(&state(), &running).expect("table");
+            (table[config as usize] / 100.0, table[2] / 100.0)
         };
-        let first = vec![0u32, 0];
-        for _ in 0..100 {
-            c.observe(&state(), &first, &[Some(32.0), None])
-                .expect("observe");
-        }
-        let (ran, never) = (factor(&first, 0), factor(&first, 2));
+        let (ran, never) = run(0);
         assert!((ran - 0.32).abs() < 0.02, "{ran}");
         let shared = (0.6 * 0.32f32.ln()).exp();
         assert!((never - shared).abs() < 0.05, "{never} against {shared}");
-        let second = vec![1u32, 0];
-        for _ in 0..100 {
-            c.observe(&state(), &second, &[Some(32.0), None])
-                .expect("observe");
-        }
-        let (both, still_never) = (factor(&second, 1), factor(&second, 2));
+        let (both, still_never) = run(1);
         assert!((both - 0.32).abs() < 0.03, "{both}");
         assert!(
             still_never < never - 0.03 && still_never > 0.32,
