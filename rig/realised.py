@@ -141,6 +141,9 @@ def main(argv):
         "window_ticks": args.window,
         "floor_violation_windows": window_violations,
         "changes": reconfigs,
+        # Ticks whose active policy's decision failed (refused, late), so the
+        # last valid configuration was kept.
+        "kept_last_valid_ticks": sum(1 for _, cur in pairs if cur.get("kept_last_valid")),
     }
     if args.trace:
         out.update(reaction(ticks, models, args.metrics, args.trace))

@@ -39,7 +39,8 @@ pub use domain::{
 pub use floors::{
     DEFAULT_MISS_RATE as DEFAULT_FLOOR_MISS_RATE, FloorMargin, Floors, MIN_LOWER_RATIO, OutOfReach,
     REACH_BAND as FLOOR_REACH_BAND, REACH_KEEP_BAND as FLOOR_REACH_KEEP_BAND,
-    miss_rate as floor_miss_rate, within_reach as floors_within_reach,
+    met_together as floors_met_together, miss_rate as floor_miss_rate,
+    within_reach as floors_within_reach,
 };
 pub use fsutil::{
     MAX_CONFIG_BYTES, kind_of as file_kind, read_capped, read_capped_to_string, write_atomically,

@@ -1228,7 +1228,7 @@ impl Daemon {
                     tracing::warn!(
                         tick,
                         model = %name,
-                        "floor out of reach: no configuration is predicted to meet its floor of {:.2} at this state (or only within {:.0} % of its best); deciding best-effort, the floor held at that edge of its reach, until it is back",
+                        "floor out of reach: no configuration is predicted to meet its floor of {:.2} at this state (or only within {:.0} % of its best, or under the candidate-aware field not beside the others' floors); deciding best-effort, the floor held at the edge of its reach, until it is back",
                         self.problem.sla_floors[m],
                         mfsched_core::FLOOR_REACH_BAND * 100.0
                     );

@@ -5,8 +5,9 @@
 //!
 //! 1. the problem is prepared once for every policy of the tick (under
 //!    [`OutOfReach::BestEffort`], with each floor that no configuration is
-//!    predicted to reach at the state held at its model's reach), and the
-//!    tick's inputs are kept as the checkpoint hot reload self-checks a new
+//!    predicted to reach at the state held at its model's reach, and under
+//!    the candidate-aware field those no configuration is found to meet
+//!    together held where one misses them least), and the tick's inputs are kept as the checkpoint hot reload self-checks a new
 //!    component on;
 //! 2. the active policy and the shadows are asked through the one
 //!    [`Pipeline`] (proposal, validation with the floors, scoring) under one
@@ -138,10 +139,12 @@ pub struct TickOutcome {
     pub kept_last_valid: bool,
     /// The models whose floor no configuration was predicted to reach at the
     /// tick's state (or only within the reach band of the best), held at the
-    /// band's edge for it ([`OutOfReach::BestEffort`]).
+    /// band's edge for it, and under the candidate-aware field those whose
+    /// floors no configuration was found to meet together
+    /// ([`OutOfReach::BestEffort`]).
     pub floors_held: Vec<usize>,
     /// Each model's floor as this tick decided with it: the enforced one, or
-    /// for a model in `floors_held` the edge of its reach it was held at.
+    /// for a model in `floors_held` the value it was held at.
     pub floors: Vec<f64>,
     /// Wall time of the tick: preparation, every policy, the kept
     /// configuration's description.
@@ -395,9 +398,14 @@ impl Decider {
     /// as they run, predicted as validation predicts them (under the
     /// candidate-aware field, each model's configurations as joint
     /// candidates: the observed field's table would hold a floor at a reach
-    /// it is then not checked against); a predictor that cannot give it
-    /// leaves the floors as they are (the policies meet the same failure and
-    /// say so).
+    /// it is then not checked against). Under the observed field a model's
+    /// predictions follow its own configuration only, so each model's best
+    /// meets every floor so held together; under the candidate-aware field
+    /// one model's best can take another under its floor, and floors no
+    /// configuration is found to meet together are held where one misses
+    /// them least (`mfsched_core::floors_met_together`). A predictor that
+    /// cannot give the predictions leaves the floors as they are (the
+    /// policies meet the same failure and say so).
     fn within_reach<'p>(
         &self,
         problem: &'p Problem,
@@ -408,7 +416,8 @@ impl Decider {
         }
         let predictor = self.pipeline.predictor();
         let offsets = mfsched_core::table_offsets(problem);
-        let table = match predictor.field() {
+        let field = predictor.field();
+        let table = match field {
             Field::Observed => predictor.predict_table(state, &problem.current),
             Field::CandidateAware => {
                 one_model_at_a_time(predictor.as_ref(), problem, state, &offsets)
@@ -417,12 +426,29 @@ impl Decider {
         let Ok(table) = table else {
             return (Cow::Borrowed(problem), Vec::new());
         };
-        let (floors, held) = mfsched_core::floors_within_reach(
+        let (floors, mut held) = mfsched_core::floors_within_reach(
             &problem.sla_floors,
             &table,
             &offsets,
             &problem.current,
         );
+        let floors = match field {
+            Field::Observed => floors,
+            Field::CandidateAware => {
+                let together = mfsched_core::floors_met_together(problem, &floors, |candidates| {
+                    predictor.predict_joint(state, &problem.current, candidates)
+                });
+                match together {
+                    Ok((together, also)) => {
+                        held.extend(also);
+                        held.sort_unstable();
+                        held.dedup();
+                        together
+                    }
+                    Err(_) => floors,
+                }
+            }
+        };
         if held.is_empty() {
             return (Cow::Borrowed(problem), held);
         }
