@@ -412,15 +412,26 @@ fn a_floor_out_of_reach_is_held_at_the_models_reach_under_best_effort() {
     );
 }
 
-/// A candidate-aware predictor whose joint predictions put model 0 at half
-/// its table's throughput: the field each candidate makes is more crowded
-/// than the one observed.
-struct Crowded {
+/// A candidate-aware predictor: the inner predictor's joint predictions,
+/// each candidate's row rewritten by `rewrite(row, candidate, running)`; its
+/// table the inner's (the observed field's).
+struct Rewritten {
     inner: Arc<dyn Predictor>,
-    models: usize,
+    space: mfsched_core::JointSpace,
+    rewrite: fn(&mut [f32], &[u32], &[u32]),
 }
 
-impl Predictor for Crowded {
+impl Rewritten {
+    fn served(p: &Problem, rewrite: fn(&mut [f32], &[u32], &[u32])) -> Arc<dyn Predictor> {
+        Arc::new(Self {
+            inner: predictor(),
+            space: p.space(),
+            rewrite,
+        })
+    }
+}
+
+impl Predictor for Rewritten {
     fn joint_size(&self) -> u64 {
         self.inner.joint_size()
     }
@@ -440,8 +451,11 @@ impl Predictor for Crowded {
         candidates: mfsched_core::InSpace<'_>,
     ) -> Result<Vec<f32>, mfsched_core::PredictError> {
         let mut out = self.inner.predict_in_space(state, running, candidates)?;
-        for t in out.iter_mut().step_by(self.models) {
-            *t *= 0.5;
+        let models = self.space.radices().len();
+        let mut joint = vec![0; models];
+        for (row, &index) in out.chunks_exact_mut(models).zip(candidates.iter()) {
+            self.space.decode(index, &mut joint);
+            (self.rewrite)(row, &joint, running);
         }
         Ok(out)
     }
@@ -459,10 +473,9 @@ impl Predictor for Crowded {
 #[test]
 fn a_floor_out_of_reach_is_held_at_the_reach_of_the_fields_own_predictions() {
     let (p, _) = unreachable_floor();
-    let crowded: Arc<dyn Predictor> = Arc::new(Crowded {
-        inner: predictor(),
-        models: p.models.len(),
-    });
+    // Model 0 at half its table's throughput: the field each candidate makes
+    // is more crowded than the one observed.
+    let crowded = Rewritten::served(&p, |row, _, _| row[0] *= 0.5);
     let mut r = rig_served(
         engine(Duration::from_secs(10), 256),
         "exhaustive",
@@ -487,50 +500,6 @@ fn a_floor_out_of_reach_is_held_at_the_reach_of_the_fields_own_predictions() {
             && predicted <= joint_reach,
         "{predicted} of a reach of {joint_reach}"
     );
-}
-
-/// A candidate-aware predictor in which model 0 running anything but what it
-/// runs halves model 1: two co-runners contending, as the rig's servers do
-/// on one core.
-struct Rivals {
-    inner: Arc<dyn Predictor>,
-    space: mfsched_core::JointSpace,
-    models: usize,
-}
-
-impl Predictor for Rivals {
-    fn joint_size(&self) -> u64 {
-        self.inner.joint_size()
-    }
-
-    fn predict_table(
-        &self,
-        state: &GpuState,
-        running: &[u32],
-    ) -> Result<Vec<f32>, mfsched_core::PredictError> {
-        self.inner.predict_table(state, running)
-    }
-
-    fn predict_in_space(
-        &self,
-        state: &GpuState,
-        running: &[u32],
-        candidates: mfsched_core::InSpace<'_>,
-    ) -> Result<Vec<f32>, mfsched_core::PredictError> {
-        let mut out = self.inner.predict_in_space(state, running, candidates)?;
-        let mut joint = vec![0; self.models];
-        for (row, &index) in out.chunks_exact_mut(self.models).zip(candidates.iter()) {
-            self.space.decode(index, &mut joint);
-            if joint[0] != running[0] {
-                row[1] *= 0.5;
-            }
-        }
-        Ok(out)
-    }
-
-    fn field(&self) -> mfsched_core::Field {
-        mfsched_core::Field::CandidateAware
-    }
 }
 
 /// Under the candidate-aware field, floors each within its own model's
@@ -561,10 +530,12 @@ fn floors_within_reach_alone_but_not_together_are_held_where_missed_least() {
         f64::from(of(0)[lowest]) < p.sla_floors[0],
         "model 0 must move"
     );
-    let rivals: Arc<dyn Predictor> = Arc::new(Rivals {
-        inner: predictor(),
-        space: p.space(),
-        models: p.models.len(),
+    // Model 0 running anything but what it runs halves model 1: two
+    // co-runners contending, as the rig's servers do on one core.
+    let rivals = Rewritten::served(&p, |row, joint, running| {
+        if joint[0] != running[0] {
+            row[1] *= 0.5;
+        }
     });
     let mut r = rig_served(
         engine(Duration::from_secs(10), 256),
